@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Maps, read-only config and emit helpers shared by every probe. */
+#ifndef TOKENSCOPE_COMMON_BPF_H
+#define TOKENSCOPE_COMMON_BPF_H
+
+#include "kernel.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "tokenscope.h"
+
+/* Read-only config, set by the loader before load (see collector/src/probes). */
+const volatile __u32 cfg_self_tgid = 0;
+const volatile __u32 cfg_filter_pids = 0; /* 1: only pids in PID_FILTER */
+const volatile __u32 cfg_n_ports = 0;     /* 0: every port */
+const volatile __u16 cfg_ports[TS_MAX_FILTER_PORTS] = {};
+/* Wake the consumer only once this much is pending; it also drains on a timer. */
+const volatile __u64 cfg_wakeup_bytes = 65536;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} EVENTS SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TS_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} COUNTERS SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} PID_FILTER SEC(".maps");
+
+static __always_inline int pid_wanted(__u32 tgid)
+{
+	if (tgid == cfg_self_tgid)
+		return 0;
+	if (!cfg_filter_pids)
+		return 1;
+	return bpf_map_lookup_elem(&PID_FILTER, &tgid) != 0;
+}
+
+static __always_inline int port_wanted(__u16 sport, __u16 dport)
+{
+	if (!cfg_n_ports)
+		return 1;
+	for (int i = 0; i < TS_MAX_FILTER_PORTS; i++) {
+		if (i >= cfg_n_ports)
+			break;
+		if (cfg_ports[i] == sport || cfg_ports[i] == dport)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&COUNTERS, &idx);
+	if (v)
+		*v += 1; /* per-CPU slot: no atomics needed */
+}
+
+static __always_inline __u64 wakeup_flags(void)
+{
+	return bpf_ringbuf_query(&EVENTS, BPF_RB_AVAIL_DATA) >= cfg_wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+										 : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void submit(void *data, __u64 size)
+{
+	count(TS_CNT_SUBMITTED);
+	if (bpf_ringbuf_output(&EVENTS, data, size, wakeup_flags()))
+		count(TS_CNT_DROPPED);
+}
+
+/* process_ctx: the event runs in the owning task (not softirq), so pid/comm are its own. */
+static __always_inline void fill_header(struct ts_header *h, __u32 kind, int process_ctx)
+{
+	h->ts_ns = bpf_ktime_get_ns();
+	h->kind = kind;
+	h->cpu = bpf_get_smp_processor_id();
+	if (process_ctx) {
+		__u64 id = bpf_get_current_pid_tgid();
+		h->pid = id >> 32;
+		h->tid = (__u32)id;
+		bpf_get_current_comm(h->comm, sizeof(h->comm));
+	} else {
+		h->pid = 0;
+		h->tid = 0;
+		__builtin_memset(h->comm, 0, sizeof(h->comm));
+	}
+}
+
+static __always_inline void read_sock(struct ts_sock *out, struct sock *sk)
+{
+	__builtin_memset(out, 0, sizeof(*out));
+	out->skaddr = (__u64)sk;
+	out->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	out->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	out->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (out->family == AF_INET) {
+		__be32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__builtin_memcpy(out->saddr, &a, 4);
+		a = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(out->daddr, &a, 4);
+	} else {
+		BPF_CORE_READ_INTO(out->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(out->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+}
+
+/* Tracepoints that carry the 4-tuple themselves (state changes, retransmits).
+ * Arrays are read with probe_read: the verifier forbids ctx pointer arithmetic. */
+#define TS_SOCK_FROM_TP(out, ctx)                                                          \
+	do {                                                                               \
+		__builtin_memset(&(out), 0, sizeof(out));                                  \
+		(out).skaddr = (__u64)(ctx)->skaddr;                                       \
+		(out).family = (ctx)->family;                                              \
+		(out).sport = (ctx)->sport;                                                \
+		(out).dport = (ctx)->dport;                                                \
+		if ((out).family == AF_INET) {                                             \
+			BPF_CORE_READ_INTO(&(out).saddr[0], ctx, saddr);                   \
+			BPF_CORE_READ_INTO(&(out).daddr[0], ctx, daddr);                   \
+		} else {                                                                   \
+			BPF_CORE_READ_INTO(&(out).saddr, ctx, saddr_v6);                   \
+			BPF_CORE_READ_INTO(&(out).daddr, ctx, daddr_v6);                   \
+		}                                                                          \
+	} while (0)
+
+#endif

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * The kernel/user event ABI of tokenscope. This header is the source of truth;
+ * probe-ebpf/src/abi.rs mirrors it and asserts the same sizes, so both sides
+ * break together. Every record starts with struct ts_header; `kind` says which
+ * struct follows. All times are CLOCK_MONOTONIC ns (bpf_ktime_get_ns).
+ */
+#ifndef TOKENSCOPE_H
+#define TOKENSCOPE_H
+
+#define TS_COMM_LEN 16
+/* Bytes of payload copied per socket I/O: enough for HTTP heads, SSE framing
+ * and TLS record headers. Must be a power of two (the verifier masks with it). */
+#define TS_PAYLOAD_MAX 512
+/* iovec entries walked per writev/readv/sendmsg/recvmsg when copying payload. */
+#define TS_IOV_MAX 8
+#define TS_MAX_FILTER_PORTS 8
+
+enum ts_event_kind {
+	TS_EV_STATE = 1,      /* struct ts_state_event: sock:inet_sock_set_state */
+	TS_EV_IO = 2,         /* struct ts_io_event: one send or receive on a TCP socket */
+	TS_EV_ACCEPT = 3,     /* struct ts_accept_event: accept()/accept4() returned a TCP socket */
+	TS_EV_RETRANSMIT = 4, /* struct ts_retransmit_event: tcp:tcp_retransmit_skb */
+};
+
+enum ts_io_dir {
+	TS_DIR_SEND = 1,
+	TS_DIR_RECV = 2,
+};
+
+/* The syscall that carried the I/O; TS_SYS_NONE when the socket layer fired
+ * without one of ours in flight (sendfile/splice, io_uring, kernel sockets). */
+enum ts_syscall {
+	TS_SYS_NONE = 0,
+	TS_SYS_WRITE = 1,
+	TS_SYS_WRITEV = 2,
+	TS_SYS_SENDTO = 3,
+	TS_SYS_SENDMSG = 4,
+	TS_SYS_READ = 5,
+	TS_SYS_READV = 6,
+	TS_SYS_RECVFROM = 7,
+	TS_SYS_RECVMSG = 8,
+};
+
+/* ts_io_event.flags */
+#define TS_IO_F_PAYLOAD_FAULT 0x1 /* a user-memory read failed: payload_len is what was copied */
+
+/* Indexes of the per-CPU counters map. */
+enum ts_counter {
+	TS_CNT_SUBMITTED = 0, /* records the probes tried to put in the ring buffer */
+	TS_CNT_DROPPED = 1,   /* ... of which the ring buffer had no room for */
+	TS_CNT_MAX = 2,
+};
+
+struct ts_header {
+	__u64 ts_ns;
+	__u32 kind;
+	__u32 pid; /* tgid; 0 when the event ran outside the owning process (softirq) */
+	__u32 tid;
+	__u32 cpu;
+	char comm[TS_COMM_LEN];
+};
+
+/* A TCP socket: kernel address (stable for its lifetime) and 4-tuple.
+ * Addresses in network order, ports in host order. IPv4 uses the first 4 bytes. */
+struct ts_sock {
+	__u64 skaddr;
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 family;
+	__u16 sport;
+	__u16 dport;
+	__u16 _pad;
+};
+
+struct ts_state_event {
+	struct ts_header hdr;
+	struct ts_sock sock;
+	__s32 oldstate;
+	__s32 newstate;
+};
+
+struct ts_accept_event {
+	struct ts_header hdr;
+	struct ts_sock sock;
+	__s32 fd;
+	__u32 _pad;
+};
+
+struct ts_retransmit_event {
+	struct ts_header hdr;
+	struct ts_sock sock;
+	__s32 state;
+	__u32 _pad;
+};
+
+struct ts_io_event {
+	struct ts_header hdr;
+	struct ts_sock sock;
+	__u32 dir;         /* enum ts_io_dir */
+	__u32 syscall;     /* enum ts_syscall */
+	__s32 fd;          /* -1 when unknown */
+	__u32 flags;       /* TS_IO_F_* */
+	__s64 bytes;       /* bytes the socket layer sent or received */
+	__u32 payload_len; /* bytes of payload[] that follow (the record is cut there) */
+	__u32 _pad;
+	__u8 payload[TS_PAYLOAD_MAX];
+};
+
+#define TS_HEADER_SIZE 40
+#define TS_SOCK_SIZE 48
+#define TS_STATE_EVENT_SIZE 96
+#define TS_IO_EVENT_HEAD_SIZE 120
+#define TS_IO_EVENT_SIZE (TS_IO_EVENT_HEAD_SIZE + TS_PAYLOAD_MAX)
+
+_Static_assert(sizeof(struct ts_header) == TS_HEADER_SIZE, "ts_header layout");
+_Static_assert(sizeof(struct ts_sock) == TS_SOCK_SIZE, "ts_sock layout");
+_Static_assert(sizeof(struct ts_state_event) == TS_STATE_EVENT_SIZE, "ts_state_event layout");
+_Static_assert(sizeof(struct ts_accept_event) == TS_STATE_EVENT_SIZE, "ts_accept_event layout");
+_Static_assert(sizeof(struct ts_retransmit_event) == TS_STATE_EVENT_SIZE, "ts_retransmit_event layout");
+_Static_assert(sizeof(struct ts_io_event) == TS_IO_EVENT_SIZE, "ts_io_event layout");
+_Static_assert(__builtin_offsetof(struct ts_io_event, payload) == TS_IO_EVENT_HEAD_SIZE, "payload offset");
+
+#endif

@@ -1,0 +1,101 @@
+//! tokenscope's eBPF programs, compiled from C (CO-RE) by build.rs, and the
+//! names and ABI the loader needs. The C header `bpf/tokenscope.h` is the
+//! source of truth for the ABI; [`abi`] mirrors it.
+
+pub mod abi;
+
+/// The ring buffer every probe writes to.
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Per-CPU `[submitted, dropped]` counters (indexes `abi::CNT_*`).
+pub const MAP_COUNTERS: &str = "COUNTERS";
+/// Pids to trace when `cfg_filter_pids` is set.
+pub const MAP_PID_FILTER: &str = "PID_FILTER";
+
+/// Read-only globals the loader sets before load.
+pub const CFG_SELF_TGID: &str = "cfg_self_tgid";
+pub const CFG_FILTER_PIDS: &str = "cfg_filter_pids";
+pub const CFG_N_PORTS: &str = "cfg_n_ports";
+pub const CFG_PORTS: &str = "cfg_ports";
+pub const CFG_WAKEUP_BYTES: &str = "cfg_wakeup_bytes";
+
+/// Which concern a probe serves; the recording's header lists what was attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeGroup {
+    /// TCP state changes, accepts, retransmits.
+    Conn,
+    /// Socket sends and receives with payload prefixes.
+    Io,
+}
+
+/// One tracepoint program: the C function name (what aya finds it by) and where it attaches.
+#[derive(Clone, Copy, Debug)]
+pub struct Tracepoint {
+    pub program: &'static str,
+    pub category: &'static str,
+    pub name: &'static str,
+    pub group: ProbeGroup,
+    /// Without it the recording is not useful (the loader fails instead of skipping it).
+    pub required: bool,
+}
+
+const fn tp(program: &'static str, category: &'static str, name: &'static str, group: ProbeGroup, required: bool) -> Tracepoint {
+    Tracepoint { program, category, name, group, required }
+}
+
+/// Every program in the object, in attach order: syscall entries/exits before the
+/// socket-layer tracepoints that consume what they stash.
+pub const TRACEPOINTS: &[Tracepoint] = &[
+    tp("tp_sys_enter_write", "syscalls", "sys_enter_write", ProbeGroup::Io, false),
+    tp("tp_sys_exit_write", "syscalls", "sys_exit_write", ProbeGroup::Io, false),
+    tp("tp_sys_enter_writev", "syscalls", "sys_enter_writev", ProbeGroup::Io, false),
+    tp("tp_sys_exit_writev", "syscalls", "sys_exit_writev", ProbeGroup::Io, false),
+    tp("tp_sys_enter_sendto", "syscalls", "sys_enter_sendto", ProbeGroup::Io, false),
+    tp("tp_sys_exit_sendto", "syscalls", "sys_exit_sendto", ProbeGroup::Io, false),
+    tp("tp_sys_enter_sendmsg", "syscalls", "sys_enter_sendmsg", ProbeGroup::Io, false),
+    tp("tp_sys_exit_sendmsg", "syscalls", "sys_exit_sendmsg", ProbeGroup::Io, false),
+    tp("tp_sys_enter_read", "syscalls", "sys_enter_read", ProbeGroup::Io, false),
+    tp("tp_sys_exit_read", "syscalls", "sys_exit_read", ProbeGroup::Io, false),
+    tp("tp_sys_enter_readv", "syscalls", "sys_enter_readv", ProbeGroup::Io, false),
+    tp("tp_sys_exit_readv", "syscalls", "sys_exit_readv", ProbeGroup::Io, false),
+    tp("tp_sys_enter_recvfrom", "syscalls", "sys_enter_recvfrom", ProbeGroup::Io, false),
+    tp("tp_sys_exit_recvfrom", "syscalls", "sys_exit_recvfrom", ProbeGroup::Io, false),
+    tp("tp_sys_enter_recvmsg", "syscalls", "sys_enter_recvmsg", ProbeGroup::Io, false),
+    tp("tp_sys_exit_recvmsg", "syscalls", "sys_exit_recvmsg", ProbeGroup::Io, false),
+    tp("tp_sys_exit_accept4", "syscalls", "sys_exit_accept4", ProbeGroup::Conn, false),
+    tp("tp_sys_exit_accept", "syscalls", "sys_exit_accept", ProbeGroup::Conn, false),
+    tp("tp_sock_inet_sock_set_state", "sock", "inet_sock_set_state", ProbeGroup::Conn, true),
+    tp("tp_sock_sock_send_length", "sock", "sock_send_length", ProbeGroup::Io, true),
+    tp("tp_sock_sock_recv_length", "sock", "sock_recv_length", ProbeGroup::Io, true),
+    tp("tp_tcp_tcp_retransmit_skb", "tcp", "tcp_retransmit_skb", ProbeGroup::Conn, false),
+];
+
+#[repr(C, align(8))]
+struct Aligned<B: ?Sized>(B);
+
+// ELF parsing wants the object 8-byte aligned.
+static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/tokenscope.bpf.o")));
+
+/// The compiled eBPF object, or `None` when this binary was built without clang.
+pub fn object() -> Option<&'static [u8]> {
+    let bytes = &OBJECT.0;
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tracepoint_program_is_in_the_object() {
+        let Some(obj) = object() else {
+            assert!(cfg!(tokenscope_probes_stub), "an empty object must come from the stub build");
+            return;
+        };
+        for t in TRACEPOINTS {
+            let needle = t.program.as_bytes();
+            assert!(obj.windows(needle.len()).any(|w| w == needle), "program {} missing from the object", t.program);
+            let section = format!("tracepoint/{}/{}", t.category, t.name);
+            assert!(obj.windows(section.len()).any(|w| w == section.as_bytes()), "section {section} missing");
+        }
+    }
+}

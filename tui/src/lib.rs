@@ -1,0 +1,1 @@
+//! tokenscope terminal UI (issue "tokenscope top"): not built yet.
