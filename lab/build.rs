@@ -24,8 +24,13 @@ fn main() {
         .arg("cuda/libcuda.c")
         .arg("-lpthread")
         .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}` to build the stand-in libcuda: {e}"));
-    assert!(status.success(), "building cuda/libcuda.c with `{cc}` failed");
+        .unwrap_or_else(|e| {
+            panic!("cannot run the C compiler `{cc}` to build the stand-in libcuda: {e}")
+        });
+    assert!(
+        status.success(),
+        "building cuda/libcuda.c with `{cc}` failed"
+    );
     println!("cargo:rerun-if-changed=cuda/libcuda.c");
     println!("cargo:rerun-if-env-changed=CC");
 }

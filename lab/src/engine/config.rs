@@ -1,0 +1,78 @@
+//! Engine knobs: the costs of the simulated GPU and the vLLM-style scheduling switches.
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything that shapes the simulated engine. Defaults give ~18 ms decode steps at a
+/// batch of 16 and 0.2 ms per prompt token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Model name served on /v1/models and accepted in requests.
+    pub model: String,
+    /// vLLM --enable-prefix-caching: a prompt whose prefix was seen skips that prefill.
+    pub prefix_cache: bool,
+    /// vLLM --enable-chunked-prefill: long prefills split into chunks beside decodes.
+    pub chunked_prefill: bool,
+    /// Fixed cost of every step (kernel launches, sampling, scheduling).
+    pub step_overhead_ns: u64,
+    /// Cost per prompt token computed in a step.
+    pub prefill_token_ns: u64,
+    /// Cost per sequence decoding in a step.
+    pub decode_seq_ns: u64,
+    /// Token budget of one step (vLLM --max-num-batched-tokens); with chunked prefill off
+    /// a single prompt may exceed it, as it cannot be split.
+    pub max_batched_tokens: usize,
+    /// Sequences running at once (vLLM --max-num-seqs); more requests queue.
+    pub max_running_seqs: usize,
+    /// Prefix-cache granularity in tokens (vLLM block size).
+    pub block_size: usize,
+    /// Kernel launches per prefill chunk (one per simulated layer group).
+    pub kernels_per_prefill: u32,
+    /// max_tokens when a request gives none.
+    pub default_max_tokens: usize,
+    /// Largest max_tokens accepted.
+    pub max_tokens_limit: usize,
+    /// Time the gateway auth endpoint (/_lab/auth) takes to answer.
+    pub auth_delay: Duration,
+    /// Send `X-Accel-Buffering: no` on streams (makes nginx forward each chunk).
+    pub x_accel_buffering_no: bool,
+    /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir.
+    pub libcuda_path: Option<PathBuf>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            model: "lab-model".to_string(),
+            prefix_cache: true,
+            chunked_prefill: true,
+            step_overhead_ns: 12_000_000,
+            prefill_token_ns: 200_000,
+            decode_seq_ns: 375_000,
+            max_batched_tokens: 48,
+            max_running_seqs: 32,
+            block_size: 16,
+            kernels_per_prefill: 4,
+            default_max_tokens: 64,
+            max_tokens_limit: 4096,
+            auth_delay: Duration::from_millis(40),
+            x_accel_buffering_no: false,
+            libcuda_path: None,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The untuned engine of the demo: no prefix cache, no chunked prefill.
+    pub fn untuned() -> Self {
+        EngineConfig {
+            prefix_cache: false,
+            chunked_prefill: false,
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Cost of a decode-only step at a given batch size.
+    pub fn decode_step_ns(&self, batch: usize) -> u64 {
+        self.step_overhead_ns + self.decode_seq_ns * batch as u64
+    }
+}
