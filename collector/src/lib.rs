@@ -1,1 +1,9 @@
+//! tokenscope's collector: everything between the kernel and the front ends.
+//! Rooms follow DESIGN.md section 3: `probes` (the only code that touches aya),
+//! `ingest` (decoding, record files), `protocol` (payload parsers), `export`.
+
+pub mod export;
 pub mod ingest;
+pub mod probes;
+pub mod protocol;
+pub mod record;

@@ -1,1 +1,8 @@
+//! Bytes -> typed events: ring-buffer record decoding and the record file.
 
+pub mod decode;
+pub mod model;
+pub mod record;
+
+pub use decode::{decode, DecodeError};
+pub use model::Event;

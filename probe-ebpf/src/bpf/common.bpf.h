@@ -124,11 +124,11 @@ static __always_inline void read_sock(struct ts_sock *out, struct sock *sk)
 		(out).sport = (ctx)->sport;                                                \
 		(out).dport = (ctx)->dport;                                                \
 		if ((out).family == AF_INET) {                                             \
-			BPF_CORE_READ_INTO(&(out).saddr[0], ctx, saddr);                   \
-			BPF_CORE_READ_INTO(&(out).daddr[0], ctx, daddr);                   \
+			bpf_core_read((out).saddr, 4, &(ctx)->saddr);                      \
+			bpf_core_read((out).daddr, 4, &(ctx)->daddr);                      \
 		} else {                                                                   \
-			BPF_CORE_READ_INTO(&(out).saddr, ctx, saddr_v6);                   \
-			BPF_CORE_READ_INTO(&(out).daddr, ctx, daddr_v6);                   \
+			bpf_core_read((out).saddr, 16, &(ctx)->saddr_v6);                  \
+			bpf_core_read((out).daddr, 16, &(ctx)->daddr_v6);                  \
 		}                                                                          \
 	} while (0)
 

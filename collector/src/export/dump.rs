@@ -1,0 +1,159 @@
+//! `tokenscope dump`: one readable line per event, after a summary of the
+//! recording's header. Only redacted fields exist to print (see ingest::model).
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::path::Path;
+
+use crate::ingest::model::{event::Body, sniff, Direction, Event, Sock, Syscall, TcpState};
+use crate::ingest::record::{FileHeader, RecordError, RecordReader};
+use crate::protocol::tls;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error("writing output: {0}")]
+    Output(#[from] io::Error),
+}
+
+/// Prints the recording at `path`; `limit` caps the number of event lines.
+pub fn dump(path: &Path, limit: Option<u64>, out: &mut dyn Write) -> Result<u64, DumpError> {
+    let mut reader = RecordReader::open(path)?;
+    write_header(&reader.header, out)?;
+    let mut shown = 0u64;
+    let mut total = 0u64;
+    while let Some(batch) = reader.next_batch()? {
+        for ev in &batch {
+            total += 1;
+            if limit.is_none_or(|l| shown < l) {
+                writeln!(out, "{}", event_line(ev))?;
+                shown += 1;
+            }
+        }
+    }
+    if shown < total {
+        writeln!(out, "# ... {} more events not shown (--limit {shown})", total - shown)?;
+    }
+    match reader.cut_off_at {
+        Some(at) => writeln!(out, "# {total} events; the recording was cut off at byte {at} (it never completed)")?,
+        None => writeln!(out, "# {total} events")?,
+    }
+    Ok(total)
+}
+
+fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "# tokenscope recording v{}: host {} kernel {} clock {} ({})",
+        h.format_version,
+        h.host,
+        h.kernel,
+        h.clock,
+        if h.complete { "complete" } else { "INCOMPLETE: counters are not final" }
+    )?;
+    let secs = h.end_monotonic_ns.saturating_sub(h.start_monotonic_ns) as f64 / 1e9;
+    if h.complete {
+        writeln!(out, "# duration {secs:.3}s, payload cap {} bytes per I/O", h.payload_cap)?;
+    }
+    writeln!(out, "# probes attached ({}): {}", h.probes.len(), h.probes.join(" "))?;
+    if !h.probes_skipped.is_empty() {
+        writeln!(out, "# probes skipped: {}", h.probes_skipped.join("; "))?;
+    }
+    if !h.filter_pids.is_empty() || !h.filter_ports.is_empty() {
+        writeln!(out, "# filters: pids {:?} ports {:?}", h.filter_pids, h.filter_ports)?;
+    }
+    if let Some(c) = &h.counters {
+        writeln!(
+            out,
+            "# events submitted {} delivered {} dropped {} decode_errors {} written {}{}",
+            c.submitted,
+            c.delivered,
+            c.dropped,
+            c.decode_errors,
+            c.written,
+            if c.dropped > 0 { "  (WARNING: events were dropped; results built on them are incomplete)" } else { "" }
+        )?;
+    }
+    Ok(())
+}
+
+/// `time pid/comm src > dst kind details`
+pub fn event_line(ev: &Event) -> String {
+    let mut s = format!("{:>6}.{:09} ", ev.ts_ns / 1_000_000_000, ev.ts_ns % 1_000_000_000);
+    let who = if ev.pid == 0 { "-".to_string() } else { format!("{}/{}", ev.pid, ev.comm) };
+    let _ = write!(s, "{who:<22} ");
+    if let Some(sock) = ev.sock() {
+        let _ = write!(s, "{} ", tuple(sock));
+    }
+    match &ev.body {
+        Some(Body::State(st)) => {
+            let _ = write!(s, "state {} -> {}", st.old().label(), st.new().label());
+        }
+        Some(Body::Accept(a)) => {
+            let _ = write!(s, "accept fd {}", a.fd);
+        }
+        Some(Body::Retransmit(r)) => {
+            let _ = write!(s, "retransmit in {}", TcpState::try_from(r.state).unwrap_or(TcpState::Unknown).label());
+        }
+        Some(Body::Io(io)) => {
+            let dir = match io.dir() {
+                Direction::Send => "send",
+                Direction::Recv => "recv",
+                Direction::Unknown => "io?",
+            };
+            let sys = if io.syscall() == Syscall::None { "(no syscall)" } else { io.syscall().label() };
+            let _ = write!(s, "{dir} {sys} fd {} {} B", io.fd, io.bytes);
+            if io.payload_fault {
+                s.push_str(" [payload unreadable]");
+            }
+            if let Some(kind) = io.sniff.as_ref().and_then(|sn| sn.kind.as_ref()) {
+                s.push_str("  ");
+                s.push_str(&sniff_text(kind));
+            }
+        }
+        None => s.push_str("(empty event)"),
+    }
+    s
+}
+
+fn tuple(sock: &Sock) -> String {
+    format!("{} > {}", sock.src(), sock.dst())
+}
+
+fn sniff_text(kind: &sniff::Kind) -> String {
+    match kind {
+        sniff::Kind::HttpRequest(h) => {
+            format!("http {} {}{} {}{}", h.method, h.path, if h.has_query { "?…" } else { "" }, h.version, headers_text(&h.headers))
+        }
+        sniff::Kind::HttpResponse(h) => format!("http {} {}{}", h.version, h.status, headers_text(&h.headers)),
+        sniff::Kind::Tls(t) => {
+            let recs: Vec<String> = t
+                .records
+                .iter()
+                .map(|r| {
+                    let what = match r.handshake_type {
+                        Some(ht) => tls::handshake_label(ht).to_string(),
+                        None => tls::content_type_label(r.content_type).to_string(),
+                    };
+                    format!("{what}({})", r.length)
+                })
+                .collect();
+            format!("tls {}", recs.join(" "))
+        }
+    }
+}
+
+fn headers_text(headers: &[crate::ingest::model::Header]) -> String {
+    if headers.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = headers
+        .iter()
+        .map(|h| match &h.value {
+            Some(v) => format!("{}={v}", h.name),
+            None => format!("{}=<redacted>", h.name),
+        })
+        .collect();
+    format!(" [{}]", parts.join(" "))
+}

@@ -1,0 +1,3 @@
+//! Views of a recording for people and scripts.
+
+pub mod dump;

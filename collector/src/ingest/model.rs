@@ -1,0 +1,307 @@
+//! The decoded event model. These prost messages are both the in-memory events
+//! the rest of the collector works on and the record file's encoding, so a
+//! replayed recording is exactly what the live run saw. Field tags are part of
+//! the file format: add fields, never renumber.
+//!
+//! No payload bytes live here: socket payload prefixes are reduced at decode
+//! time to a [`Sniff`] (HTTP start line and allow-listed headers, TLS record
+//! headers, or a fingerprint), so request bodies, completions, Authorization
+//! and Cookie values never leave the process.
+
+/// One kernel event, decoded and redacted.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Event {
+    /// CLOCK_MONOTONIC nanoseconds.
+    #[prost(uint64, tag = "1")]
+    pub ts_ns: u64,
+    /// Thread group id; 0 when the event ran outside the owning process (softirq).
+    #[prost(uint32, tag = "2")]
+    pub pid: u32,
+    #[prost(uint32, tag = "3")]
+    pub tid: u32,
+    #[prost(uint32, tag = "4")]
+    pub cpu: u32,
+    #[prost(string, tag = "5")]
+    pub comm: String,
+    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13")]
+    pub body: Option<event::Body>,
+}
+
+pub mod event {
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Body {
+        #[prost(message, tag = "10")]
+        State(super::StateChange),
+        #[prost(message, tag = "11")]
+        Io(super::SockIo),
+        #[prost(message, tag = "12")]
+        Accept(super::Accept),
+        #[prost(message, tag = "13")]
+        Retransmit(super::Retransmit),
+    }
+}
+
+/// A TCP socket: kernel address (its identity for its lifetime) and 4-tuple.
+#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+pub struct Sock {
+    #[prost(uint64, tag = "1")]
+    pub skaddr: u64,
+    /// 4 bytes for IPv4, 16 for IPv6, network order.
+    #[prost(bytes = "vec", tag = "2")]
+    pub saddr: Vec<u8>,
+    #[prost(uint32, tag = "3")]
+    pub sport: u32,
+    #[prost(bytes = "vec", tag = "4")]
+    pub daddr: Vec<u8>,
+    #[prost(uint32, tag = "5")]
+    pub dport: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateChange {
+    #[prost(message, optional, tag = "1")]
+    pub sock: Option<Sock>,
+    #[prost(enumeration = "TcpState", tag = "2")]
+    pub old: i32,
+    #[prost(enumeration = "TcpState", tag = "3")]
+    pub new: i32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Accept {
+    #[prost(message, optional, tag = "1")]
+    pub sock: Option<Sock>,
+    #[prost(int32, tag = "2")]
+    pub fd: i32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Retransmit {
+    #[prost(message, optional, tag = "1")]
+    pub sock: Option<Sock>,
+    #[prost(enumeration = "TcpState", tag = "2")]
+    pub state: i32,
+}
+
+/// One send or receive on a TCP socket.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SockIo {
+    #[prost(message, optional, tag = "1")]
+    pub sock: Option<Sock>,
+    #[prost(enumeration = "Direction", tag = "2")]
+    pub dir: i32,
+    #[prost(enumeration = "Syscall", tag = "3")]
+    pub syscall: i32,
+    /// -1 when no syscall of ours carried it (sendfile, splice, io_uring).
+    #[prost(int32, tag = "4")]
+    pub fd: i32,
+    /// Bytes the socket layer moved.
+    #[prost(uint64, tag = "5")]
+    pub bytes: u64,
+    /// Bytes of payload the probe copied (<= bytes, <= the probe's cap).
+    #[prost(uint32, tag = "6")]
+    pub captured: u32,
+    /// A user-memory read failed while copying the payload.
+    #[prost(bool, tag = "7")]
+    pub payload_fault: bool,
+    #[prost(message, optional, tag = "8")]
+    pub sniff: Option<Sniff>,
+}
+
+/// What the captured payload prefix showed, with nothing private kept.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Sniff {
+    /// 64-bit FNV-1a of the captured prefix: matches a chunk across hops without keeping it.
+    #[prost(fixed64, tag = "1")]
+    pub fingerprint: u64,
+    #[prost(oneof = "sniff::Kind", tags = "10, 11, 12")]
+    pub kind: Option<sniff::Kind>,
+}
+
+pub mod sniff {
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        #[prost(message, tag = "10")]
+        HttpRequest(super::HttpRequestHead),
+        #[prost(message, tag = "11")]
+        HttpResponse(super::HttpResponseHead),
+        #[prost(message, tag = "12")]
+        Tls(super::TlsRecords),
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpRequestHead {
+    #[prost(string, tag = "1")]
+    pub method: String,
+    /// The path without its query string (queries can carry keys).
+    #[prost(string, tag = "2")]
+    pub path: String,
+    #[prost(bool, tag = "3")]
+    pub has_query: bool,
+    #[prost(string, tag = "4")]
+    pub version: String,
+    #[prost(message, repeated, tag = "5")]
+    pub headers: Vec<Header>,
+    /// The head ended inside the captured prefix.
+    #[prost(bool, tag = "6")]
+    pub complete: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HttpResponseHead {
+    #[prost(string, tag = "1")]
+    pub version: String,
+    #[prost(uint32, tag = "2")]
+    pub status: u32,
+    #[prost(message, repeated, tag = "3")]
+    pub headers: Vec<Header>,
+    #[prost(bool, tag = "4")]
+    pub complete: bool,
+}
+
+/// A header: its name always, its value only for allow-listed names.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Header {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, optional, tag = "2")]
+    pub value: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TlsRecords {
+    /// Record headers that start inside the captured prefix, in order.
+    #[prost(message, repeated, tag = "1")]
+    pub records: Vec<TlsRecord>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TlsRecord {
+    /// 20 change_cipher_spec, 21 alert, 22 handshake, 23 application_data.
+    #[prost(uint32, tag = "1")]
+    pub content_type: u32,
+    /// Record-layer version, e.g. 0x0303.
+    #[prost(uint32, tag = "2")]
+    pub version: u32,
+    #[prost(uint32, tag = "3")]
+    pub length: u32,
+    /// For handshake records, the first message's type (1 ClientHello, 2 ServerHello, ...) when captured.
+    #[prost(uint32, optional, tag = "4")]
+    pub handshake_type: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum TcpState {
+    Unknown = 0,
+    Established = 1,
+    SynSent = 2,
+    SynRecv = 3,
+    FinWait1 = 4,
+    FinWait2 = 5,
+    TimeWait = 6,
+    Close = 7,
+    CloseWait = 8,
+    LastAck = 9,
+    Listen = 10,
+    Closing = 11,
+    NewSynRecv = 12,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum Direction {
+    Unknown = 0,
+    Send = 1,
+    Recv = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum Syscall {
+    None = 0,
+    Write = 1,
+    Writev = 2,
+    Sendto = 3,
+    Sendmsg = 4,
+    Read = 5,
+    Readv = 6,
+    Recvfrom = 7,
+    Recvmsg = 8,
+}
+
+impl TcpState {
+    pub fn label(self) -> &'static str {
+        match self {
+            TcpState::Unknown => "UNKNOWN",
+            TcpState::Established => "ESTABLISHED",
+            TcpState::SynSent => "SYN_SENT",
+            TcpState::SynRecv => "SYN_RECV",
+            TcpState::FinWait1 => "FIN_WAIT1",
+            TcpState::FinWait2 => "FIN_WAIT2",
+            TcpState::TimeWait => "TIME_WAIT",
+            TcpState::Close => "CLOSE",
+            TcpState::CloseWait => "CLOSE_WAIT",
+            TcpState::LastAck => "LAST_ACK",
+            TcpState::Listen => "LISTEN",
+            TcpState::Closing => "CLOSING",
+            TcpState::NewSynRecv => "NEW_SYN_RECV",
+        }
+    }
+}
+
+impl Syscall {
+    pub fn label(self) -> &'static str {
+        match self {
+            Syscall::None => "-",
+            Syscall::Write => "write",
+            Syscall::Writev => "writev",
+            Syscall::Sendto => "sendto",
+            Syscall::Sendmsg => "sendmsg",
+            Syscall::Read => "read",
+            Syscall::Readv => "readv",
+            Syscall::Recvfrom => "recvfrom",
+            Syscall::Recvmsg => "recvmsg",
+        }
+    }
+}
+
+impl Sock {
+    pub fn src(&self) -> std::net::SocketAddr {
+        socket_addr(&self.saddr, self.sport)
+    }
+    pub fn dst(&self) -> std::net::SocketAddr {
+        socket_addr(&self.daddr, self.dport)
+    }
+}
+
+fn socket_addr(addr: &[u8], port: u32) -> std::net::SocketAddr {
+    let ip = match addr.len() {
+        4 => std::net::IpAddr::from(<[u8; 4]>::try_from(addr).expect("length checked")),
+        16 => {
+            let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(addr).expect("length checked"));
+            v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4)
+        }
+        _ => std::net::IpAddr::from([0, 0, 0, 0]),
+    };
+    std::net::SocketAddr::new(ip, port as u16)
+}
+
+impl Event {
+    /// The socket the event is about, for every kind that has one.
+    pub fn sock(&self) -> Option<&Sock> {
+        match self.body.as_ref()? {
+            event::Body::State(s) => s.sock.as_ref(),
+            event::Body::Io(s) => s.sock.as_ref(),
+            event::Body::Accept(s) => s.sock.as_ref(),
+            event::Body::Retransmit(s) => s.sock.as_ref(),
+        }
+    }
+    pub fn io(&self) -> Option<&SockIo> {
+        match self.body.as_ref()? {
+            event::Body::Io(io) => Some(io),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! The record file: what `tokenscope record` writes and everything else can
+//! replay exactly.
+//!
+//! Layout: an 8-byte magic, then a fixed 4 KiB header region holding a
+//! little-endian u32 length and a [`FileHeader`] (prost), then frames, each a
+//! varint-length-delimited [`EventBatch`]. The header is written first with
+//! `complete = false` and rewritten in place when the recording ends, with the
+//! final counters; a file cut off by a crash still reads up to its last whole
+//! frame and says it is incomplete.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::model::Event;
+
+pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
+pub const FORMAT_VERSION: u32 = 1;
+/// Magic + header region; frames start here.
+pub const HEADER_REGION: u64 = 4096;
+const MAX_FRAME: u64 = 64 << 20;
+const BATCH_EVENTS: usize = 1024;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FileHeader {
+    #[prost(uint32, tag = "1")]
+    pub format_version: u32,
+    /// Always "MONOTONIC": every ts_ns is CLOCK_MONOTONIC.
+    #[prost(string, tag = "2")]
+    pub clock: String,
+    #[prost(string, tag = "3")]
+    pub host: String,
+    #[prost(string, tag = "4")]
+    pub kernel: String,
+    #[prost(string, tag = "5")]
+    pub tokenscope_version: String,
+    /// Probes attached, as `category:name`.
+    #[prost(string, repeated, tag = "6")]
+    pub probes: Vec<String>,
+    /// Probes the kernel lacked, as `category:name: reason`.
+    #[prost(string, repeated, tag = "7")]
+    pub probes_skipped: Vec<String>,
+    #[prost(uint64, tag = "8")]
+    pub start_monotonic_ns: u64,
+    /// Wall clock at start (Unix ns), to place the recording in time.
+    #[prost(uint64, tag = "9")]
+    pub start_realtime_ns: u64,
+    #[prost(uint64, tag = "10")]
+    pub end_monotonic_ns: u64,
+    #[prost(message, optional, tag = "11")]
+    pub counters: Option<Counters>,
+    /// The recording ended cleanly and the counters are final.
+    #[prost(bool, tag = "12")]
+    pub complete: bool,
+    #[prost(uint32, repeated, tag = "13")]
+    pub filter_pids: Vec<u32>,
+    #[prost(uint32, repeated, tag = "14")]
+    pub filter_ports: Vec<u32>,
+    /// Payload bytes the probes copied per I/O at most.
+    #[prost(uint32, tag = "15")]
+    pub payload_cap: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct Counters {
+    /// Records the probes tried to put in the ring buffer.
+    #[prost(uint64, tag = "1")]
+    pub submitted: u64,
+    /// Of those, records the ring buffer had no room for.
+    #[prost(uint64, tag = "2")]
+    pub dropped: u64,
+    /// Records user space read from the ring buffer.
+    #[prost(uint64, tag = "3")]
+    pub delivered: u64,
+    /// Delivered records that failed to decode (counted, not written).
+    #[prost(uint64, tag = "4")]
+    pub decode_errors: u64,
+    /// Events written to the file.
+    #[prost(uint64, tag = "5")]
+    pub written: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EventBatch {
+    #[prost(message, repeated, tag = "1")]
+    pub events: Vec<Event>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{0}: not a tokenscope recording (bad magic)")]
+    NotARecording(PathBuf),
+    #[error("{path}: recording format {found} is newer than this tokenscope reads ({FORMAT_VERSION})")]
+    UnsupportedVersion { path: PathBuf, found: u32 },
+    #[error("{path}: corrupt header: {reason}")]
+    CorruptHeader { path: PathBuf, reason: String },
+    #[error("{path}: corrupt frame at byte {offset}: {reason}")]
+    CorruptFrame { path: PathBuf, offset: u64, reason: String },
+    #[error("{path}: truncated at byte {offset}, but its header says the recording completed")]
+    Truncated { path: PathBuf, offset: u64 },
+}
+
+/// Appends events in batches and seals the header on [`RecordWriter::finish`].
+pub struct RecordWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    header: FileHeader,
+    pending: Vec<Event>,
+    written: u64,
+}
+
+impl RecordWriter {
+    pub fn create(path: &Path, mut header: FileHeader) -> Result<Self, RecordError> {
+        let io_err = |source| RecordError::Io { path: path.to_path_buf(), source };
+        let file = File::create(path).map_err(io_err)?;
+        header.format_version = FORMAT_VERSION;
+        header.complete = false;
+        let mut w = RecordWriter { path: path.to_path_buf(), out: BufWriter::new(file), header, pending: Vec::new(), written: 0 };
+        w.write_header()?;
+        Ok(w)
+    }
+
+    pub fn push(&mut self, event: Event) -> Result<(), RecordError> {
+        self.pending.push(event);
+        if self.pending.len() >= BATCH_EVENTS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes pending events as one frame and flushes it to the file.
+    pub fn flush(&mut self) -> Result<(), RecordError> {
+        if !self.pending.is_empty() {
+            let batch = EventBatch { events: std::mem::take(&mut self.pending) };
+            self.written += batch.events.len() as u64;
+            let buf = batch.encode_length_delimited_to_vec();
+            self.out.write_all(&buf).map_err(|e| self.io(e))?;
+        }
+        self.out.flush().map_err(|e| self.io(e))
+    }
+
+    /// Rewrites the header in place (e.g. once the attached probes are known).
+    pub fn update_header(&mut self, update: impl FnOnce(&mut FileHeader)) -> Result<(), RecordError> {
+        update(&mut self.header);
+        self.header.complete = false;
+        self.write_header()
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written + self.pending.len() as u64
+    }
+
+    /// Writes what is pending, then rewrites the header with the final counters.
+    pub fn finish(mut self, mut counters: Counters, end_monotonic_ns: u64) -> Result<FileHeader, RecordError> {
+        self.flush()?;
+        counters.written = self.written;
+        self.header.counters = Some(counters);
+        self.header.end_monotonic_ns = end_monotonic_ns;
+        self.header.complete = true;
+        self.write_header()?;
+        self.out.get_ref().sync_all().map_err(|e| self.io(e))?;
+        Ok(self.header)
+    }
+
+    fn write_header(&mut self) -> Result<(), RecordError> {
+        let body = self.header.encode_to_vec();
+        let room = HEADER_REGION as usize - MAGIC.len() - 4;
+        if body.len() > room {
+            return Err(RecordError::CorruptHeader {
+                path: self.path.clone(),
+                reason: format!("header of {} bytes does not fit its {room}-byte region", body.len()),
+            });
+        }
+        let mut region = Vec::with_capacity(HEADER_REGION as usize);
+        region.extend_from_slice(MAGIC);
+        region.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        region.extend_from_slice(&body);
+        region.resize(HEADER_REGION as usize, 0);
+        let path = self.path.clone();
+        let rewrite = |out: &mut BufWriter<File>| -> io::Result<()> {
+            out.flush()?;
+            let file = out.get_mut();
+            let end = file.stream_position()?;
+            file.seek(SeekFrom::Start(0))?;
+            file.write_all(&region)?;
+            file.seek(SeekFrom::Start(end.max(HEADER_REGION)))?;
+            Ok(())
+        };
+        rewrite(&mut self.out).map_err(|source| RecordError::Io { path, source })
+    }
+
+    fn io(&self, source: io::Error) -> RecordError {
+        RecordError::Io { path: self.path.clone(), source }
+    }
+}
+
+/// Reads a recording batch by batch, so replay memory stays bounded.
+pub struct RecordReader {
+    path: PathBuf,
+    input: BufReader<File>,
+    offset: u64,
+    len: u64,
+    pub header: FileHeader,
+    /// Set when the file ended inside a frame of a recording that never completed.
+    pub cut_off_at: Option<u64>,
+}
+
+impl RecordReader {
+    pub fn open(path: &Path) -> Result<Self, RecordError> {
+        let io_err = |source| RecordError::Io { path: path.to_path_buf(), source };
+        let file = File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        let mut input = BufReader::new(file);
+        let mut region = vec![0u8; HEADER_REGION as usize];
+        let got = read_up_to(&mut input, &mut region).map_err(io_err)?;
+        if got < MAGIC.len() || &region[..MAGIC.len()] != MAGIC {
+            return Err(RecordError::NotARecording(path.to_path_buf()));
+        }
+        let corrupt = |reason: String| RecordError::CorruptHeader { path: path.to_path_buf(), reason };
+        if got < HEADER_REGION as usize {
+            return Err(corrupt(format!("file ends at byte {got}, inside the {HEADER_REGION}-byte header region")));
+        }
+        let hlen = u32::from_le_bytes(region[8..12].try_into().expect("4 bytes")) as usize;
+        let body = region.get(12..12 + hlen).ok_or_else(|| corrupt(format!("header length {hlen} overruns its region")))?;
+        let header = FileHeader::decode(body).map_err(|e| corrupt(e.to_string()))?;
+        if header.format_version > FORMAT_VERSION {
+            return Err(RecordError::UnsupportedVersion { path: path.to_path_buf(), found: header.format_version });
+        }
+        if header.format_version == 0 {
+            return Err(corrupt("format version 0".into()));
+        }
+        Ok(RecordReader { path: path.to_path_buf(), input, offset: HEADER_REGION, len, header, cut_off_at: None })
+    }
+
+    /// The next batch of events, `Ok(None)` at the end.
+    pub fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
+        if self.offset >= self.len {
+            return Ok(None);
+        }
+        let start = self.offset;
+        let frame_len = match read_varint(&mut self.input) {
+            Ok((v, n)) => {
+                self.offset += n;
+                v
+            }
+            Err(VarintError::Eof) => return self.cut_off(start),
+            Err(VarintError::Overlong) => return Err(self.corrupt(start, "frame length is not a valid varint".into())),
+            Err(VarintError::Io(e)) => return Err(RecordError::Io { path: self.path.clone(), source: e }),
+        };
+        if frame_len > MAX_FRAME {
+            return Err(self.corrupt(start, format!("frame length {frame_len} exceeds {MAX_FRAME}")));
+        }
+        if self.offset + frame_len > self.len {
+            return self.cut_off(start);
+        }
+        let mut buf = vec![0u8; frame_len as usize];
+        self.input.read_exact(&mut buf).map_err(|e| RecordError::Io { path: self.path.clone(), source: e })?;
+        self.offset += frame_len;
+        let batch = EventBatch::decode(buf.as_slice()).map_err(|e| self.corrupt(start, e.to_string()))?;
+        Ok(Some(batch.events))
+    }
+
+    /// Reads every remaining event.
+    pub fn read_all(&mut self) -> Result<Vec<Event>, RecordError> {
+        let mut all = Vec::new();
+        while let Some(batch) = self.next_batch()? {
+            all.extend(batch);
+        }
+        Ok(all)
+    }
+
+    fn cut_off(&mut self, at: u64) -> Result<Option<Vec<Event>>, RecordError> {
+        if self.header.complete {
+            return Err(RecordError::Truncated { path: self.path.clone(), offset: at });
+        }
+        self.cut_off_at = Some(at);
+        self.offset = self.len;
+        Ok(None)
+    }
+
+    fn corrupt(&self, offset: u64, reason: String) -> RecordError {
+        RecordError::CorruptFrame { path: self.path.clone(), offset, reason }
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
+enum VarintError {
+    Eof,
+    Overlong,
+    Io(io::Error),
+}
+
+fn read_varint(r: &mut impl Read) -> Result<(u64, u64), VarintError> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let mut b = [0u8; 1];
+        match r.read(&mut b) {
+            Ok(0) => return Err(VarintError::Eof),
+            Ok(_) => {}
+            Err(e) => return Err(VarintError::Io(e)),
+        }
+        value |= u64::from(b[0] & 0x7f) << (7 * i);
+        if b[0] & 0x80 == 0 {
+            return Ok((value, i as u64 + 1));
+        }
+    }
+    Err(VarintError::Overlong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::model::{event::Body, Sock, StateChange, TcpState};
+
+    fn event(i: u64) -> Event {
+        Event {
+            ts_ns: 1_000 + i,
+            pid: 42,
+            tid: 43,
+            cpu: 0,
+            comm: "curl".into(),
+            body: Some(Body::State(StateChange {
+                sock: Some(Sock { skaddr: i, saddr: vec![127, 0, 0, 1], sport: 1, daddr: vec![127, 0, 0, 1], dport: 2 }),
+                old: TcpState::SynSent as i32,
+                new: TcpState::Established as i32,
+            })),
+        }
+    }
+
+    fn header() -> FileHeader {
+        FileHeader { clock: "MONOTONIC".into(), host: "h".into(), probes: vec!["sock:inet_sock_set_state".into()], ..Default::default() }
+    }
+
+    fn write(path: &Path, n: u64, finish: bool) -> Vec<Event> {
+        let mut w = RecordWriter::create(path, header()).expect("create");
+        let events: Vec<Event> = (0..n).map(event).collect();
+        for e in &events {
+            w.push(e.clone()).expect("push");
+        }
+        if finish {
+            let c = Counters { submitted: n + 5, dropped: 5, delivered: n, ..Default::default() };
+            w.finish(c, 99).expect("finish");
+        } else {
+            w.flush().expect("flush");
+        }
+        events
+    }
+
+    #[test]
+    fn round_trip_keeps_every_event_and_the_counters() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.tsrec");
+        let events = write(&path, 2500, true);
+        let mut r = RecordReader::open(&path).expect("open");
+        assert!(r.header.complete, "a finished recording says so");
+        let c = r.header.counters.expect("counters");
+        assert_eq!((c.submitted, c.dropped, c.delivered, c.written), (2505, 5, 2500, 2500));
+        assert_eq!(r.header.end_monotonic_ns, 99);
+        assert_eq!(r.read_all().expect("read"), events, "events come back exactly, in order");
+        assert_eq!(r.cut_off_at, None);
+    }
+
+    #[test]
+    fn unfinished_recording_reads_to_its_last_whole_frame() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.tsrec");
+        write(&path, 2048, false); // two frames of 1024
+        let len = std::fs::metadata(&path).expect("meta").len();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
+        f.set_len(len - 10).expect("truncate into the second frame");
+        let mut r = RecordReader::open(&path).expect("open");
+        assert!(!r.header.complete);
+        assert_eq!(r.read_all().expect("a cut-off tail is not an error").len(), 1024, "first frame survives");
+        assert!(r.cut_off_at.is_some(), "the cut is reported");
+    }
+
+    #[test]
+    fn completed_but_truncated_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.tsrec");
+        write(&path, 10, true);
+        let len = std::fs::metadata(&path).expect("meta").len();
+        std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 1).expect("truncate");
+        let err = RecordReader::open(&path).expect("header is intact").read_all().expect_err("must fail");
+        assert!(matches!(err, RecordError::Truncated { .. }), "got {err}");
+    }
+
+    #[test]
+    fn corrupt_files_give_clear_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x");
+        std::fs::write(&path, b"hello world").expect("write");
+        assert!(matches!(RecordReader::open(&path), Err(RecordError::NotARecording(_))));
+        std::fs::write(&path, MAGIC).expect("write");
+        assert!(matches!(RecordReader::open(&path), Err(RecordError::CorruptHeader { .. })));
+
+        write(&path, 3, true);
+        let mut bytes = std::fs::read(&path).expect("read");
+        let frame_body = HEADER_REGION as usize + 2;
+        for b in &mut bytes[frame_body..frame_body + 8] {
+            *b = 0xff;
+        }
+        std::fs::write(&path, &bytes).expect("write");
+        let err = RecordReader::open(&path).expect("header ok").read_all().expect_err("garbage frame");
+        assert!(matches!(err, RecordError::CorruptFrame { .. }), "got {err}");
+
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[12] ^= 0xff; // header body
+        bytes[8..12].copy_from_slice(&5000u32.to_le_bytes());
+        std::fs::write(&path, &bytes).expect("write");
+        assert!(matches!(RecordReader::open(&path), Err(RecordError::CorruptHeader { .. })));
+    }
+
+    #[test]
+    fn random_garbage_never_panics() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("g");
+        write(&path, 50, true);
+        let good = std::fs::read(&path).expect("read");
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..200 {
+            let mut bytes = good.clone();
+            for _ in 0..8 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = HEADER_REGION as usize + (seed as usize % (bytes.len() - HEADER_REGION as usize));
+                bytes[at] = (seed >> 32) as u8;
+            }
+            std::fs::write(&path, &bytes).expect("write");
+            if let Ok(mut r) = RecordReader::open(&path) {
+                let _ = r.read_all();
+            }
+        }
+    }
+}

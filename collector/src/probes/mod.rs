@@ -1,0 +1,199 @@
+//! Loading and attaching the eBPF probes (the only module that imports aya).
+//! A tracepoint the kernel lacks is skipped with a reason, unless the
+//! recording would be useless without it.
+
+mod preflight;
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::trace_point::TracePointLinkId;
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+use probe_ebpf::{abi, Tracepoint, TRACEPOINTS};
+
+pub use preflight::tracefs_root;
+
+/// Default ring buffer: 8 MiB holds ~60k full I/O records between drains.
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
+
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    /// Trace only these processes (empty: all). TCP state changes and
+    /// retransmits run in softirq, so they are filtered by port only.
+    pub pids: Vec<u32>,
+    /// Trace only sockets with one of these local or remote ports (empty: all).
+    pub ports: Vec<u16>,
+    /// Ring buffer size in bytes (a power of two, at least one page).
+    pub ring_bytes: u32,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig { pids: Vec::new(), ports: Vec::new(), ring_bytes: DEFAULT_RING_BYTES }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("this tokenscope was built without its eBPF probes (clang was missing at build time); run `cargo xtask setup` and rebuild")]
+    NotBuilt,
+    #[error("not privileged: loading eBPF needs root, or CAP_BPF and CAP_PERFMON (plus CAP_SYS_ADMIN for uprobes)")]
+    NotPrivileged,
+    #[error("kernel BTF not found at /sys/kernel/btf/vmlinux: tokenscope needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    #[error("tracefs is not mounted and mounting it failed ({0}); as root run: mount -t tracefs nodev /sys/kernel/tracing")]
+    NoTracefs(String),
+    #[error("pid {0}: no such process")]
+    NoSuchPid(u32),
+    #[error("at most {max} --port filters are supported, got {got}")]
+    TooManyPorts { max: usize, got: usize },
+    #[error("--ring-size {0}: must be a power of two of at least 4096 bytes")]
+    BadRingSize(u32),
+    #[error("loading the eBPF object: {0}")]
+    Load(String),
+    #[error("attaching {probe}: {reason}")]
+    Attach { probe: String, reason: String },
+}
+
+/// Loaded and attached probes; dropping them detaches everything.
+pub struct Probes {
+    ebpf: Ebpf,
+    ring: RingBuf<MapData>,
+    links: Vec<(&'static str, TracePointLinkId)>,
+    /// `category:name` of each attached tracepoint.
+    pub attached: Vec<String>,
+    /// `category:name: reason` of each tracepoint the kernel lacked.
+    pub skipped: Vec<String>,
+}
+
+impl Probes {
+    pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
+        let object = probe_ebpf::object().ok_or(ProbeError::NotBuilt)?;
+        preflight::check(cfg)?;
+        let tracefs = preflight::ensure_tracefs()?;
+        if cfg.ring_bytes < 4096 || !cfg.ring_bytes.is_power_of_two() {
+            return Err(ProbeError::BadRingSize(cfg.ring_bytes));
+        }
+        if cfg.ports.len() > abi::MAX_FILTER_PORTS {
+            return Err(ProbeError::TooManyPorts { max: abi::MAX_FILTER_PORTS, got: cfg.ports.len() });
+        }
+        let mut ports = [0u16; abi::MAX_FILTER_PORTS];
+        ports[..cfg.ports.len()].copy_from_slice(&cfg.ports);
+        let self_tgid = std::process::id();
+        let filter_pids = u32::from(!cfg.pids.is_empty());
+        let n_ports = cfg.ports.len() as u32;
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global(probe_ebpf::CFG_SELF_TGID, &self_tgid, true)
+            .override_global(probe_ebpf::CFG_FILTER_PIDS, &filter_pids, true)
+            .override_global(probe_ebpf::CFG_N_PORTS, &n_ports, true)
+            .override_global(probe_ebpf::CFG_PORTS, &ports, true)
+            .override_global(probe_ebpf::CFG_WAKEUP_BYTES, &DEFAULT_WAKEUP_BYTES, true)
+            .map_max_entries(probe_ebpf::MAP_EVENTS, cfg.ring_bytes)
+            .load(object)
+            .map_err(|e| ProbeError::Load(error_chain(&e)))?;
+
+        if !cfg.pids.is_empty() {
+            let map = ebpf.map_mut(probe_ebpf::MAP_PID_FILTER).ok_or_else(|| missing_map(probe_ebpf::MAP_PID_FILTER))?;
+            let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+            for pid in &cfg.pids {
+                filter.insert(pid, 1, 0).map_err(|e| ProbeError::Load(format!("pid filter: {e}")))?;
+            }
+        }
+
+        let mut links = Vec::new();
+        let mut attached = Vec::new();
+        let mut skipped = Vec::new();
+        for t in TRACEPOINTS {
+            let label = format!("{}:{}", t.category, t.name);
+            if !tracefs.join("events").join(t.category).join(t.name).exists() {
+                let reason = "tracepoint not in this kernel";
+                if t.required {
+                    return Err(ProbeError::Attach { probe: label, reason: reason.into() });
+                }
+                skipped.push(format!("{label}: {reason}"));
+                continue;
+            }
+            match attach(&mut ebpf, t) {
+                Ok(id) => {
+                    links.push((t.program, id));
+                    attached.push(label);
+                }
+                Err(reason) if !t.required => skipped.push(format!("{label}: {reason}")),
+                Err(reason) => return Err(ProbeError::Attach { probe: label, reason }),
+            }
+        }
+
+        let map = ebpf.take_map(probe_ebpf::MAP_EVENTS).ok_or_else(|| missing_map(probe_ebpf::MAP_EVENTS))?;
+        let ring = RingBuf::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+        Ok(Probes { ebpf, ring, links, attached, skipped })
+    }
+
+    /// Waits until the kernel signals pending data or `timeout` passes. The probes
+    /// wake user space only every 64 KiB, so callers drain on a timer as well.
+    pub fn wait(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd { fd: self.ring.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; EINTR (a signal) just returns early.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+    }
+
+    /// Hands every pending record to `f`; returns how many there were.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> u64 {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            f(&item);
+            n += 1;
+        }
+        n
+    }
+
+    pub fn ring_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+
+    /// Detaches every program, so no new records arrive; the maps stay readable.
+    pub fn detach(&mut self) {
+        for (program, id) in self.links.drain(..) {
+            if let Some(tp) = self.ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok()) {
+                let _ = tp.detach(id);
+            }
+        }
+    }
+
+    /// `(submitted, dropped)` summed over CPUs.
+    pub fn counters(&self) -> Result<(u64, u64), ProbeError> {
+        let map = self.ebpf.map(probe_ebpf::MAP_COUNTERS).ok_or_else(|| missing_map(probe_ebpf::MAP_COUNTERS))?;
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+        let sum = |idx: u32| -> Result<u64, ProbeError> {
+            let per_cpu = counters.get(&idx, 0).map_err(|e| ProbeError::Load(format!("reading counters: {e}")))?;
+            Ok(per_cpu.iter().sum())
+        };
+        Ok((sum(abi::CNT_SUBMITTED)?, sum(abi::CNT_DROPPED)?))
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, t: &Tracepoint) -> Result<TracePointLinkId, String> {
+    let program = ebpf.program_mut(t.program).ok_or_else(|| format!("program {} missing from the object", t.program))?;
+    let tp: &mut TracePoint = program.try_into().map_err(|e| format!("{e}"))?;
+    tp.load().map_err(|e| error_chain(&e))?;
+    tp.attach(t.category, t.name).map_err(|e| error_chain(&e))
+}
+
+fn missing_map(name: &str) -> ProbeError {
+    ProbeError::Load(format!("map {name} missing from the object"))
+}
+
+/// aya errors keep the useful part (verifier log, errno) in their sources.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}

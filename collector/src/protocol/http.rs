@@ -1,0 +1,157 @@
+//! HTTP/1.x request and response heads, redacted as they are parsed: header
+//! names are kept, values only for an allow-list of framing headers, and the
+//! request target loses its query string. Authorization, Cookie and every
+//! other value never get past this module.
+
+use crate::ingest::model::{Header, HttpRequestHead, HttpResponseHead};
+
+/// Headers whose values describe framing or routing, never secrets or content.
+const VALUE_ALLOWED: &[&str] = &[
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "content-encoding",
+    "accept-encoding",
+    "x-accel-buffering",
+    "upgrade",
+    "server",
+    "cache-control",
+    "te",
+    "accept",
+];
+const MAX_HEADERS: usize = 64;
+const MAX_METHOD_LEN: usize = 16;
+
+/// A request head at the start of `payload` (`METHOD target HTTP/1.x`), or `None`.
+pub fn parse_request_head(payload: &[u8]) -> Option<HttpRequestHead> {
+    let (line, rest) = split_line(payload)?;
+    let mut parts = line.splitn(3, |b| *b == b' ');
+    let method = parts.next()?;
+    let target = parts.next()?;
+    let version = parts.next()?;
+    let method_ok = !method.is_empty() && method.len() <= MAX_METHOD_LEN && method.iter().all(u8::is_ascii_uppercase);
+    if !method_ok || !version.starts_with(b"HTTP/") || target.is_empty() {
+        return None;
+    }
+    let (path, query) = match target.iter().position(|b| *b == b'?') {
+        Some(q) => (&target[..q], true),
+        None => (target, false),
+    };
+    let (headers, complete) = parse_headers(rest);
+    Some(HttpRequestHead {
+        method: text(method),
+        path: text(path),
+        has_query: query,
+        version: text(version),
+        headers,
+        complete,
+    })
+}
+
+/// A response head at the start of `payload` (`HTTP/1.x NNN reason`), or `None`.
+pub fn parse_response_head(payload: &[u8]) -> Option<HttpResponseHead> {
+    let (line, rest) = split_line(payload)?;
+    let mut parts = line.splitn(3, |b| *b == b' ');
+    let version = parts.next()?;
+    let status = parts.next()?;
+    if !version.starts_with(b"HTTP/") || status.len() != 3 || !status.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let status = std::str::from_utf8(status).ok()?.parse().ok()?;
+    let (headers, complete) = parse_headers(rest);
+    Some(HttpResponseHead { version: text(version), status, headers, complete })
+}
+
+/// The first CRLF-terminated line and what follows it.
+fn split_line(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = buf.windows(2).position(|w| w == b"\r\n")?;
+    Some((&buf[..end], &buf[end + 2..]))
+}
+
+/// Header lines up to the blank line; `complete` says whether it was reached.
+/// A line cut off by the end of the prefix is dropped.
+fn parse_headers(mut buf: &[u8]) -> (Vec<Header>, bool) {
+    let mut headers = Vec::new();
+    while let Some((line, rest)) = split_line(buf) {
+        if line.is_empty() {
+            return (headers, true);
+        }
+        buf = rest;
+        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let name = &line[..colon];
+        if name.is_empty() || !name.iter().all(is_token_char) || headers.len() >= MAX_HEADERS {
+            continue;
+        }
+        let name = text(name).to_ascii_lowercase();
+        let value = VALUE_ALLOWED.contains(&name.as_str()).then(|| text(line[colon + 1..].trim_ascii()));
+        headers.push(Header { name, value });
+    }
+    (headers, false)
+}
+
+fn is_token_char(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The value of header `name` (lower-case), when it was kept.
+pub fn header<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
+    headers.iter().find(|h| h.name == name).and_then(|h| h.value.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REQ: &[u8] = b"POST /v1/chat/completions?api_key=sk-123 HTTP/1.1\r\nHost: localhost:8080\r\n\
+Authorization: Bearer sk-secret-token\r\nCookie: session=abcdef\r\nContent-Type: application/json\r\n\
+Content-Length: 42\r\n\r\n{\"messages\":[{\"content\":\"my prompt\"}]}";
+
+    #[test]
+    fn request_head_keeps_routing_and_drops_secrets() {
+        let h = parse_request_head(REQ).expect("a request head");
+        assert_eq!((h.method.as_str(), h.path.as_str(), h.version.as_str()), ("POST", "/v1/chat/completions", "HTTP/1.1"));
+        assert!(h.has_query && h.complete);
+        assert_eq!(header(&h.headers, "host"), Some("localhost:8080"));
+        assert_eq!(header(&h.headers, "content-length"), Some("42"));
+        let auth = h.headers.iter().find(|x| x.name == "authorization").expect("the name is kept");
+        assert_eq!(auth.value, None, "Authorization value must be dropped");
+        let debug = format!("{h:?}");
+        for secret in ["sk-secret-token", "session=abcdef", "sk-123", "my prompt"] {
+            assert!(!debug.contains(secret), "{secret} leaked into the parsed head");
+        }
+    }
+
+    #[test]
+    fn cut_prefix_keeps_whole_lines_only() {
+        let cut = &REQ[..70];
+        let h = parse_request_head(cut).expect("the request line is inside the cut");
+        assert!(!h.complete, "the blank line was not reached");
+        assert!(h.headers.iter().all(|x| x.name == "host"), "only fully captured lines: {:?}", h.headers);
+        assert_eq!(parse_request_head(b"POST /v1/chat"), None, "no CRLF yet: not a head");
+    }
+
+    #[test]
+    fn response_head() {
+        let h = parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\ndata: x")
+            .expect("a response head");
+        assert_eq!(h.status, 200);
+        assert_eq!(header(&h.headers, "transfer-encoding"), Some("chunked"));
+        assert!(h.complete);
+        assert_eq!(parse_response_head(b"HTTP/1.1 2x0 OK\r\n"), None);
+        assert_eq!(parse_response_head(b"data: HTTP/1.1 200\r\n"), None);
+    }
+
+    #[test]
+    fn garbage_is_not_a_head() {
+        assert_eq!(parse_request_head(b"\x00\x01\x02 \xff HTTP/1.1\r\n"), None);
+        assert_eq!(parse_request_head(b"get / HTTP/1.1\r\n"), None, "methods are upper-case tokens");
+        assert_eq!(parse_request_head(b"\r\n"), None);
+    }
+}

@@ -1,0 +1,153 @@
+//! A live recording: probes -> decode -> record file, until a signal, a
+//! duration, or an error. Used by `tokenscope record`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
+use crate::ingest::{decode, Event};
+use crate::probes::{ProbeConfig, ProbeError, Probes};
+
+/// How often pending events are drained when the kernel has not woken us
+/// (the probes wake user space only every 64 KiB).
+const DRAIN_INTERVAL: Duration = Duration::from_millis(5);
+/// How often the file is flushed, bounding what a crash loses.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub probes: ProbeConfig,
+    /// Stop after this long; `None` runs until SIGINT/SIGTERM.
+    pub duration: Option<Duration>,
+    pub output: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordSessionError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error("installing signal handlers: {0}")]
+    Signal(std::io::Error),
+}
+
+/// What a session reports while it runs.
+pub trait RecordObserver {
+    /// Probes are attached: traffic from now on is recorded.
+    fn started(&mut self, probes: &Probes);
+    /// Called per decoded event, before it is written.
+    fn event(&mut self, _event: &Event) {}
+}
+
+impl RecordObserver for () {
+    fn started(&mut self, _probes: &Probes) {}
+}
+
+/// Records until stopped and returns the sealed file header.
+pub fn run(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<FileHeader, RecordSessionError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(RecordSessionError::Signal)?;
+    }
+    // Create the file first: a bad path fails before anything touches the kernel.
+    let mut writer = RecordWriter::create(&opts.output, base_header(&opts.probes))?;
+    let mut probes = Probes::load(&opts.probes)?;
+    writer.update_header(|h| {
+        h.probes = probes.attached.clone();
+        h.probes_skipped = probes.skipped.clone();
+        h.start_monotonic_ns = monotonic_ns();
+    })?;
+    observer.started(&probes);
+
+    let started = Instant::now();
+    let mut counters = Counters::default();
+    let mut last_flush = Instant::now();
+    let mut failure = None;
+    while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| started.elapsed() < d) {
+        probes.wait(DRAIN_INTERVAL);
+        if let Err(e) = drain_into(&mut probes, &mut writer, &mut counters, observer) {
+            failure = Some(e);
+            break;
+        }
+        if last_flush.elapsed() >= FLUSH_INTERVAL {
+            if let Err(e) = writer.flush() {
+                failure = Some(e);
+                break;
+            }
+            last_flush = Instant::now();
+        }
+    }
+    // Detach first so the final drain sees everything ever submitted.
+    probes.detach();
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    drain_into(&mut probes, &mut writer, &mut counters, observer)?;
+    let (submitted, dropped) = probes.counters()?;
+    counters.submitted = submitted;
+    counters.dropped = dropped;
+    drop(probes);
+    Ok(writer.finish(counters, monotonic_ns())?)
+}
+
+fn drain_into(
+    probes: &mut Probes,
+    writer: &mut RecordWriter,
+    counters: &mut Counters,
+    observer: &mut dyn RecordObserver,
+) -> Result<(), RecordError> {
+    let mut result = Ok(());
+    counters.delivered += probes.drain(|raw| match decode(raw) {
+        Ok(ev) => {
+            observer.event(&ev);
+            if result.is_ok() {
+                result = writer.push(ev);
+            }
+        }
+        Err(_) => counters.decode_errors += 1,
+    });
+    result
+}
+
+fn base_header(cfg: &ProbeConfig) -> FileHeader {
+    let (host, kernel) = uname();
+    FileHeader {
+        clock: "MONOTONIC".into(),
+        host,
+        kernel,
+        tokenscope_version: env!("CARGO_PKG_VERSION").into(),
+        start_monotonic_ns: monotonic_ns(),
+        start_realtime_ns: clock_ns(libc::CLOCK_REALTIME),
+        filter_pids: cfg.pids.clone(),
+        filter_ports: cfg.ports.iter().map(|p| u32::from(*p)).collect(),
+        payload_cap: probe_ebpf::abi::PAYLOAD_MAX as u32,
+        ..Default::default()
+    }
+}
+
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn uname() -> (String, String) {
+    // SAFETY: utsname is plain data; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return (String::new(), String::new());
+    }
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (field(&u.nodename), field(&u.release))
+}

@@ -1,0 +1,178 @@
+//! The command line: clap definitions and thin calls into the libraries.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use collector::probes::{ProbeConfig, Probes, DEFAULT_RING_BYTES};
+use collector::record::{RecordObserver, RecordOptions};
+
+const ABOUT: &str = "Where did the time to first token go? An eBPF + GPU trace profiler for LLM token streams.";
+const LONG_ABOUT: &str = "\
+tokenscope attaches to a host that serves an OpenAI-style streaming API and times every
+connection, TLS handshake and socket read/write of the chain (client -> proxy -> engine),
+without restarting anything.
+
+Requirements: root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_ADMIN for uprobes); a kernel with
+BTF (/sys/kernel/btf/vmlinux); tracefs (mounted automatically when missing).
+
+Privacy: payloads are reduced in the collector to HTTP start lines, framing headers and
+TLS record headers; prompts, completions, Authorization and Cookie values never reach any
+output.";
+
+#[derive(Parser, Debug)]
+#[command(name = "tokenscope", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Record TCP connections and socket I/O to a file (needs privileges).
+    #[command(after_help = "\
+Examples:
+  tokenscope record -o run.tsrec                       # everything, until Ctrl-C
+  tokenscope record -p $(pgrep -d' -p ' nginx) -o n.tsrec --duration 30s
+  tokenscope record --port 8000 --port 443 -o api.tsrec
+
+Filters: -p limits socket I/O and accepts to those processes; TCP state changes and
+retransmits run in the kernel's softirq, outside any process, so only --port filters them.
+tokenscope never records its own sockets. Ctrl-C or SIGTERM ends the recording cleanly:
+the file is sealed with final counters (submitted, delivered, dropped).")]
+    Record(RecordArgs),
+    /// Print a recording, one line per event.
+    #[command(after_help = "\
+Examples:
+  tokenscope dump run.tsrec
+  tokenscope dump run.tsrec --limit 50
+
+Each line: monotonic time, pid/comm ('-' when the kernel ran it outside any process),
+source > destination, and what happened: state changes, accepts, retransmits, and sends/
+receives with their syscall, byte count and what the payload prefix showed (HTTP start
+line with framing headers, or TLS record types such as ClientHello / application_data).")]
+    Dump(DumpArgs),
+}
+
+#[derive(Args, Debug)]
+struct RecordArgs {
+    /// Trace only this process (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// Trace only sockets with this local or remote port (repeatable, up to 8).
+    #[arg(long = "port", value_name = "N")]
+    ports: Vec<u16>,
+    /// Stop after this long (e.g. 500ms, 10s, 2m); default: until Ctrl-C.
+    #[arg(short, long, value_parser = parse_duration, value_name = "D")]
+    duration: Option<Duration>,
+    /// The recording to write.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Ring buffer size in bytes (power of two). Small values make drops likely.
+    #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
+    ring_size: u32,
+}
+
+#[derive(Args, Debug)]
+struct DumpArgs {
+    /// A file written by `tokenscope record`.
+    file: PathBuf,
+    /// Print at most this many events.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Record(args) => record(args),
+        Command::Dump(args) => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match collector::export::dump::dump(&args.file, args.limit, &mut out) {
+                Err(collector::export::dump::DumpError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => {
+                    other?;
+                }
+            }
+            let _ = out.flush();
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+struct Progress;
+
+impl RecordObserver for Progress {
+    fn started(&mut self, probes: &Probes) {
+        eprintln!("tokenscope: recording: {} probes attached; Ctrl-C to stop", probes.attached.len());
+        for s in &probes.skipped {
+            eprintln!("tokenscope: probe skipped: {s}");
+        }
+    }
+}
+
+fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    let opts = RecordOptions {
+        probes: ProbeConfig { pids: args.pids, ports: args.ports, ring_bytes: args.ring_size },
+        duration: args.duration,
+        output: args.output.clone(),
+    };
+    let header = collector::record::run(&opts, &mut Progress).context("record")?;
+    let c = header.counters.unwrap_or_default();
+    eprintln!(
+        "tokenscope: wrote {}: {} events (submitted {}, delivered {}, dropped {}, undecodable {})",
+        args.output.display(),
+        c.written,
+        c.submitted,
+        c.delivered,
+        c.dropped,
+        c.decode_errors
+    );
+    if c.dropped > 0 {
+        eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("'{s}': expected a duration such as 500ms, 10s or 2m"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        other => return Err(format!("'{s}': unknown unit '{other}' (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("'{s}': must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 parsecs").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
