@@ -2,6 +2,7 @@
 //! batching, prefix cache, chunked prefill) that does its GPU work through a stand-in
 //! libcuda.so.1, real nginx set-ups in front of it, and `bench`, an SSE load client that
 //! times what users feel. All timestamps are CLOCK_MONOTONIC nanoseconds.
+pub mod bench;
 pub mod clock;
 pub mod cuda;
 pub mod engine;

@@ -46,9 +46,20 @@ impl Step {
 }
 
 /// Shared, append-only log of steps (the scheduler thread writes, anyone reads).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StepLog {
     steps: Arc<Mutex<Vec<Step>>>,
+    // Steps logged so far, so tests can await progress instead of sleeping.
+    logged: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for StepLog {
+    fn default() -> Self {
+        StepLog {
+            steps: Arc::default(),
+            logged: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
 }
 
 /// Keeps a long-running engine from growing without bound; tests stay far below it.
@@ -61,6 +72,22 @@ impl StepLog {
             steps.drain(..MAX_STEPS_KEPT / 2);
         }
         steps.push(step);
+        drop(steps);
+        self.logged.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until a logged step satisfies `pred` and returns a copy of it.
+    pub async fn wait_for(&self, mut pred: impl FnMut(&Step) -> bool) -> Step {
+        let mut rx = self.logged.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if let Some(s) = self.snapshot().into_iter().find(|s| pred(s)) {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// A copy of every step so far.

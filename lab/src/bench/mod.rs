@@ -1,0 +1,475 @@
+//! `bench`: an OpenAI streaming load client that times what users feel. One connection per
+//! worker, reused while the server keeps it alive; every socket read and SSE event timed
+//! on CLOCK_MONOTONIC. Metrics follow DESIGN.md section 2 (vllm bench serve's rules).
+pub mod conn;
+pub mod record;
+pub mod report;
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
+use hyper::{Request, Uri, Version};
+use indicatif::{ProgressBar, ProgressStyle};
+use thiserror::Error;
+use tokio_rustls::TlsConnector;
+
+use crate::clock::monotonic_ns;
+use crate::words::pseudo_text;
+use conn::{Connection, Target};
+pub use record::{EventArrival, RequestRecord, SseEvent, SseParser};
+pub use report::{BenchReport, Summary};
+
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error("bad --url {0}: expected http://HOST[:PORT][/PATH] or https://...")]
+    Url(String),
+    #[error("connect {0}")]
+    Connect(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("bench needs --requests or --duration")]
+    NoLimit,
+}
+
+/// What load to send and where.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Server base (`https://host:port`) or a full route (`.../v1/completions`).
+    pub url: String,
+    pub concurrency: usize,
+    pub requests: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Request starts per second across all workers (None: as fast as workers allow).
+    pub rate: Option<f64>,
+    /// Prompt length in words (= tokens for the lab engine).
+    pub prompt_tokens: usize,
+    /// Leading words every prompt shares (a system prompt).
+    pub shared_prefix: usize,
+    /// Every `long_prompt_every`-th request sends `long_prompt_tokens` words instead (0: never).
+    pub long_prompt_every: u64,
+    pub long_prompt_tokens: usize,
+    pub max_tokens: usize,
+    pub chat: bool,
+    pub http2: bool,
+    pub insecure: bool,
+    pub model: String,
+    /// Per request, from start to [DONE].
+    pub timeout: Duration,
+    /// Show a progress bar on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            url: "http://127.0.0.1:8000".into(),
+            concurrency: 8,
+            requests: Some(100),
+            duration: None,
+            rate: None,
+            prompt_tokens: 256,
+            shared_prefix: 0,
+            long_prompt_every: 0,
+            long_prompt_tokens: 0,
+            max_tokens: 64,
+            chat: false,
+            http2: false,
+            insecure: false,
+            model: "lab-model".into(),
+            timeout: Duration::from_secs(120),
+            progress: true,
+        }
+    }
+}
+
+/// Records of every request and their summary.
+#[derive(Debug, Clone)]
+pub struct BenchOutcome {
+    pub records: Vec<RequestRecord>,
+    pub report: BenchReport,
+}
+
+struct Endpoint {
+    target: Target,
+    authority: String,
+    path: String,
+}
+
+fn parse_url(cfg: &BenchConfig) -> Result<Endpoint, BenchError> {
+    let uri: Uri = cfg
+        .url
+        .parse()
+        .map_err(|_| BenchError::Url(cfg.url.clone()))?;
+    let tls = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => return Err(BenchError::Url(cfg.url.clone())),
+    };
+    let host = uri.host().ok_or_else(|| BenchError::Url(cfg.url.clone()))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let authority = uri
+        .authority()
+        .map(|a| a.to_string())
+        .ok_or_else(|| BenchError::Url(cfg.url.clone()))?;
+    let path = match uri.path() {
+        "" | "/" if cfg.chat => "/v1/chat/completions".to_string(),
+        "" | "/" => "/v1/completions".to_string(),
+        p => p.to_string(),
+    };
+    Ok(Endpoint {
+        target: Target {
+            host,
+            port,
+            tls,
+            http2: cfg.http2,
+            insecure: cfg.insecure,
+        },
+        authority,
+        path,
+    })
+}
+
+/// Hands out request indices, paced by --rate and bounded by --requests / --duration.
+struct Dispenser {
+    next: AtomicU64,
+    start_ns: u64,
+    limit: Option<u64>,
+    deadline_ns: Option<u64>,
+    rate: Option<f64>,
+}
+
+impl Dispenser {
+    async fn next(&self) -> Option<u64> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if self.limit.is_some_and(|l| i >= l) {
+            return None;
+        }
+        if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
+            let at = self.start_ns + (i as f64 / rate * 1e9) as u64;
+            let now = monotonic_ns();
+            if at > now {
+                if self.deadline_ns.is_some_and(|d| at >= d) {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_nanos(at - now)).await;
+            }
+        }
+        if self.deadline_ns.is_some_and(|d| monotonic_ns() >= d) {
+            return None;
+        }
+        Some(i)
+    }
+}
+
+/// The prompt of request `index`: the shared prefix, then words of its own.
+pub fn prompt_words(cfg: &BenchConfig, index: u64, run_seed: u64) -> (String, String, usize) {
+    let total = if cfg.long_prompt_every > 0 && (index + 1) % cfg.long_prompt_every == 0 {
+        cfg.long_prompt_tokens
+    } else {
+        cfg.prompt_tokens
+    };
+    let shared = cfg.shared_prefix.min(total);
+    let prefix = pseudo_text(0x5157_3731, shared);
+    let own = pseudo_text(run_seed ^ index.wrapping_mul(0x9e37_79b9), total - shared);
+    (prefix, own, total)
+}
+
+fn request_body(cfg: &BenchConfig, index: u64, run_seed: u64) -> (Bytes, usize) {
+    let (prefix, own, total) = prompt_words(cfg, index, run_seed);
+    let mut body = serde_json::json!({
+        "model": cfg.model,
+        "max_tokens": cfg.max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "ignore_eos": true,
+    });
+    if cfg.chat {
+        let mut messages = Vec::new();
+        if !prefix.is_empty() {
+            messages.push(serde_json::json!({"role": "system", "content": prefix}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": own}));
+        body["messages"] = serde_json::Value::Array(messages);
+    } else {
+        let sep = if prefix.is_empty() || own.is_empty() {
+            ""
+        } else {
+            " "
+        };
+        body["prompt"] = serde_json::Value::String(format!("{prefix}{sep}{own}"));
+    }
+    (Bytes::from(body.to_string()), total)
+}
+
+/// `run` for a configuration moved in (for tokio::spawn).
+pub async fn run_owned(cfg: BenchConfig) -> Result<BenchOutcome, BenchError> {
+    run(&cfg).await
+}
+
+/// Runs the load and returns every request's record plus the report.
+pub async fn run(cfg: &BenchConfig) -> Result<BenchOutcome, BenchError> {
+    if cfg.requests.is_none() && cfg.duration.is_none() {
+        return Err(BenchError::NoLimit);
+    }
+    let endpoint = Arc::new(parse_url(cfg)?);
+    let tls = if endpoint.target.tls {
+        Some(conn::tls_connector(&endpoint.target)?)
+    } else {
+        None
+    };
+    let start_ns = monotonic_ns();
+    let dispenser = Arc::new(Dispenser {
+        next: AtomicU64::new(0),
+        start_ns,
+        limit: cfg.requests,
+        deadline_ns: cfg.duration.map(|d| start_ns + d.as_nanos() as u64),
+        rate: cfg.rate,
+    });
+    let progress = progress_bar(cfg);
+    let shared = Arc::new(cfg.clone());
+    let run_seed = start_ns;
+    let workers = cfg.concurrency.max(1);
+    let mut tasks = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let (cfg, endpoint, tls, dispenser, progress) = (
+            shared.clone(),
+            endpoint.clone(),
+            tls.clone(),
+            dispenser.clone(),
+            progress.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut conn: Option<Connection> = None;
+            while let Some(index) = dispenser.next().await {
+                let rec = one_request(
+                    &cfg,
+                    &endpoint,
+                    tls.as_ref(),
+                    &mut conn,
+                    w as u32,
+                    index,
+                    run_seed,
+                )
+                .await;
+                progress.inc(1);
+                out.push(rec);
+            }
+            out
+        }));
+    }
+    let mut records = Vec::new();
+    for t in tasks {
+        records.extend(t.await.unwrap_or_default());
+    }
+    progress.finish_and_clear();
+    records.sort_by_key(|r| r.index);
+    let report = BenchReport::from_records(&records, workers, monotonic_ns() - start_ns);
+    Ok(BenchOutcome { records, report })
+}
+
+fn progress_bar(cfg: &BenchConfig) -> ProgressBar {
+    if !cfg.progress || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = match cfg.requests {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::no_length(),
+    };
+    let style =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} requests")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    pb.set_style(style);
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+fn failed(mut rec: RequestRecord, why: String) -> RequestRecord {
+    rec.ok = false;
+    rec.error = Some(why);
+    rec.end_ns = monotonic_ns();
+    rec
+}
+
+async fn one_request(
+    cfg: &BenchConfig,
+    endpoint: &Endpoint,
+    tls: Option<&TlsConnector>,
+    slot: &mut Option<Connection>,
+    worker: u32,
+    index: u64,
+    run_seed: u64,
+) -> RequestRecord {
+    let (body, prompt_tokens) = request_body(cfg, index, run_seed);
+    let mut rec = RequestRecord {
+        index,
+        worker,
+        ok: false,
+        error: None,
+        status: 0,
+        http_version: if cfg.http2 { "2" } else { "1.1" },
+        new_connection: slot.is_none(),
+        connect_start_ns: None,
+        connect_done_ns: None,
+        tls_done_ns: None,
+        request_start_ns: monotonic_ns(),
+        first_byte_ns: None,
+        end_ns: 0,
+        prompt_tokens: prompt_tokens as u32,
+        max_tokens: cfg.max_tokens as u32,
+        usage_completion_tokens: None,
+        done_seen: false,
+        events: Vec::new(),
+    };
+    if slot.is_none() {
+        match conn::connect(&endpoint.target, tls).await {
+            Ok(c) => *slot = Some(c),
+            Err(e) => {
+                rec.connect_start_ns = Some(rec.request_start_ns);
+                return failed(rec, e.to_string());
+            }
+        }
+    }
+    let conn = slot.as_mut().expect("connected above");
+    if rec.new_connection {
+        rec.connect_start_ns = Some(conn.connect_start_ns);
+        rec.connect_done_ns = Some(conn.connect_done_ns);
+        rec.tls_done_ns = conn.tls_done_ns;
+    }
+    let uri = if conn.http2 {
+        let scheme = if endpoint.target.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", endpoint.authority, endpoint.path)
+    } else {
+        endpoint.path.clone()
+    };
+    let mut builder = Request::post(uri)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream");
+    if !conn.http2 {
+        builder = builder.header(HOST, endpoint.authority.as_str());
+    }
+    let req = match builder.body(Full::new(body)) {
+        Ok(r) => r,
+        Err(e) => return failed(rec, e.to_string()),
+    };
+    let deadline = tokio::time::Instant::now() + cfg.timeout;
+    conn.stats.arm();
+    rec.request_start_ns = monotonic_ns();
+    let resp = match tokio::time::timeout_at(deadline, conn.send(req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            *slot = None;
+            return failed(rec, e.to_string());
+        }
+        Err(_) => {
+            *slot = None;
+            return failed(rec, "timed out waiting for the response".into());
+        }
+    };
+    rec.status = resp.status().as_u16();
+    let closing = resp.version() == Version::HTTP_10
+        || resp
+            .headers()
+            .get(CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let mut body = resp.into_body();
+    let mut parser = SseParser::default();
+    let mut broken = None;
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                let Some(data) = frame.data_ref() else {
+                    continue;
+                };
+                // hyper hands over a frame right after the read that completed it.
+                let t_ns = conn.stats.last_read_ns.load(Ordering::Acquire);
+                let read = conn.stats.reads.load(Ordering::Acquire);
+                for ev in parser.push(data) {
+                    match ev {
+                        SseEvent::Done => rec.done_seen = true,
+                        SseEvent::Malformed => {}
+                        SseEvent::Data {
+                            choice,
+                            content,
+                            completion_tokens,
+                        } => {
+                            if completion_tokens.is_some() {
+                                rec.usage_completion_tokens = completion_tokens;
+                            }
+                            if choice {
+                                rec.events.push(EventArrival {
+                                    t_ns,
+                                    read,
+                                    choice,
+                                    content,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                broken = Some(format!("body: {e}"));
+                break;
+            }
+            Err(_) => {
+                broken = Some("timed out reading the stream".into());
+                break;
+            }
+        }
+    }
+    rec.end_ns = monotonic_ns();
+    rec.first_byte_ns = conn.stats.first_read_after_arm();
+    rec.ok = rec.status == 200 && rec.done_seen && broken.is_none();
+    rec.error = broken.or_else(|| {
+        if rec.status != 200 {
+            Some(format!("HTTP {}", rec.status))
+        } else if !rec.done_seen {
+            Some("stream ended without [DONE]".into())
+        } else {
+            None
+        }
+    });
+    let reusable = !closing
+        && rec.error.is_none()
+        && tokio::time::timeout(Duration::from_secs(5), conn.reusable())
+            .await
+            .unwrap_or(false);
+    if !reusable {
+        *slot = None;
+    }
+    rec
+}
+
+/// Writes one JSON line per request (timestamps and counts only; no text).
+pub fn write_json_lines(records: &[RequestRecord], path: &Path) -> Result<(), BenchError> {
+    let err = |source| BenchError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(err)?);
+    for r in records {
+        let line = serde_json::to_string(r).expect("records serialise");
+        writeln!(f, "{line}").map_err(err)?;
+    }
+    f.flush().map_err(err)
+}

@@ -1,0 +1,262 @@
+//! What the bench keeps per request: timestamps only (never prompt or completion text),
+//! plus the SSE parser that turns body bytes into timed events.
+use serde::Serialize;
+
+/// One SSE `data:` event as it reached the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EventArrival {
+    /// CLOCK_MONOTONIC ns of the socket read that delivered the event.
+    pub t_ns: u64,
+    /// Index of that read on the connection; events sharing it arrived coalesced.
+    pub read: u64,
+    /// The event's JSON carries a choice (vllm bench serve's rule for tokens).
+    pub choice: bool,
+    /// The choice carries non-empty text (a generated token, not the chat role chunk).
+    pub content: bool,
+}
+
+/// Everything measured about one request, in CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestRecord {
+    pub index: u64,
+    pub worker: u32,
+    pub ok: bool,
+    /// Why it failed, in words from the client side (never request or response content).
+    pub error: Option<String>,
+    pub status: u16,
+    /// "1.1" or "2".
+    pub http_version: &'static str,
+    /// The connection was opened for this request (not reused).
+    pub new_connection: bool,
+    pub connect_start_ns: Option<u64>,
+    pub connect_done_ns: Option<u64>,
+    pub tls_done_ns: Option<u64>,
+    /// When the request was handed to the connection (first request byte).
+    pub request_start_ns: u64,
+    pub first_byte_ns: Option<u64>,
+    pub end_ns: u64,
+    pub prompt_tokens: u32,
+    pub max_tokens: u32,
+    /// completion_tokens from the usage chunk, when the server sent one.
+    pub usage_completion_tokens: Option<u32>,
+    pub done_seen: bool,
+    pub events: Vec<EventArrival>,
+}
+
+impl RequestRecord {
+    /// Request start by DESIGN.md section 2: connect() when the connection was opened for
+    /// this request, else the first request byte.
+    pub fn start_ns(&self) -> u64 {
+        match (self.new_connection, self.connect_start_ns) {
+            (true, Some(c)) => c,
+            _ => self.request_start_ns,
+        }
+    }
+
+    fn choice_times(&self) -> impl Iterator<Item = u64> + '_ {
+        self.events.iter().filter(|e| e.choice).map(|e| e.t_ns)
+    }
+
+    pub fn first_token_ns(&self) -> Option<u64> {
+        self.choice_times().next()
+    }
+
+    /// Time to first token as the user feels it (handshakes included).
+    pub fn ttft_ns(&self) -> Option<u64> {
+        self.first_token_ns()
+            .map(|t| t.saturating_sub(self.start_ns()))
+    }
+
+    /// Time to first token from the first request byte.
+    pub fn ttft_server_ns(&self) -> Option<u64> {
+        self.first_token_ns()
+            .map(|t| t.saturating_sub(self.request_start_ns))
+    }
+
+    /// Gaps between consecutive choice events; same-read events give 0.
+    pub fn itl_ns(&self) -> Vec<u64> {
+        let t: Vec<u64> = self.choice_times().collect();
+        t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
+    }
+
+    /// (last event - first event) / (events - 1).
+    pub fn tpot_ns(&self) -> Option<u64> {
+        let t: Vec<u64> = self.choice_times().collect();
+        (t.len() >= 2).then(|| (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1))
+    }
+
+    pub fn e2e_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns())
+    }
+
+    /// Token events that arrived in the same read as the token event before them.
+    pub fn coalesced_tokens(&self) -> usize {
+        let reads: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|e| e.content)
+            .map(|e| e.read)
+            .collect();
+        reads.windows(2).filter(|w| w[0] == w[1]).count()
+    }
+
+    pub fn output_tokens(&self) -> usize {
+        self.events.iter().filter(|e| e.content).count()
+    }
+}
+
+/// What one SSE event said, as far as timing cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SseEvent {
+    Data {
+        choice: bool,
+        content: bool,
+        completion_tokens: Option<u32>,
+    },
+    Done,
+    /// A `data:` payload that is not JSON (kept as a count, never as text).
+    Malformed,
+}
+
+/// Splits a byte stream into SSE events (blank-line separated), across any read boundary.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+}
+
+impl SseParser {
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        loop {
+            let Some((end, sep)) = find_event_end(&self.buf) else {
+                break;
+            };
+            let event: Vec<u8> = self.buf.drain(..end + sep).collect();
+            let event = &event[..end];
+            let mut data = Vec::new();
+            for line in event.split(|b| *b == b'\n') {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                if let Some(d) = line.strip_prefix(b"data:") {
+                    if !data.is_empty() {
+                        data.push(b'\n');
+                    }
+                    data.extend_from_slice(d.strip_prefix(b" ").unwrap_or(d));
+                }
+            }
+            if !data.is_empty() {
+                out.push(classify(&data));
+            }
+        }
+        out
+    }
+}
+
+fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| (p, 2));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| (p, 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn classify(data: &[u8]) -> SseEvent {
+    if data == b"[DONE]" {
+        return SseEvent::Done;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return SseEvent::Malformed;
+    };
+    let choice = v["choices"].as_array().is_some_and(|c| !c.is_empty());
+    let first = &v["choices"][0];
+    let text = first["text"]
+        .as_str()
+        .or_else(|| first["delta"]["content"].as_str())
+        .unwrap_or("");
+    SseEvent::Data {
+        choice,
+        content: !text.is_empty(),
+        completion_tokens: v["usage"]["completion_tokens"].as_u64().map(|n| n as u32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parser_handles_events_split_and_joined_across_reads() {
+        let mut p = SseParser::default();
+        let a = p.push(b"data: {\"choices\":[{\"text\":\" a\"}]}\n\ndata: {\"choi");
+        assert_eq!(a.len(), 1, "one complete event in the first read");
+        let b = p.push(b"ces\":[{\"text\":\" b\"}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(b.len(), 2, "the split event and [DONE]");
+        assert_eq!(b[1], SseEvent::Done);
+        let c = p.push(b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\r\n\r\n");
+        assert_eq!(
+            c,
+            vec![SseEvent::Data {
+                choice: false,
+                content: false,
+                completion_tokens: Some(2)
+            }],
+            "usage chunk has no choice"
+        );
+    }
+
+    #[test]
+    fn metrics_follow_design_section_2() {
+        let ev = |t, read| EventArrival {
+            t_ns: t,
+            read,
+            choice: true,
+            content: true,
+        };
+        let r = RequestRecord {
+            index: 0,
+            worker: 0,
+            ok: true,
+            error: None,
+            status: 200,
+            http_version: "1.1",
+            new_connection: true,
+            connect_start_ns: Some(100),
+            connect_done_ns: Some(150),
+            tls_done_ns: None,
+            request_start_ns: 200,
+            first_byte_ns: Some(900),
+            end_ns: 2000,
+            prompt_tokens: 1,
+            max_tokens: 3,
+            usage_completion_tokens: None,
+            done_seen: true,
+            events: vec![ev(1000, 1), ev(1000, 1), ev(1600, 2)],
+        };
+        assert_eq!(
+            r.ttft_ns(),
+            Some(900),
+            "TTFT from connect start on a new connection"
+        );
+        assert_eq!(
+            r.ttft_server_ns(),
+            Some(800),
+            "server TTFT from the request byte"
+        );
+        assert_eq!(r.itl_ns(), vec![0, 600], "same-read events give a 0 gap");
+        assert_eq!(r.tpot_ns(), Some(300));
+        assert_eq!(r.coalesced_tokens(), 1);
+        let reused = RequestRecord {
+            new_connection: false,
+            ..r
+        };
+        assert_eq!(
+            reused.ttft_ns(),
+            Some(800),
+            "reused connection: from the request byte"
+        );
+    }
+}
