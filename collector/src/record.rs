@@ -85,10 +85,18 @@ pub fn run(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<Fi
     if let Some(e) = failure {
         return Err(e.into());
     }
-    drain_into(&mut probes, &mut writer, &mut counters, observer)?;
-    let (submitted, dropped) = probes.counters()?;
-    counters.submitted = submitted;
-    counters.dropped = dropped;
+    // A program that was mid-run when detached may still submit; drain until
+    // every submitted record is accounted for (or give up after ~100 ms).
+    for _ in 0..100 {
+        drain_into(&mut probes, &mut writer, &mut counters, observer)?;
+        let (submitted, dropped) = probes.counters()?;
+        counters.submitted = submitted;
+        counters.dropped = dropped;
+        if counters.delivered + dropped >= submitted {
+            break;
+        }
+        probes.wait(Duration::from_millis(1));
+    }
     drop(probes);
     Ok(writer.finish(counters, monotonic_ns())?)
 }

@@ -1,0 +1,250 @@
+//! Shared pieces of the end-to-end tests: run `tokenscope record` as a child,
+//! real nginx on free ports, and helpers to read what was recorded.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use collector::ingest::model::{event::Body, Direction, Event, Sock};
+use collector::ingest::record::{FileHeader, RecordReader};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tokenscope");
+
+/// A `tokenscope record` child that has attached its probes.
+pub struct Recorder {
+    child: Child,
+    pub path: PathBuf,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Recorder {
+    /// Starts `tokenscope record -o <dir>/rec.tsrec <extra...>` and waits until it says it is recording.
+    pub fn start(dir: &Path, extra: &[&str]) -> Recorder {
+        let path = dir.join("rec.tsrec");
+        let mut child = Command::new(BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(&path)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tokenscope record");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains("recording:") => break,
+                Ok(line) => seen.push(line),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("tokenscope record never said it was recording; stderr: {seen:?}");
+                }
+            }
+        }
+        Recorder { child, path, stderr: rx }
+    }
+
+    /// Sends `signal`, waits for exit, and returns the rest of stderr.
+    pub fn stop_with(mut self, signal: i32) -> String {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let status = wait_timeout(&mut self.child, Duration::from_secs(60)).expect("tokenscope record did not exit after the signal");
+        let rest: Vec<String> = self.stderr.try_iter().collect();
+        let rest = rest.join("\n");
+        assert!(status.success(), "tokenscope record exited with {status}; stderr: {rest}");
+        rest
+    }
+
+    pub fn stop(self) -> String {
+        self.stop_with(libc::SIGINT)
+    }
+}
+
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn read_recording(path: &Path) -> (FileHeader, Vec<Event>) {
+    let mut r = RecordReader::open(path).unwrap_or_else(|e| panic!("recording unreadable: {e}"));
+    let events = r.read_all().unwrap_or_else(|e| panic!("recording events unreadable: {e}"));
+    (r.header, events)
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Waits until something accepts connections on `port`.
+pub fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on port {port} after 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sum of I/O bytes in `dir` by `pid` on sockets whose local port is `local_port`.
+pub fn io_bytes(events: &[Event], pid: u32, dir: Direction, local_port: u16) -> u64 {
+    io_events(events, pid, dir, local_port).map(|(_, io_bytes)| io_bytes).sum()
+}
+
+pub fn io_events(events: &[Event], pid: u32, dir: Direction, local_port: u16) -> impl Iterator<Item = (&Event, u64)> {
+    events.iter().filter_map(move |e| {
+        let io = e.io()?;
+        let sock = io.sock.as_ref()?;
+        (e.pid == pid && io.dir() == dir && sock.sport == u32::from(local_port)).then_some((e, io.bytes))
+    })
+}
+
+/// State transitions `(old, new)` seen on sockets with this local and remote port.
+pub fn transitions(events: &[Event], sport: u16, dport: u16) -> Vec<(String, String, u32)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.body {
+            Some(Body::State(s)) if matches_ports(s.sock.as_ref()?, sport, dport) => {
+                Some((s.old().label().to_string(), s.new().label().to_string(), e.pid))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn matches_ports(sock: &Sock, sport: u16, dport: u16) -> bool {
+    sock.sport == u32::from(sport) && sock.dport == u32::from(dport)
+}
+
+/// A real nginx from the system, with its own prefix directory, on free ports.
+pub struct Nginx {
+    child: Child,
+    pub dir: PathBuf,
+    pub http_port: u16,
+    pub https_port: u16,
+}
+
+impl Nginx {
+    /// Serves `location_body` (nginx directives) on a plain and a TLS listener.
+    pub fn start(dir: &Path, location_body: &str) -> Nginx {
+        let http_port = free_port();
+        let https_port = free_port();
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        let status = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run openssl (installed by cargo xtask setup)");
+        assert!(status.success(), "openssl could not make a self-signed certificate");
+        std::fs::create_dir_all(dir.join("logs")).expect("logs dir");
+        let conf = format!(
+            "worker_processes 1;\nerror_log {dir}/logs/error.log;\npid {dir}/nginx.pid;\n\
+events {{ worker_connections 64; }}\n\
+http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
+  fastcgi_temp_path {dir}/fcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
+  server {{\n    listen 127.0.0.1:{http_port};\n    listen 127.0.0.1:{https_port} ssl;\n\
+    ssl_certificate {cert};\n    ssl_certificate_key {key};\n    location / {{ {location_body} }}\n  }}\n}}\n",
+            dir = dir.display(),
+            cert = cert.display(),
+            key = key.display(),
+        );
+        let conf_path = dir.join("nginx.conf");
+        std::fs::write(&conf_path, conf).expect("write nginx.conf");
+        let child = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-g", "daemon off; master_process on;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nginx (installed by cargo xtask setup)");
+        let mut nginx = Nginx { child, dir: dir.to_path_buf(), http_port, https_port };
+        wait_for_port(http_port);
+        wait_for_port(https_port);
+        assert!(nginx.child.try_wait().expect("try_wait").is_none(), "nginx exited: {}", nginx.error_log());
+        nginx
+    }
+
+    pub fn master_pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Pids of the worker processes (children of the master).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        let master = self.master_pid();
+        std::fs::read_dir("/proc")
+            .expect("read /proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(master)
+            })
+            .collect()
+    }
+
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("logs/error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: SIGQUIT asks the nginx master for a graceful stop.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
+        if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+        }
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+    }
+}
+
+fn nginx_binary() -> &'static str {
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("nginx")
+}
+
+/// Runs curl and returns (pid, stdout).
+pub fn curl(args: &[&str]) -> (u32, String) {
+    let child = Command::new("curl").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run curl");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("curl output");
+    assert!(out.status.success(), "curl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    (pid, String::from_utf8_lossy(&out.stdout).into_owned())
+}
