@@ -37,7 +37,10 @@ fn main() {
         Ok(other) => panic!("tokenscope probes: unsupported target arch {other}"),
         Err(_) => "x86",
     };
-    let multiarch = format!("/usr/include/{}-linux-gnu", std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into()));
+    let multiarch = format!(
+        "/usr/include/{}-linux-gnu",
+        std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into())
+    );
     let status = Command::new(&clang)
         .args(["-target", "bpf", "-g", "-O2", "-Wall", "-Werror"])
         .arg(format!("-D__TARGET_ARCH_{arch}"))
@@ -47,7 +50,10 @@ fn main() {
         .arg(&obj)
         .status()
         .unwrap_or_else(|e| panic!("running {clang}: {e}"));
-    assert!(status.success(), "{clang} failed to compile the eBPF programs");
+    assert!(
+        status.success(),
+        "{clang} failed to compile the eBPF programs"
+    );
 }
 
 fn find_clang() -> Option<String> {
@@ -56,7 +62,12 @@ fn find_clang() -> Option<String> {
     }
     ["clang-19", "clang"]
         .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
         .map(str::to_string)
 }
 

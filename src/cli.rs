@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 use collector::probes::{ProbeConfig, Probes, DEFAULT_RING_BYTES};
 use collector::record::{RecordObserver, RecordOptions};
 
-const ABOUT: &str = "Where did the time to first token go? An eBPF + GPU trace profiler for LLM token streams.";
+const ABOUT: &str =
+    "Where did the time to first token go? An eBPF + GPU trace profiler for LLM token streams.";
 const LONG_ABOUT: &str = "\
 tokenscope attaches to a host that serves an OpenAI-style streaming API and times every
 connection, TLS handshake and socket read/write of the chain (client -> proxy -> engine),
@@ -92,7 +93,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             match collector::export::dump::dump(&args.file, args.limit, &mut out) {
-                Err(collector::export::dump::DumpError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(collector::export::dump::DumpError::Output(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe => {}
                 other => {
                     other?;
                 }
@@ -107,7 +109,10 @@ struct Progress;
 
 impl RecordObserver for Progress {
     fn started(&mut self, probes: &Probes) {
-        eprintln!("tokenscope: recording: {} probes attached; Ctrl-C to stop", probes.attached.len());
+        eprintln!(
+            "tokenscope: recording: {} probes attached; Ctrl-C to stop",
+            probes.attached.len()
+        );
         for s in &probes.skipped {
             eprintln!("tokenscope: probe skipped: {s}");
         }
@@ -116,7 +121,11 @@ impl RecordObserver for Progress {
 
 fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let opts = RecordOptions {
-        probes: ProbeConfig { pids: args.pids, ports: args.ports, ring_bytes: args.ring_size },
+        probes: ProbeConfig {
+            pids: args.pids,
+            ports: args.ports,
+            ring_bytes: args.ring_size,
+        },
         duration: args.duration,
         output: args.output.clone(),
     };
@@ -140,9 +149,13 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("'{s}': expected a duration such as 500ms, 10s or 2m"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}': expected a duration such as 500ms, 10s or 2m"))?;
     let secs = match unit {
         "" | "s" => n,
         "ms" => n / 1e3,

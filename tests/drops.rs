@@ -14,7 +14,10 @@ fn forced_drops_are_counted_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let rec = Recorder::start(dir.path(), &["--port", &port.to_string(), "--ring-size", "4096"]);
+    let rec = Recorder::start(
+        dir.path(),
+        &["--port", &port.to_string(), "--ring-size", "4096"],
+    );
 
     let sink = std::thread::spawn(move || {
         let (mut c, _) = listener.accept().expect("accept");
@@ -41,14 +44,44 @@ fn forced_drops_are_counted_exactly() {
 
     let (header, events) = read_recording(&path);
     let c = header.counters.expect("a sealed recording has counters");
-    assert!(c.dropped > 0, "a 4 KiB ring under a {SENDS}-send flood must drop: {c:?}");
-    assert_eq!(c.submitted, c.delivered + c.dropped, "submitted = delivered + dropped: {c:?}");
-    assert_eq!(c.delivered, c.written + c.decode_errors, "every delivered record is written or counted: {c:?}");
-    assert_eq!(c.written, events.len() as u64, "the header's count matches the events in the file");
+    assert!(
+        c.dropped > 0,
+        "a 4 KiB ring under a {SENDS}-send flood must drop: {c:?}"
+    );
+    assert_eq!(
+        c.submitted,
+        c.delivered + c.dropped,
+        "submitted = delivered + dropped: {c:?}"
+    );
+    assert_eq!(
+        c.delivered,
+        c.written + c.decode_errors,
+        "every delivered record is written or counted: {c:?}"
+    );
+    assert_eq!(
+        c.written,
+        events.len() as u64,
+        "the header's count matches the events in the file"
+    );
 
-    let dump = std::process::Command::new(BIN).arg("dump").arg(&path).arg("--limit").arg("1").output().expect("dump");
+    let dump = std::process::Command::new(BIN)
+        .arg("dump")
+        .arg(&path)
+        .arg("--limit")
+        .arg("1")
+        .output()
+        .expect("dump");
     let text = String::from_utf8_lossy(&dump.stdout);
-    let expected = format!("submitted {} delivered {} dropped {}", c.submitted, c.delivered, c.dropped);
-    assert!(text.contains(&expected), "dump reports the counters ({expected}):\n{text}");
-    assert!(text.contains("WARNING: events were dropped"), "dump warns about drops:\n{text}");
+    let expected = format!(
+        "submitted {} delivered {} dropped {}",
+        c.submitted, c.delivered, c.dropped
+    );
+    assert!(
+        text.contains(&expected),
+        "dump reports the counters ({expected}):\n{text}"
+    );
+    assert!(
+        text.contains("WARNING: events were dropped"),
+        "dump warns about drops:\n{text}"
+    );
 }

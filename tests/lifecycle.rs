@@ -10,7 +10,10 @@ use common::*;
 
 /// Names of loaded BPF programs (bpftool truncates to the kernel's 15 chars).
 fn loaded_programs() -> String {
-    let out = Command::new("bpftool").args(["prog", "show"]).output().expect("run bpftool (installed by cargo xtask setup)");
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .expect("run bpftool (installed by cargo xtask setup)");
     assert!(out.status.success(), "bpftool prog show failed");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -23,21 +26,38 @@ fn ends_cleanly_on(signal: i32) {
     let rec = Recorder::start(dir.path(), &[]);
     let during = loaded_programs();
     for p in OUR_PROGRAMS {
-        assert!(during.contains(p), "while recording, bpftool lists {p}:\n{during}");
+        assert!(
+            during.contains(p),
+            "while recording, bpftool lists {p}:\n{during}"
+        );
     }
-    curl(&["-s", "-o", "/dev/null", &format!("http://127.0.0.1:{}/", nginx.http_port)]);
+    curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        &format!("http://127.0.0.1:{}/", nginx.http_port),
+    ]);
     let path = rec.path.clone();
     let stderr = rec.stop_with(signal);
-    assert!(stderr.contains("wrote"), "a summary line after the signal: {stderr}");
+    assert!(
+        stderr.contains("wrote"),
+        "a summary line after the signal: {stderr}"
+    );
 
     let (header, events) = read_recording(&path);
     assert!(header.complete, "signal {signal}: the header is sealed");
     let c = header.counters.expect("counters");
     assert_eq!(c.written, events.len() as u64);
-    assert!(events.iter().any(|e| e.comm == "curl"), "the traffic before the signal is in the file");
+    assert!(
+        events.iter().any(|e| e.comm == "curl"),
+        "the traffic before the signal is in the file"
+    );
     let after = loaded_programs();
     for p in OUR_PROGRAMS {
-        assert!(!after.contains(p), "after signal {signal}, {p} is still loaded:\n{after}");
+        assert!(
+            !after.contains(p),
+            "after signal {signal}, {p} is still loaded:\n{after}"
+        );
     }
 }
 
@@ -55,8 +75,16 @@ fn sigterm_leaves_a_complete_file_and_no_programs() {
 fn duration_ends_the_recording() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("d.tsrec");
-    let out = Command::new(BIN).args(["record", "--duration", "300ms", "-o"]).arg(&path).output().expect("run");
-    assert!(out.status.success(), "record --duration: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["record", "--duration", "300ms", "-o"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "record --duration: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (header, _) = read_recording(&path);
     assert!(header.complete && header.end_monotonic_ns > header.start_monotonic_ns);
 }
@@ -65,28 +93,57 @@ fn duration_ends_the_recording() {
 fn fails_with(cmd: &mut Command) -> String {
     let out = cmd.stdout(Stdio::null()).output().expect("run tokenscope");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "exit code 1 for a failure; stderr: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "exit code 1 for a failure; stderr: {stderr}"
+    );
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line of error, got: {stderr}");
-    assert!(lines[0].starts_with("tokenscope: error: "), "error prefix: {stderr}");
+    assert!(
+        lines[0].starts_with("tokenscope: error: "),
+        "error prefix: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "no panic: {stderr}");
     stderr
 }
 
 #[test]
 fn unwritable_output_is_one_clear_line() {
-    let e = fails_with(Command::new(BIN).args(["record", "--duration", "1s", "-o", "/nonexistent-dir/x.tsrec"]));
-    assert!(e.contains("/nonexistent-dir/x.tsrec") && e.contains("No such file"), "{e}");
+    let e = fails_with(Command::new(BIN).args([
+        "record",
+        "--duration",
+        "1s",
+        "-o",
+        "/nonexistent-dir/x.tsrec",
+    ]));
+    assert!(
+        e.contains("/nonexistent-dir/x.tsrec") && e.contains("No such file"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unprivileged_is_one_clear_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    Command::new("chmod").arg("777").arg(dir.path()).status().expect("chmod");
+    Command::new("chmod")
+        .arg("777")
+        .arg(dir.path())
+        .status()
+        .expect("chmod");
     let out = dir.path().join("x.tsrec");
     let e = fails_with(
         Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "record", "--duration", "1s", "-o"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                BIN,
+                "record",
+                "--duration",
+                "1s",
+                "-o",
+            ])
             .arg(&out),
     );
     assert!(e.contains("not privileged") && e.contains("CAP_BPF"), "{e}");
@@ -95,7 +152,11 @@ fn unprivileged_is_one_clear_line() {
 #[test]
 fn dead_pid_is_one_clear_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = fails_with(Command::new(BIN).args(["record", "-p", "999999", "--duration", "1s", "-o"]).arg(dir.path().join("x")));
+    let e = fails_with(
+        Command::new(BIN)
+            .args(["record", "-p", "999999", "--duration", "1s", "-o"])
+            .arg(dir.path().join("x")),
+    );
     assert!(e.contains("pid 999999: no such process"), "{e}");
 }
 
@@ -106,6 +167,10 @@ fn dump_of_garbage_or_missing_file_is_one_clear_line() {
     std::fs::write(&junk, b"\x00garbage that is not a recording").expect("write");
     let e = fails_with(Command::new(BIN).arg("dump").arg(&junk));
     assert!(e.contains("not a tokenscope recording"), "{e}");
-    let e = fails_with(Command::new(BIN).arg("dump").arg(dir.path().join("missing.tsrec")));
+    let e = fails_with(
+        Command::new(BIN)
+            .arg("dump")
+            .arg(dir.path().join("missing.tsrec")),
+    );
     assert!(e.contains("No such file"), "{e}");
 }

@@ -25,17 +25,23 @@ fn loopback_connection_bytes_and_handshakes() {
         let (mut conn, peer) = listener.accept().expect("accept");
         let mut buf = vec![0u8; UP];
         conn.read_exact(&mut buf).expect("read the client's bytes");
-        conn.write_all(&vec![b'z'; DOWN]).expect("write the response bytes");
+        conn.write_all(&vec![b'z'; DOWN])
+            .expect("write the response bytes");
         conn.shutdown(std::net::Shutdown::Write).expect("shutdown");
         let mut rest = Vec::new();
-        conn.read_to_end(&mut rest).expect("wait for the client to close");
+        conn.read_to_end(&mut rest)
+            .expect("wait for the client to close");
         peer.port()
     });
     let script = format!(
         "import socket\ns=socket.create_connection(('127.0.0.1',{server_port}))\ns.sendall(b'a'*{UP})\n\
 got=0\nwhile True:\n  d=s.recv(65536)\n  if not d: break\n  got+=len(d)\nassert got=={DOWN}, got\ns.close()\n"
     );
-    let client = Command::new("python3").arg("-c").arg(script).spawn().expect("run python3 client");
+    let client = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .spawn()
+        .expect("run python3 client");
     let client_pid = client.id();
     let out = client.wait_with_output().expect("client");
     assert!(out.status.success(), "python client failed");
@@ -44,32 +50,78 @@ got=0\nwhile True:\n  d=s.recv(65536)\n  if not d: break\n  got+=len(d)\nassert 
     let stderr = rec.stop();
 
     let (header, events) = read_recording(&path);
-    assert!(header.complete, "recording must be sealed; stderr: {stderr}");
+    assert!(
+        header.complete,
+        "recording must be sealed; stderr: {stderr}"
+    );
     let me = std::process::id();
 
-    assert_eq!(io_bytes(&events, client_pid, Direction::Send, client_port), UP as u64, "client send total");
-    assert_eq!(io_bytes(&events, me, Direction::Recv, server_port), UP as u64, "server receive total");
-    assert_eq!(io_bytes(&events, me, Direction::Send, server_port), DOWN as u64, "server send total");
-    assert_eq!(io_bytes(&events, client_pid, Direction::Recv, client_port), DOWN as u64, "client receive total");
+    assert_eq!(
+        io_bytes(&events, client_pid, Direction::Send, client_port),
+        UP as u64,
+        "client send total"
+    );
+    assert_eq!(
+        io_bytes(&events, me, Direction::Recv, server_port),
+        UP as u64,
+        "server receive total"
+    );
+    assert_eq!(
+        io_bytes(&events, me, Direction::Send, server_port),
+        DOWN as u64,
+        "server send total"
+    );
+    assert_eq!(
+        io_bytes(&events, client_pid, Direction::Recv, client_port),
+        DOWN as u64,
+        "client receive total"
+    );
 
     let connect = events.iter().any(|e| match &e.body {
         Some(Body::State(s)) => {
-            e.pid == client_pid && s.new().label() == "SYN_SENT" && s.sock.as_ref().is_some_and(|k| k.dport == u32::from(server_port))
+            e.pid == client_pid
+                && s.new().label() == "SYN_SENT"
+                && s.sock
+                    .as_ref()
+                    .is_some_and(|k| k.dport == u32::from(server_port))
         }
         _ => false,
     });
-    assert!(connect, "the client's connect (CLOSE -> SYN_SENT) with its pid");
+    assert!(
+        connect,
+        "the client's connect (CLOSE -> SYN_SENT) with its pid"
+    );
     let client_side = transitions(&events, client_port, server_port);
-    assert!(client_side.iter().any(|(o, n, _)| o == "SYN_SENT" && n == "ESTABLISHED"), "client handshake: {client_side:?}");
+    assert!(
+        client_side
+            .iter()
+            .any(|(o, n, _)| o == "SYN_SENT" && n == "ESTABLISHED"),
+        "client handshake: {client_side:?}"
+    );
     let server_side = transitions(&events, server_port, client_port);
-    assert!(server_side.iter().any(|(o, n, _)| o == "SYN_RECV" && n == "ESTABLISHED"), "server handshake: {server_side:?}");
-    assert!(server_side.iter().any(|(_, n, _)| n == "CLOSE") || client_side.iter().any(|(_, n, _)| n == "CLOSE"), "close seen");
+    assert!(
+        server_side
+            .iter()
+            .any(|(o, n, _)| o == "SYN_RECV" && n == "ESTABLISHED"),
+        "server handshake: {server_side:?}"
+    );
+    assert!(
+        server_side.iter().any(|(_, n, _)| n == "CLOSE")
+            || client_side.iter().any(|(_, n, _)| n == "CLOSE"),
+        "close seen"
+    );
 
     let accepted = events.iter().any(|e| match &e.body {
         Some(Body::Accept(a)) => {
-            e.pid == me && a.sock.as_ref().is_some_and(|k| k.sport == u32::from(server_port) && k.dport == u32::from(client_port))
+            e.pid == me
+                && a.sock.as_ref().is_some_and(|k| {
+                    k.sport == u32::from(server_port) && k.dport == u32::from(client_port)
+                })
         }
         _ => false,
     });
-    assert!(accepted, "the server's accept with this test's pid and the 4-tuple");
+    assert!(
+        accepted,
+        "the server's accept with this test's pid and the 4-tuple"
+    );
 }

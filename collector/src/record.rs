@@ -47,7 +47,10 @@ impl RecordObserver for () {
 }
 
 /// Records until stopped and returns the sealed file header.
-pub fn run(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<FileHeader, RecordSessionError> {
+pub fn run(
+    opts: &RecordOptions,
+    observer: &mut dyn RecordObserver,
+) -> Result<FileHeader, RecordSessionError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(RecordSessionError::Signal)?;
@@ -141,7 +144,10 @@ pub fn monotonic_ns() -> u64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid timespec out-pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -154,7 +160,11 @@ fn uname() -> (String, String) {
         return (String::new(), String::new());
     }
     let field = |f: &[libc::c_char]| {
-        let bytes: Vec<u8> = f.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     };
     (field(&u.nodename), field(&u.release))

@@ -148,7 +148,11 @@ mod tests {
 
     #[test]
     fn read_prefix_rejects_short_input() {
-        assert_eq!(read_prefix::<TsHeader>(&[0u8; HEADER_SIZE - 1]), None, "a 39-byte buffer holds no header");
+        assert_eq!(
+            read_prefix::<TsHeader>(&[0u8; HEADER_SIZE - 1]),
+            None,
+            "a 39-byte buffer holds no header"
+        );
         let mut b = [0u8; HEADER_SIZE];
         b[8] = EV_IO as u8;
         assert_eq!(record_kind(&b), Some(EV_IO), "kind sits at offset 8");

@@ -57,17 +57,25 @@ impl Recorder {
                 }
             }
         }
-        Recorder { child, path, stderr: rx }
+        Recorder {
+            child,
+            path,
+            stderr: rx,
+        }
     }
 
     /// Sends `signal`, waits for exit, and returns the rest of stderr.
     pub fn stop_with(mut self, signal: i32) -> String {
         // SAFETY: plain kill(2) on our own child.
         unsafe { libc::kill(self.child.id() as i32, signal) };
-        let status = wait_timeout(&mut self.child, Duration::from_secs(60)).expect("tokenscope record did not exit after the signal");
+        let status = wait_timeout(&mut self.child, Duration::from_secs(60))
+            .expect("tokenscope record did not exit after the signal");
         let rest: Vec<String> = self.stderr.try_iter().collect();
         let rest = rest.join("\n");
-        assert!(status.success(), "tokenscope record exited with {status}; stderr: {rest}");
+        assert!(
+            status.success(),
+            "tokenscope record exited with {status}; stderr: {rest}"
+        );
         rest
     }
 
@@ -92,33 +100,50 @@ pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::
 
 pub fn read_recording(path: &Path) -> (FileHeader, Vec<Event>) {
     let mut r = RecordReader::open(path).unwrap_or_else(|e| panic!("recording unreadable: {e}"));
-    let events = r.read_all().unwrap_or_else(|e| panic!("recording events unreadable: {e}"));
+    let events = r
+        .read_all()
+        .unwrap_or_else(|e| panic!("recording events unreadable: {e}"));
     (r.header, events)
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// Waits until something accepts connections on `port`.
 pub fn wait_for_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on port {port} after 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on port {port} after 20 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// Sum of I/O bytes in `dir` by `pid` on sockets whose local port is `local_port`.
 pub fn io_bytes(events: &[Event], pid: u32, dir: Direction, local_port: u16) -> u64 {
-    io_events(events, pid, dir, local_port).map(|(_, io_bytes)| io_bytes).sum()
+    io_events(events, pid, dir, local_port)
+        .map(|(_, io_bytes)| io_bytes)
+        .sum()
 }
 
-pub fn io_events(events: &[Event], pid: u32, dir: Direction, local_port: u16) -> impl Iterator<Item = (&Event, u64)> {
+pub fn io_events(
+    events: &[Event],
+    pid: u32,
+    dir: Direction,
+    local_port: u16,
+) -> impl Iterator<Item = (&Event, u64)> {
     events.iter().filter_map(move |e| {
         let io = e.io()?;
         let sock = io.sock.as_ref()?;
-        (e.pid == pid && io.dir() == dir && sock.sport == u32::from(local_port)).then_some((e, io.bytes))
+        (e.pid == pid && io.dir() == dir && sock.sport == u32::from(local_port))
+            .then_some((e, io.bytes))
     })
 }
 
@@ -127,9 +152,11 @@ pub fn transitions(events: &[Event], sport: u16, dport: u16) -> Vec<(String, Str
     events
         .iter()
         .filter_map(|e| match &e.body {
-            Some(Body::State(s)) if matches_ports(s.sock.as_ref()?, sport, dport) => {
-                Some((s.old().label().to_string(), s.new().label().to_string(), e.pid))
-            }
+            Some(Body::State(s)) if matches_ports(s.sock.as_ref()?, sport, dport) => Some((
+                s.old().label().to_string(),
+                s.new().label().to_string(),
+                e.pid,
+            )),
             _ => None,
         })
         .collect()
@@ -155,7 +182,18 @@ impl Nginx {
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
         let status = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+            ])
             .arg(&key)
             .arg("-out")
             .arg(&cert)
@@ -163,7 +201,10 @@ impl Nginx {
             .stderr(Stdio::null())
             .status()
             .expect("run openssl (installed by cargo xtask setup)");
-        assert!(status.success(), "openssl could not make a self-signed certificate");
+        assert!(
+            status.success(),
+            "openssl could not make a self-signed certificate"
+        );
         std::fs::create_dir_all(dir.join("logs")).expect("logs dir");
         let conf = format!(
             "worker_processes 1;\nerror_log {dir}/logs/error.log;\npid {dir}/nginx.pid;\n\
@@ -188,10 +229,19 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
             .stderr(Stdio::piped())
             .spawn()
             .expect("start nginx (installed by cargo xtask setup)");
-        let mut nginx = Nginx { child, dir: dir.to_path_buf(), http_port, https_port };
+        let mut nginx = Nginx {
+            child,
+            dir: dir.to_path_buf(),
+            http_port,
+            https_port,
+        };
         wait_for_port(http_port);
         wait_for_port(https_port);
-        assert!(nginx.child.try_wait().expect("try_wait").is_none(), "nginx exited: {}", nginx.error_log());
+        assert!(
+            nginx.child.try_wait().expect("try_wait").is_none(),
+            "nginx exited: {}",
+            nginx.error_log()
+        );
         nginx
     }
 
@@ -208,7 +258,14 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
             .filter(|pid| {
                 std::fs::read_to_string(format!("/proc/{pid}/stat"))
                     .ok()
-                    .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    .and_then(|s| {
+                        s.rsplit(')')
+                            .next()?
+                            .split_whitespace()
+                            .nth(1)?
+                            .parse::<u32>()
+                            .ok()
+                    })
                     == Some(master)
             })
             .collect()
@@ -234,17 +291,30 @@ impl Drop for Nginx {
 }
 
 fn nginx_binary() -> &'static str {
-    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or("nginx")
+    [
+        "/usr/sbin/nginx",
+        "/usr/local/sbin/nginx",
+        "/usr/local/nginx/sbin/nginx",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .unwrap_or("nginx")
 }
 
 /// Runs curl and returns (pid, stdout).
 pub fn curl(args: &[&str]) -> (u32, String) {
-    let child = Command::new("curl").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run curl");
+    let child = Command::new("curl")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run curl");
     let pid = child.id();
     let out = child.wait_with_output().expect("curl output");
-    assert!(out.status.success(), "curl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "curl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (pid, String::from_utf8_lossy(&out.stdout).into_owned())
 }

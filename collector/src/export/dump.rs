@@ -33,10 +33,17 @@ pub fn dump(path: &Path, limit: Option<u64>, out: &mut dyn Write) -> Result<u64,
         }
     }
     if shown < total {
-        writeln!(out, "# ... {} more events not shown (--limit {shown})", total - shown)?;
+        writeln!(
+            out,
+            "# ... {} more events not shown (--limit {shown})",
+            total - shown
+        )?;
     }
     match reader.cut_off_at {
-        Some(at) => writeln!(out, "# {total} events; the recording was cut off at byte {at} (it never completed)")?,
+        Some(at) => writeln!(
+            out,
+            "# {total} events; the recording was cut off at byte {at} (it never completed)"
+        )?,
         None => writeln!(out, "# {total} events")?,
     }
     Ok(total)
@@ -50,18 +57,35 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
         h.host,
         h.kernel,
         h.clock,
-        if h.complete { "complete" } else { "INCOMPLETE: counters are not final" }
+        if h.complete {
+            "complete"
+        } else {
+            "INCOMPLETE: counters are not final"
+        }
     )?;
     let secs = h.end_monotonic_ns.saturating_sub(h.start_monotonic_ns) as f64 / 1e9;
     if h.complete {
-        writeln!(out, "# duration {secs:.3}s, payload cap {} bytes per I/O", h.payload_cap)?;
+        writeln!(
+            out,
+            "# duration {secs:.3}s, payload cap {} bytes per I/O",
+            h.payload_cap
+        )?;
     }
-    writeln!(out, "# probes attached ({}): {}", h.probes.len(), h.probes.join(" "))?;
+    writeln!(
+        out,
+        "# probes attached ({}): {}",
+        h.probes.len(),
+        h.probes.join(" ")
+    )?;
     if !h.probes_skipped.is_empty() {
         writeln!(out, "# probes skipped: {}", h.probes_skipped.join("; "))?;
     }
     if !h.filter_pids.is_empty() || !h.filter_ports.is_empty() {
-        writeln!(out, "# filters: pids {:?} ports {:?}", h.filter_pids, h.filter_ports)?;
+        writeln!(
+            out,
+            "# filters: pids {:?} ports {:?}",
+            h.filter_pids, h.filter_ports
+        )?;
     }
     if let Some(c) = &h.counters {
         writeln!(
@@ -72,7 +96,11 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
             c.dropped,
             c.decode_errors,
             c.written,
-            if c.dropped > 0 { "  (WARNING: events were dropped; results built on them are incomplete)" } else { "" }
+            if c.dropped > 0 {
+                "  (WARNING: events were dropped; results built on them are incomplete)"
+            } else {
+                ""
+            }
         )?;
     }
     Ok(())
@@ -80,8 +108,16 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
 
 /// `time pid/comm src > dst kind details`
 pub fn event_line(ev: &Event) -> String {
-    let mut s = format!("{:>6}.{:09} ", ev.ts_ns / 1_000_000_000, ev.ts_ns % 1_000_000_000);
-    let who = if ev.pid == 0 { "-".to_string() } else { format!("{}/{}", ev.pid, ev.comm) };
+    let mut s = format!(
+        "{:>6}.{:09} ",
+        ev.ts_ns / 1_000_000_000,
+        ev.ts_ns % 1_000_000_000
+    );
+    let who = if ev.pid == 0 {
+        "-".to_string()
+    } else {
+        format!("{}/{}", ev.pid, ev.comm)
+    };
     let _ = write!(s, "{who:<22} ");
     if let Some(sock) = ev.sock() {
         let _ = write!(s, "{} ", tuple(sock));
@@ -94,7 +130,13 @@ pub fn event_line(ev: &Event) -> String {
             let _ = write!(s, "accept fd {}", a.fd);
         }
         Some(Body::Retransmit(r)) => {
-            let _ = write!(s, "retransmit in {}", TcpState::try_from(r.state).unwrap_or(TcpState::Unknown).label());
+            let _ = write!(
+                s,
+                "retransmit in {}",
+                TcpState::try_from(r.state)
+                    .unwrap_or(TcpState::Unknown)
+                    .label()
+            );
         }
         Some(Body::Io(io)) => {
             let dir = match io.dir() {
@@ -102,7 +144,11 @@ pub fn event_line(ev: &Event) -> String {
                 Direction::Recv => "recv",
                 Direction::Unknown => "io?",
             };
-            let sys = if io.syscall() == Syscall::None { "(no syscall)" } else { io.syscall().label() };
+            let sys = if io.syscall() == Syscall::None {
+                "(no syscall)"
+            } else {
+                io.syscall().label()
+            };
             let _ = write!(s, "{dir} {sys} fd {} {} B", io.fd, io.bytes);
             if io.payload_fault {
                 s.push_str(" [payload unreadable]");
@@ -124,9 +170,21 @@ fn tuple(sock: &Sock) -> String {
 fn sniff_text(kind: &sniff::Kind) -> String {
     match kind {
         sniff::Kind::HttpRequest(h) => {
-            format!("http {} {}{} {}{}", h.method, h.path, if h.has_query { "?…" } else { "" }, h.version, headers_text(&h.headers))
+            format!(
+                "http {} {}{} {}{}",
+                h.method,
+                h.path,
+                if h.has_query { "?…" } else { "" },
+                h.version,
+                headers_text(&h.headers)
+            )
         }
-        sniff::Kind::HttpResponse(h) => format!("http {} {}{}", h.version, h.status, headers_text(&h.headers)),
+        sniff::Kind::HttpResponse(h) => format!(
+            "http {} {}{}",
+            h.version,
+            h.status,
+            headers_text(&h.headers)
+        ),
         sniff::Kind::Tls(t) => {
             let recs: Vec<String> = t
                 .records

@@ -4,7 +4,9 @@
 
 use probe_ebpf::abi::{self, read_prefix, TsHeader, TsSock};
 
-use super::model::{event::Body, Accept, Direction, Event, Retransmit, Sock, SockIo, StateChange, Syscall, TcpState};
+use super::model::{
+    event::Body, Accept, Direction, Event, Retransmit, Sock, SockIo, StateChange, Syscall, TcpState,
+};
 use crate::protocol;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -14,7 +16,11 @@ pub enum DecodeError {
     #[error("unknown event kind {0}")]
     UnknownKind(u32),
     #[error("event kind {kind}: expected {expected} bytes, got {got}")]
-    Length { kind: u32, expected: usize, got: usize },
+    Length {
+        kind: u32,
+        expected: usize,
+        got: usize,
+    },
     #[error("socket I/O claims {claimed} payload bytes; the probe copies at most {max}")]
     PayloadTooLong { claimed: usize, max: usize },
 }
@@ -26,24 +32,38 @@ pub fn decode(raw: &[u8]) -> Result<Event, DecodeError> {
         if raw.len() == expected {
             Ok(())
         } else {
-            Err(DecodeError::Length { kind: hdr.kind, expected, got: raw.len() })
+            Err(DecodeError::Length {
+                kind: hdr.kind,
+                expected,
+                got: raw.len(),
+            })
         }
     };
     let body = match hdr.kind {
         abi::EV_STATE => {
             exact(abi::STATE_EVENT_SIZE)?;
             let e: abi::TsStateEvent = read_prefix(raw).expect("length checked");
-            Body::State(StateChange { sock: Some(sock(&e.sock)), old: state(e.oldstate), new: state(e.newstate) })
+            Body::State(StateChange {
+                sock: Some(sock(&e.sock)),
+                old: state(e.oldstate),
+                new: state(e.newstate),
+            })
         }
         abi::EV_ACCEPT => {
             exact(abi::STATE_EVENT_SIZE)?;
             let e: abi::TsAcceptEvent = read_prefix(raw).expect("length checked");
-            Body::Accept(Accept { sock: Some(sock(&e.sock)), fd: e.fd })
+            Body::Accept(Accept {
+                sock: Some(sock(&e.sock)),
+                fd: e.fd,
+            })
         }
         abi::EV_RETRANSMIT => {
             exact(abi::STATE_EVENT_SIZE)?;
             let e: abi::TsRetransmitEvent = read_prefix(raw).expect("length checked");
-            Body::Retransmit(Retransmit { sock: Some(sock(&e.sock)), state: state(e.state) })
+            Body::Retransmit(Retransmit {
+                sock: Some(sock(&e.sock)),
+                state: state(e.state),
+            })
         }
         abi::EV_IO => Body::Io(io(raw)?),
         other => return Err(DecodeError::UnknownKind(other)),
@@ -66,12 +86,19 @@ fn io(raw: &[u8]) -> Result<SockIo, DecodeError> {
     })?;
     let len = e.payload_len as usize;
     if len > abi::PAYLOAD_MAX {
-        return Err(DecodeError::PayloadTooLong { claimed: len, max: abi::PAYLOAD_MAX });
+        return Err(DecodeError::PayloadTooLong {
+            claimed: len,
+            max: abi::PAYLOAD_MAX,
+        });
     }
     // The kernel submits the head plus exactly payload_len bytes; the ring buffer may pad to 8.
     let expected = abi::IO_EVENT_HEAD_SIZE + len;
     if raw.len() < expected || raw.len() > expected.next_multiple_of(8) {
-        return Err(DecodeError::Length { kind: abi::EV_IO, expected, got: raw.len() });
+        return Err(DecodeError::Length {
+            kind: abi::EV_IO,
+            expected,
+            got: raw.len(),
+        });
     }
     let payload = &raw[abi::IO_EVENT_HEAD_SIZE..expected];
     let dir = match e.dir {
@@ -97,7 +124,13 @@ fn sock(s: &TsSock) -> Sock {
     } else {
         (s.saddr.to_vec(), s.daddr.to_vec())
     };
-    Sock { skaddr: s.skaddr, saddr, sport: u32::from(s.sport), daddr, dport: u32::from(s.dport) }
+    Sock {
+        skaddr: s.skaddr,
+        saddr,
+        sport: u32::from(s.sport),
+        daddr,
+        dport: u32::from(s.dport),
+    }
 }
 
 fn state(raw: i32) -> i32 {
@@ -116,17 +149,33 @@ mod tests {
 
     fn as_bytes<T: abi::Plain>(v: &T) -> Vec<u8> {
         // SAFETY: Plain types are repr(C) integers with explicit padding.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }.to_vec()
+        unsafe {
+            std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>())
+        }
+        .to_vec()
     }
 
     fn header(kind: u32) -> TsHeader {
         let mut comm = [0u8; 16];
         comm[..4].copy_from_slice(b"curl");
-        TsHeader { ts_ns: 1_000, kind, pid: 7, tid: 8, cpu: 1, comm }
+        TsHeader {
+            ts_ns: 1_000,
+            kind,
+            pid: 7,
+            tid: 8,
+            cpu: 1,
+            comm,
+        }
     }
 
     fn tcp_sock() -> TsSock {
-        let mut s = TsSock { skaddr: 0xffff_0001, family: abi::AF_INET, sport: 40000, dport: 8080, ..Default::default() };
+        let mut s = TsSock {
+            skaddr: 0xffff_0001,
+            family: abi::AF_INET,
+            sport: 40000,
+            dport: 8080,
+            ..Default::default()
+        };
         s.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
         s.daddr[..4].copy_from_slice(&[127, 0, 0, 2]);
         s
@@ -151,11 +200,21 @@ mod tests {
 
     #[test]
     fn state_event_round_trip() {
-        let e = abi::TsStateEvent { hdr: header(abi::EV_STATE), sock: tcp_sock(), oldstate: 2, newstate: 1 };
+        let e = abi::TsStateEvent {
+            hdr: header(abi::EV_STATE),
+            sock: tcp_sock(),
+            oldstate: 2,
+            newstate: 1,
+        };
         let ev = decode(&as_bytes(&e)).expect("valid state event");
         assert_eq!((ev.pid, ev.comm.as_str(), ev.ts_ns), (7, "curl", 1_000));
-        let Some(Body::State(s)) = ev.body else { panic!("expected a state change") };
-        assert_eq!((s.old(), s.new()), (TcpState::SynSent, TcpState::Established));
+        let Some(Body::State(s)) = ev.body else {
+            panic!("expected a state change")
+        };
+        assert_eq!(
+            (s.old(), s.new()),
+            (TcpState::SynSent, TcpState::Established)
+        );
         let sock = s.sock.expect("sock");
         assert_eq!(sock.src().to_string(), "127.0.0.1:40000");
         assert_eq!(sock.dst().to_string(), "127.0.0.2:8080");
@@ -163,15 +222,22 @@ mod tests {
 
     #[test]
     fn io_event_sniffs_and_drops_payload() {
-        let raw = io_record(b"GET /health HTTP/1.1\r\nAuthorization: Bearer hunter2\r\n\r\n");
-        let ev = decode(&raw).expect("valid io event");
+        let payload = b"GET /health HTTP/1.1\r\nAuthorization: Bearer hunter2\r\n\r\n";
+        let ev = decode(&io_record(payload)).expect("valid io event");
         let io = ev.io().expect("io body");
-        assert_eq!((io.bytes, io.captured, io.syscall()), (1000, 56, Syscall::Sendto));
-        let Some(sniff::Kind::HttpRequest(h)) = io.sniff.as_ref().and_then(|s| s.kind.clone()) else {
+        assert_eq!(
+            (io.bytes, io.captured, io.syscall()),
+            (1000, payload.len() as u32, Syscall::Sendto)
+        );
+        let Some(sniff::Kind::HttpRequest(h)) = io.sniff.as_ref().and_then(|s| s.kind.clone())
+        else {
             panic!("expected an HTTP request head")
         };
         assert_eq!(h.path, "/health");
-        assert!(!format!("{ev:?}").contains("hunter2"), "the Authorization value must not survive decoding");
+        assert!(
+            !format!("{ev:?}").contains("hunter2"),
+            "the Authorization value must not survive decoding"
+        );
     }
 
     #[test]
@@ -180,14 +246,26 @@ mod tests {
         let mut unknown = as_bytes(&header(99));
         unknown.resize(96, 0);
         assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind(99)));
-        let state = abi::TsStateEvent { hdr: header(abi::EV_STATE), ..Default::default() };
+        let state = abi::TsStateEvent {
+            hdr: header(abi::EV_STATE),
+            ..Default::default()
+        };
         let raw = as_bytes(&state);
-        assert!(matches!(decode(&raw[..90]), Err(DecodeError::Length { .. })), "truncated state event");
+        assert!(
+            matches!(decode(&raw[..90]), Err(DecodeError::Length { .. })),
+            "truncated state event"
+        );
         let io = io_record(b"abcdef");
-        assert!(matches!(decode(&io[..io.len() - 3]), Err(DecodeError::Length { .. })), "payload cut short");
+        assert!(
+            matches!(decode(&io[..io.len() - 3]), Err(DecodeError::Length { .. })),
+            "payload cut short"
+        );
         let mut lying = io_record(b"");
         lying[112..116].copy_from_slice(&4096u32.to_ne_bytes());
-        assert!(matches!(decode(&lying), Err(DecodeError::PayloadTooLong { .. })));
+        assert!(matches!(
+            decode(&lying),
+            Err(DecodeError::PayloadTooLong { .. })
+        ));
         // Every prefix of a valid record decodes or errs, never panics.
         for n in 0..io.len() {
             let _ = decode(&io[..n]);

@@ -281,7 +281,8 @@ fn socket_addr(addr: &[u8], port: u32) -> std::net::SocketAddr {
         4 => std::net::IpAddr::from(<[u8; 4]>::try_from(addr).expect("length checked")),
         16 => {
             let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(addr).expect("length checked"));
-            v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4)
+            v6.to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4)
         }
         _ => std::net::IpAddr::from([0, 0, 0, 0]),
     };

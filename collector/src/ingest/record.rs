@@ -94,12 +94,18 @@ pub enum RecordError {
     Io { path: PathBuf, source: io::Error },
     #[error("{0}: not a tokenscope recording (bad magic)")]
     NotARecording(PathBuf),
-    #[error("{path}: recording format {found} is newer than this tokenscope reads ({FORMAT_VERSION})")]
+    #[error(
+        "{path}: recording format {found} is newer than this tokenscope reads ({FORMAT_VERSION})"
+    )]
     UnsupportedVersion { path: PathBuf, found: u32 },
     #[error("{path}: corrupt header: {reason}")]
     CorruptHeader { path: PathBuf, reason: String },
     #[error("{path}: corrupt frame at byte {offset}: {reason}")]
-    CorruptFrame { path: PathBuf, offset: u64, reason: String },
+    CorruptFrame {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     #[error("{path}: truncated at byte {offset}, but its header says the recording completed")]
     Truncated { path: PathBuf, offset: u64 },
 }
@@ -115,11 +121,20 @@ pub struct RecordWriter {
 
 impl RecordWriter {
     pub fn create(path: &Path, mut header: FileHeader) -> Result<Self, RecordError> {
-        let io_err = |source| RecordError::Io { path: path.to_path_buf(), source };
+        let io_err = |source| RecordError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = File::create(path).map_err(io_err)?;
         header.format_version = FORMAT_VERSION;
         header.complete = false;
-        let mut w = RecordWriter { path: path.to_path_buf(), out: BufWriter::new(file), header, pending: Vec::new(), written: 0 };
+        let mut w = RecordWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+            header,
+            pending: Vec::new(),
+            written: 0,
+        };
         w.write_header()?;
         Ok(w)
     }
@@ -135,7 +150,9 @@ impl RecordWriter {
     /// Writes pending events as one frame and flushes it to the file.
     pub fn flush(&mut self) -> Result<(), RecordError> {
         if !self.pending.is_empty() {
-            let batch = EventBatch { events: std::mem::take(&mut self.pending) };
+            let batch = EventBatch {
+                events: std::mem::take(&mut self.pending),
+            };
             self.written += batch.events.len() as u64;
             let buf = batch.encode_length_delimited_to_vec();
             self.out.write_all(&buf).map_err(|e| self.io(e))?;
@@ -144,7 +161,10 @@ impl RecordWriter {
     }
 
     /// Rewrites the header in place (e.g. once the attached probes are known).
-    pub fn update_header(&mut self, update: impl FnOnce(&mut FileHeader)) -> Result<(), RecordError> {
+    pub fn update_header(
+        &mut self,
+        update: impl FnOnce(&mut FileHeader),
+    ) -> Result<(), RecordError> {
         update(&mut self.header);
         self.header.complete = false;
         self.write_header()
@@ -155,7 +175,11 @@ impl RecordWriter {
     }
 
     /// Writes what is pending, then rewrites the header with the final counters.
-    pub fn finish(mut self, mut counters: Counters, end_monotonic_ns: u64) -> Result<FileHeader, RecordError> {
+    pub fn finish(
+        mut self,
+        mut counters: Counters,
+        end_monotonic_ns: u64,
+    ) -> Result<FileHeader, RecordError> {
         self.flush()?;
         counters.written = self.written;
         self.header.counters = Some(counters);
@@ -172,7 +196,10 @@ impl RecordWriter {
         if body.len() > room {
             return Err(RecordError::CorruptHeader {
                 path: self.path.clone(),
-                reason: format!("header of {} bytes does not fit its {room}-byte region", body.len()),
+                reason: format!(
+                    "header of {} bytes does not fit its {room}-byte region",
+                    body.len()
+                ),
             });
         }
         let mut region = Vec::with_capacity(HEADER_REGION as usize);
@@ -194,7 +221,10 @@ impl RecordWriter {
     }
 
     fn io(&self, source: io::Error) -> RecordError {
-        RecordError::Io { path: self.path.clone(), source }
+        RecordError::Io {
+            path: self.path.clone(),
+            source,
+        }
     }
 }
 
@@ -211,7 +241,10 @@ pub struct RecordReader {
 
 impl RecordReader {
     pub fn open(path: &Path) -> Result<Self, RecordError> {
-        let io_err = |source| RecordError::Io { path: path.to_path_buf(), source };
+        let io_err = |source| RecordError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
         let mut input = BufReader::new(file);
@@ -220,20 +253,37 @@ impl RecordReader {
         if got < MAGIC.len() || &region[..MAGIC.len()] != MAGIC {
             return Err(RecordError::NotARecording(path.to_path_buf()));
         }
-        let corrupt = |reason: String| RecordError::CorruptHeader { path: path.to_path_buf(), reason };
+        let corrupt = |reason: String| RecordError::CorruptHeader {
+            path: path.to_path_buf(),
+            reason,
+        };
         if got < HEADER_REGION as usize {
-            return Err(corrupt(format!("file ends at byte {got}, inside the {HEADER_REGION}-byte header region")));
+            return Err(corrupt(format!(
+                "file ends at byte {got}, inside the {HEADER_REGION}-byte header region"
+            )));
         }
         let hlen = u32::from_le_bytes(region[8..12].try_into().expect("4 bytes")) as usize;
-        let body = region.get(12..12 + hlen).ok_or_else(|| corrupt(format!("header length {hlen} overruns its region")))?;
+        let body = region
+            .get(12..12 + hlen)
+            .ok_or_else(|| corrupt(format!("header length {hlen} overruns its region")))?;
         let header = FileHeader::decode(body).map_err(|e| corrupt(e.to_string()))?;
         if header.format_version > FORMAT_VERSION {
-            return Err(RecordError::UnsupportedVersion { path: path.to_path_buf(), found: header.format_version });
+            return Err(RecordError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: header.format_version,
+            });
         }
         if header.format_version == 0 {
             return Err(corrupt("format version 0".into()));
         }
-        Ok(RecordReader { path: path.to_path_buf(), input, offset: HEADER_REGION, len, header, cut_off_at: None })
+        Ok(RecordReader {
+            path: path.to_path_buf(),
+            input,
+            offset: HEADER_REGION,
+            len,
+            header,
+            cut_off_at: None,
+        })
     }
 
     /// The next batch of events, `Ok(None)` at the end.
@@ -248,19 +298,35 @@ impl RecordReader {
                 v
             }
             Err(VarintError::Eof) => return self.cut_off(start),
-            Err(VarintError::Overlong) => return Err(self.corrupt(start, "frame length is not a valid varint".into())),
-            Err(VarintError::Io(e)) => return Err(RecordError::Io { path: self.path.clone(), source: e }),
+            Err(VarintError::Overlong) => {
+                return Err(self.corrupt(start, "frame length is not a valid varint".into()))
+            }
+            Err(VarintError::Io(e)) => {
+                return Err(RecordError::Io {
+                    path: self.path.clone(),
+                    source: e,
+                })
+            }
         };
         if frame_len > MAX_FRAME {
-            return Err(self.corrupt(start, format!("frame length {frame_len} exceeds {MAX_FRAME}")));
+            return Err(self.corrupt(
+                start,
+                format!("frame length {frame_len} exceeds {MAX_FRAME}"),
+            ));
         }
         if self.offset + frame_len > self.len {
             return self.cut_off(start);
         }
         let mut buf = vec![0u8; frame_len as usize];
-        self.input.read_exact(&mut buf).map_err(|e| RecordError::Io { path: self.path.clone(), source: e })?;
+        self.input
+            .read_exact(&mut buf)
+            .map_err(|e| RecordError::Io {
+                path: self.path.clone(),
+                source: e,
+            })?;
         self.offset += frame_len;
-        let batch = EventBatch::decode(buf.as_slice()).map_err(|e| self.corrupt(start, e.to_string()))?;
+        let batch =
+            EventBatch::decode(buf.as_slice()).map_err(|e| self.corrupt(start, e.to_string()))?;
         Ok(Some(batch.events))
     }
 
@@ -275,7 +341,10 @@ impl RecordReader {
 
     fn cut_off(&mut self, at: u64) -> Result<Option<Vec<Event>>, RecordError> {
         if self.header.complete {
-            return Err(RecordError::Truncated { path: self.path.clone(), offset: at });
+            return Err(RecordError::Truncated {
+                path: self.path.clone(),
+                offset: at,
+            });
         }
         self.cut_off_at = Some(at);
         self.offset = self.len;
@@ -283,7 +352,11 @@ impl RecordReader {
     }
 
     fn corrupt(&self, offset: u64, reason: String) -> RecordError {
-        RecordError::CorruptFrame { path: self.path.clone(), offset, reason }
+        RecordError::CorruptFrame {
+            path: self.path.clone(),
+            offset,
+            reason,
+        }
     }
 }
 
@@ -334,7 +407,13 @@ mod tests {
             cpu: 0,
             comm: "curl".into(),
             body: Some(Body::State(StateChange {
-                sock: Some(Sock { skaddr: i, saddr: vec![127, 0, 0, 1], sport: 1, daddr: vec![127, 0, 0, 1], dport: 2 }),
+                sock: Some(Sock {
+                    skaddr: i,
+                    saddr: vec![127, 0, 0, 1],
+                    sport: 1,
+                    daddr: vec![127, 0, 0, 1],
+                    dport: 2,
+                }),
                 old: TcpState::SynSent as i32,
                 new: TcpState::Established as i32,
             })),
@@ -342,7 +421,12 @@ mod tests {
     }
 
     fn header() -> FileHeader {
-        FileHeader { clock: "MONOTONIC".into(), host: "h".into(), probes: vec!["sock:inet_sock_set_state".into()], ..Default::default() }
+        FileHeader {
+            clock: "MONOTONIC".into(),
+            host: "h".into(),
+            probes: vec!["sock:inet_sock_set_state".into()],
+            ..Default::default()
+        }
     }
 
     fn write(path: &Path, n: u64, finish: bool) -> Vec<Event> {
@@ -352,7 +436,12 @@ mod tests {
             w.push(e.clone()).expect("push");
         }
         if finish {
-            let c = Counters { submitted: n + 5, dropped: 5, delivered: n, ..Default::default() };
+            let c = Counters {
+                submitted: n + 5,
+                dropped: 5,
+                delivered: n,
+                ..Default::default()
+            };
             w.finish(c, 99).expect("finish");
         } else {
             w.flush().expect("flush");
@@ -368,9 +457,16 @@ mod tests {
         let mut r = RecordReader::open(&path).expect("open");
         assert!(r.header.complete, "a finished recording says so");
         let c = r.header.counters.expect("counters");
-        assert_eq!((c.submitted, c.dropped, c.delivered, c.written), (2505, 5, 2500, 2500));
+        assert_eq!(
+            (c.submitted, c.dropped, c.delivered, c.written),
+            (2505, 5, 2500, 2500)
+        );
         assert_eq!(r.header.end_monotonic_ns, 99);
-        assert_eq!(r.read_all().expect("read"), events, "events come back exactly, in order");
+        assert_eq!(
+            r.read_all().expect("read"),
+            events,
+            "events come back exactly, in order"
+        );
         assert_eq!(r.cut_off_at, None);
     }
 
@@ -380,11 +476,18 @@ mod tests {
         let path = dir.path().join("r.tsrec");
         write(&path, 2048, false); // two frames of 1024
         let len = std::fs::metadata(&path).expect("meta").len();
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
         f.set_len(len - 10).expect("truncate into the second frame");
         let mut r = RecordReader::open(&path).expect("open");
         assert!(!r.header.complete);
-        assert_eq!(r.read_all().expect("a cut-off tail is not an error").len(), 1024, "first frame survives");
+        assert_eq!(
+            r.read_all().expect("a cut-off tail is not an error").len(),
+            1024,
+            "first frame survives"
+        );
         assert!(r.cut_off_at.is_some(), "the cut is reported");
     }
 
@@ -394,8 +497,16 @@ mod tests {
         let path = dir.path().join("r.tsrec");
         write(&path, 10, true);
         let len = std::fs::metadata(&path).expect("meta").len();
-        std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 1).expect("truncate");
-        let err = RecordReader::open(&path).expect("header is intact").read_all().expect_err("must fail");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_len(len - 1)
+            .expect("truncate");
+        let err = RecordReader::open(&path)
+            .expect("header is intact")
+            .read_all()
+            .expect_err("must fail");
         assert!(matches!(err, RecordError::Truncated { .. }), "got {err}");
     }
 
@@ -404,9 +515,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("x");
         std::fs::write(&path, b"hello world").expect("write");
-        assert!(matches!(RecordReader::open(&path), Err(RecordError::NotARecording(_))));
+        assert!(matches!(
+            RecordReader::open(&path),
+            Err(RecordError::NotARecording(_))
+        ));
         std::fs::write(&path, MAGIC).expect("write");
-        assert!(matches!(RecordReader::open(&path), Err(RecordError::CorruptHeader { .. })));
+        assert!(matches!(
+            RecordReader::open(&path),
+            Err(RecordError::CorruptHeader { .. })
+        ));
 
         write(&path, 3, true);
         let mut bytes = std::fs::read(&path).expect("read");
@@ -415,14 +532,20 @@ mod tests {
             *b = 0xff;
         }
         std::fs::write(&path, &bytes).expect("write");
-        let err = RecordReader::open(&path).expect("header ok").read_all().expect_err("garbage frame");
+        let err = RecordReader::open(&path)
+            .expect("header ok")
+            .read_all()
+            .expect_err("garbage frame");
         assert!(matches!(err, RecordError::CorruptFrame { .. }), "got {err}");
 
         let mut bytes = std::fs::read(&path).expect("read");
         bytes[12] ^= 0xff; // header body
         bytes[8..12].copy_from_slice(&5000u32.to_le_bytes());
         std::fs::write(&path, &bytes).expect("write");
-        assert!(matches!(RecordReader::open(&path), Err(RecordError::CorruptHeader { .. })));
+        assert!(matches!(
+            RecordReader::open(&path),
+            Err(RecordError::CorruptHeader { .. })
+        ));
     }
 
     #[test]
@@ -438,7 +561,8 @@ mod tests {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
-                let at = HEADER_REGION as usize + (seed as usize % (bytes.len() - HEADER_REGION as usize));
+                let at = HEADER_REGION as usize
+                    + (seed as usize % (bytes.len() - HEADER_REGION as usize));
                 bytes[at] = (seed >> 32) as u8;
             }
             std::fs::write(&path, &bytes).expect("write");

@@ -32,7 +32,11 @@ pub struct ProbeConfig {
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        ProbeConfig { pids: Vec::new(), ports: Vec::new(), ring_bytes: DEFAULT_RING_BYTES }
+        ProbeConfig {
+            pids: Vec::new(),
+            ports: Vec::new(),
+            ring_bytes: DEFAULT_RING_BYTES,
+        }
     }
 }
 
@@ -78,7 +82,10 @@ impl Probes {
             return Err(ProbeError::BadRingSize(cfg.ring_bytes));
         }
         if cfg.ports.len() > abi::MAX_FILTER_PORTS {
-            return Err(ProbeError::TooManyPorts { max: abi::MAX_FILTER_PORTS, got: cfg.ports.len() });
+            return Err(ProbeError::TooManyPorts {
+                max: abi::MAX_FILTER_PORTS,
+                got: cfg.ports.len(),
+            });
         }
         let mut ports = [0u16; abi::MAX_FILTER_PORTS];
         ports[..cfg.ports.len()].copy_from_slice(&cfg.ports);
@@ -97,10 +104,15 @@ impl Probes {
             .map_err(|e| ProbeError::Load(error_chain(&e)))?;
 
         if !cfg.pids.is_empty() {
-            let map = ebpf.map_mut(probe_ebpf::MAP_PID_FILTER).ok_or_else(|| missing_map(probe_ebpf::MAP_PID_FILTER))?;
-            let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+            let map = ebpf
+                .map_mut(probe_ebpf::MAP_PID_FILTER)
+                .ok_or_else(|| missing_map(probe_ebpf::MAP_PID_FILTER))?;
+            let mut filter: BpfHashMap<_, u32, u8> =
+                BpfHashMap::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
             for pid in &cfg.pids {
-                filter.insert(pid, 1, 0).map_err(|e| ProbeError::Load(format!("pid filter: {e}")))?;
+                filter
+                    .insert(pid, 1, 0)
+                    .map_err(|e| ProbeError::Load(format!("pid filter: {e}")))?;
             }
         }
 
@@ -109,10 +121,18 @@ impl Probes {
         let mut skipped = Vec::new();
         for t in TRACEPOINTS {
             let label = format!("{}:{}", t.category, t.name);
-            if !tracefs.join("events").join(t.category).join(t.name).exists() {
+            if !tracefs
+                .join("events")
+                .join(t.category)
+                .join(t.name)
+                .exists()
+            {
                 let reason = "tracepoint not in this kernel";
                 if t.required {
-                    return Err(ProbeError::Attach { probe: label, reason: reason.into() });
+                    return Err(ProbeError::Attach {
+                        probe: label,
+                        reason: reason.into(),
+                    });
                 }
                 skipped.push(format!("{label}: {reason}"));
                 continue;
@@ -123,21 +143,44 @@ impl Probes {
                     attached.push(label);
                 }
                 Err(reason) if !t.required => skipped.push(format!("{label}: {reason}")),
-                Err(reason) => return Err(ProbeError::Attach { probe: label, reason }),
+                Err(reason) => {
+                    return Err(ProbeError::Attach {
+                        probe: label,
+                        reason,
+                    })
+                }
             }
         }
 
-        let map = ebpf.take_map(probe_ebpf::MAP_EVENTS).ok_or_else(|| missing_map(probe_ebpf::MAP_EVENTS))?;
+        let map = ebpf
+            .take_map(probe_ebpf::MAP_EVENTS)
+            .ok_or_else(|| missing_map(probe_ebpf::MAP_EVENTS))?;
         let ring = RingBuf::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
-        Ok(Probes { ebpf, ring, links, attached, skipped })
+        Ok(Probes {
+            ebpf,
+            ring,
+            links,
+            attached,
+            skipped,
+        })
     }
 
     /// Waits until the kernel signals pending data or `timeout` passes. The probes
     /// wake user space only every 64 KiB, so callers drain on a timer as well.
     pub fn wait(&self, timeout: Duration) {
-        let mut pfd = libc::pollfd { fd: self.ring.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd; EINTR (a signal) just returns early.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        unsafe {
+            libc::poll(
+                &mut pfd,
+                1,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
     }
 
     /// Hands every pending record to `f`; returns how many there were.
@@ -157,7 +200,11 @@ impl Probes {
     /// Detaches every program, so no new records arrive; the maps stay readable.
     pub fn detach(&mut self) {
         for (program, id) in self.links.drain(..) {
-            if let Some(tp) = self.ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok()) {
+            if let Some(tp) = self
+                .ebpf
+                .program_mut(program)
+                .and_then(|p| <&mut TracePoint>::try_from(p).ok())
+            {
                 let _ = tp.detach(id);
             }
         }
@@ -165,10 +212,16 @@ impl Probes {
 
     /// `(submitted, dropped)` summed over CPUs.
     pub fn counters(&self) -> Result<(u64, u64), ProbeError> {
-        let map = self.ebpf.map(probe_ebpf::MAP_COUNTERS).ok_or_else(|| missing_map(probe_ebpf::MAP_COUNTERS))?;
-        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+        let map = self
+            .ebpf
+            .map(probe_ebpf::MAP_COUNTERS)
+            .ok_or_else(|| missing_map(probe_ebpf::MAP_COUNTERS))?;
+        let counters: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
         let sum = |idx: u32| -> Result<u64, ProbeError> {
-            let per_cpu = counters.get(&idx, 0).map_err(|e| ProbeError::Load(format!("reading counters: {e}")))?;
+            let per_cpu = counters
+                .get(&idx, 0)
+                .map_err(|e| ProbeError::Load(format!("reading counters: {e}")))?;
             Ok(per_cpu.iter().sum())
         };
         Ok((sum(abi::CNT_SUBMITTED)?, sum(abi::CNT_DROPPED)?))
@@ -176,7 +229,9 @@ impl Probes {
 }
 
 fn attach(ebpf: &mut Ebpf, t: &Tracepoint) -> Result<TracePointLinkId, String> {
-    let program = ebpf.program_mut(t.program).ok_or_else(|| format!("program {} missing from the object", t.program))?;
+    let program = ebpf
+        .program_mut(t.program)
+        .ok_or_else(|| format!("program {} missing from the object", t.program))?;
     let tp: &mut TracePoint = program.try_into().map_err(|e| format!("{e}"))?;
     tp.load().map_err(|e| error_chain(&e))?;
     tp.attach(t.category, t.name).map_err(|e| error_chain(&e))

@@ -29,13 +29,19 @@ pub(super) fn check(cfg: &ProbeConfig) -> Result<(), ProbeError> {
 
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 
 /// The mounted tracefs, if any.
 pub fn tracefs_root() -> Option<PathBuf> {
-    TRACEFS_PATHS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
+    TRACEFS_PATHS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("events").is_dir())
 }
 
 /// The mounted tracefs, mounting it at /sys/kernel/tracing when it is not.
@@ -45,9 +51,20 @@ pub(super) fn ensure_tracefs() -> Result<PathBuf, ProbeError> {
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: valid NUL-terminated strings; no data argument.
-    let rc = unsafe { libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
+    let rc = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     if rc != 0 {
-        return Err(ProbeError::NoTracefs(std::io::Error::last_os_error().to_string()));
+        return Err(ProbeError::NoTracefs(
+            std::io::Error::last_os_error().to_string(),
+        ));
     }
-    tracefs_root().ok_or_else(|| ProbeError::NoTracefs("mounted, but no events directory appeared".into()))
+    tracefs_root()
+        .ok_or_else(|| ProbeError::NoTracefs("mounted, but no events directory appeared".into()))
 }

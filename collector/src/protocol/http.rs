@@ -32,7 +32,9 @@ pub fn parse_request_head(payload: &[u8]) -> Option<HttpRequestHead> {
     let method = parts.next()?;
     let target = parts.next()?;
     let version = parts.next()?;
-    let method_ok = !method.is_empty() && method.len() <= MAX_METHOD_LEN && method.iter().all(u8::is_ascii_uppercase);
+    let method_ok = !method.is_empty()
+        && method.len() <= MAX_METHOD_LEN
+        && method.iter().all(u8::is_ascii_uppercase);
     if !method_ok || !version.starts_with(b"HTTP/") || target.is_empty() {
         return None;
     }
@@ -57,12 +59,18 @@ pub fn parse_response_head(payload: &[u8]) -> Option<HttpResponseHead> {
     let mut parts = line.splitn(3, |b| *b == b' ');
     let version = parts.next()?;
     let status = parts.next()?;
-    if !version.starts_with(b"HTTP/") || status.len() != 3 || !status.iter().all(u8::is_ascii_digit) {
+    if !version.starts_with(b"HTTP/") || status.len() != 3 || !status.iter().all(u8::is_ascii_digit)
+    {
         return None;
     }
     let status = std::str::from_utf8(status).ok()?.parse().ok()?;
     let (headers, complete) = parse_headers(rest);
-    Some(HttpResponseHead { version: text(version), status, headers, complete })
+    Some(HttpResponseHead {
+        version: text(version),
+        status,
+        headers,
+        complete,
+    })
 }
 
 /// The first CRLF-terminated line and what follows it.
@@ -80,13 +88,17 @@ fn parse_headers(mut buf: &[u8]) -> (Vec<Header>, bool) {
             return (headers, true);
         }
         buf = rest;
-        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
         let name = &line[..colon];
         if name.is_empty() || !name.iter().all(is_token_char) || headers.len() >= MAX_HEADERS {
             continue;
         }
         let name = text(name).to_ascii_lowercase();
-        let value = VALUE_ALLOWED.contains(&name.as_str()).then(|| text(line[colon + 1..].trim_ascii()));
+        let value = VALUE_ALLOWED
+            .contains(&name.as_str())
+            .then(|| text(line[colon + 1..].trim_ascii()));
         headers.push(Header { name, value });
     }
     (headers, false)
@@ -102,7 +114,10 @@ fn text(b: &[u8]) -> String {
 
 /// The value of header `name` (lower-case), when it was kept.
 pub fn header<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
-    headers.iter().find(|h| h.name == name).and_then(|h| h.value.as_deref())
+    headers
+        .iter()
+        .find(|h| h.name == name)
+        .and_then(|h| h.value.as_deref())
 }
 
 #[cfg(test)]
@@ -116,15 +131,25 @@ Content-Length: 42\r\n\r\n{\"messages\":[{\"content\":\"my prompt\"}]}";
     #[test]
     fn request_head_keeps_routing_and_drops_secrets() {
         let h = parse_request_head(REQ).expect("a request head");
-        assert_eq!((h.method.as_str(), h.path.as_str(), h.version.as_str()), ("POST", "/v1/chat/completions", "HTTP/1.1"));
+        assert_eq!(
+            (h.method.as_str(), h.path.as_str(), h.version.as_str()),
+            ("POST", "/v1/chat/completions", "HTTP/1.1")
+        );
         assert!(h.has_query && h.complete);
         assert_eq!(header(&h.headers, "host"), Some("localhost:8080"));
         assert_eq!(header(&h.headers, "content-length"), Some("42"));
-        let auth = h.headers.iter().find(|x| x.name == "authorization").expect("the name is kept");
+        let auth = h
+            .headers
+            .iter()
+            .find(|x| x.name == "authorization")
+            .expect("the name is kept");
         assert_eq!(auth.value, None, "Authorization value must be dropped");
         let debug = format!("{h:?}");
         for secret in ["sk-secret-token", "session=abcdef", "sk-123", "my prompt"] {
-            assert!(!debug.contains(secret), "{secret} leaked into the parsed head");
+            assert!(
+                !debug.contains(secret),
+                "{secret} leaked into the parsed head"
+            );
         }
     }
 
@@ -133,8 +158,16 @@ Content-Length: 42\r\n\r\n{\"messages\":[{\"content\":\"my prompt\"}]}";
         let cut = &REQ[..70];
         let h = parse_request_head(cut).expect("the request line is inside the cut");
         assert!(!h.complete, "the blank line was not reached");
-        assert!(h.headers.iter().all(|x| x.name == "host"), "only fully captured lines: {:?}", h.headers);
-        assert_eq!(parse_request_head(b"POST /v1/chat"), None, "no CRLF yet: not a head");
+        assert!(
+            h.headers.iter().all(|x| x.name == "host"),
+            "only fully captured lines: {:?}",
+            h.headers
+        );
+        assert_eq!(
+            parse_request_head(b"POST /v1/chat"),
+            None,
+            "no CRLF yet: not a head"
+        );
     }
 
     #[test]
@@ -151,7 +184,11 @@ Content-Length: 42\r\n\r\n{\"messages\":[{\"content\":\"my prompt\"}]}";
     #[test]
     fn garbage_is_not_a_head() {
         assert_eq!(parse_request_head(b"\x00\x01\x02 \xff HTTP/1.1\r\n"), None);
-        assert_eq!(parse_request_head(b"get / HTTP/1.1\r\n"), None, "methods are upper-case tokens");
+        assert_eq!(
+            parse_request_head(b"get / HTTP/1.1\r\n"),
+            None,
+            "methods are upper-case tokens"
+        );
         assert_eq!(parse_request_head(b"\r\n"), None);
     }
 }

@@ -26,7 +26,10 @@ pub fn sniff(payload: &[u8]) -> Sniff {
     } else {
         http::parse_response_head(payload).map(sniff::Kind::HttpResponse)
     };
-    Sniff { fingerprint: fingerprint(payload), kind }
+    Sniff {
+        fingerprint: fingerprint(payload),
+        kind,
+    }
 }
 
 #[cfg(test)]
@@ -35,15 +38,32 @@ mod tests {
 
     #[test]
     fn fingerprint_is_fnv1a() {
-        assert_eq!(fingerprint(b""), 0xcbf2_9ce4_8422_2325, "FNV-1a offset basis for empty input");
+        assert_eq!(
+            fingerprint(b""),
+            0xcbf2_9ce4_8422_2325,
+            "FNV-1a offset basis for empty input"
+        );
         assert_eq!(fingerprint(b"a"), 0xaf63_dc4c_8601_ec8c, "FNV-1a of 'a'");
     }
 
     #[test]
     fn sniff_recognises_each_kind() {
-        assert!(matches!(sniff(b"GET / HTTP/1.1\r\n\r\n").kind, Some(sniff::Kind::HttpRequest(_))));
-        assert!(matches!(sniff(b"HTTP/1.1 200 OK\r\n\r\n").kind, Some(sniff::Kind::HttpResponse(_))));
-        assert!(matches!(sniff(&[22, 3, 1, 0, 4, 1, 0, 0, 0]).kind, Some(sniff::Kind::Tls(_))));
-        assert_eq!(sniff(b"data: {\"x\":1}\n\n").kind, None, "SSE bodies keep only their fingerprint");
+        assert!(matches!(
+            sniff(b"GET / HTTP/1.1\r\n\r\n").kind,
+            Some(sniff::Kind::HttpRequest(_))
+        ));
+        assert!(matches!(
+            sniff(b"HTTP/1.1 200 OK\r\n\r\n").kind,
+            Some(sniff::Kind::HttpResponse(_))
+        ));
+        assert!(matches!(
+            sniff(&[22, 3, 1, 0, 4, 1, 0, 0, 0]).kind,
+            Some(sniff::Kind::Tls(_))
+        ));
+        assert_eq!(
+            sniff(b"data: {\"x\":1}\n\n").kind,
+            None,
+            "SSE bodies keep only their fingerprint"
+        );
     }
 }

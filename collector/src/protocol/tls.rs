@@ -17,9 +17,16 @@ const MAX_RECORD_LEN: u32 = (1 << 14) + 2048;
 pub fn parse_records(payload: &[u8]) -> Option<TlsRecords> {
     let first = header_at(payload, 0)?;
     let mut at = 5 + first.length as usize;
+    // After change_cipher_spec the peer's handshake messages are encrypted:
+    // their first byte is ciphertext, not a message type.
+    let mut encrypted = first.content_type == CHANGE_CIPHER_SPEC;
     let mut records = vec![first];
-    while let Some(r) = header_at(payload, at) {
+    while let Some(mut r) = header_at(payload, at) {
         at += 5 + r.length as usize;
+        if encrypted {
+            r.handshake_type = None;
+        }
+        encrypted |= r.content_type == CHANGE_CIPHER_SPEC;
         records.push(r);
     }
     Some(TlsRecords { records })
@@ -37,8 +44,15 @@ fn header_at(payload: &[u8], at: usize) -> Option<TlsRecord> {
     if !plausible {
         return None;
     }
-    let handshake_type = (content_type == HANDSHAKE).then(|| payload.get(at + 5).map(|b| u32::from(*b))).flatten();
-    Some(TlsRecord { content_type, version, length, handshake_type })
+    let handshake_type = (content_type == HANDSHAKE)
+        .then(|| payload.get(at + 5).map(|b| u32::from(*b)))
+        .flatten();
+    Some(TlsRecord {
+        content_type,
+        version,
+        length,
+        handshake_type,
+    })
 }
 
 pub fn content_type_label(t: u32) -> &'static str {
@@ -80,7 +94,11 @@ mod tests {
         p.extend_from_slice(&[23, 3, 3, 0, 40, 0xaa]);
         let r = parse_records(&p).expect("starts with a record header");
         let types: Vec<u32> = r.records.iter().map(|r| r.content_type).collect();
-        assert_eq!(types, vec![CHANGE_CIPHER_SPEC, APPLICATION_DATA], "both headers are inside the prefix");
+        assert_eq!(
+            types,
+            vec![CHANGE_CIPHER_SPEC, APPLICATION_DATA],
+            "both headers are inside the prefix"
+        );
         assert_eq!(r.records[1].length, 40);
     }
 
@@ -88,14 +106,36 @@ mod tests {
     fn client_hello_type_is_read() {
         let p = [22, 3, 1, 0x02, 0x00, 1, 0, 1, 0xfc];
         let r = parse_records(&p).expect("handshake record");
-        assert_eq!(r.records[0].handshake_type, Some(1), "ClientHello is handshake type 1");
+        assert_eq!(
+            r.records[0].handshake_type,
+            Some(1),
+            "ClientHello is handshake type 1"
+        );
+    }
+
+    #[test]
+    fn handshake_after_change_cipher_spec_is_not_typed() {
+        let p = [20, 3, 3, 0, 1, 1, 22, 3, 3, 0, 2, 0x14, 0x99];
+        let r = parse_records(&p).expect("records");
+        assert_eq!(
+            r.records[1].handshake_type, None,
+            "an encrypted Finished has no readable type"
+        );
     }
 
     #[test]
     fn rejects_non_tls_and_short_input() {
         assert_eq!(parse_records(b"GET / HTTP/1.1\r\n"), None);
         assert_eq!(parse_records(&[22, 3, 3]), None, "3 bytes are not a header");
-        assert_eq!(parse_records(&[22, 3, 3, 0xff, 0xff]), None, "65535 is longer than any record");
-        assert_eq!(parse_records(&[22, 9, 9, 0, 5]), None, "version 0x0909 is not TLS");
+        assert_eq!(
+            parse_records(&[22, 3, 3, 0xff, 0xff]),
+            None,
+            "65535 is longer than any record"
+        );
+        assert_eq!(
+            parse_records(&[22, 9, 9, 0, 5]),
+            None,
+            "version 0x0909 is not TLS"
+        );
     }
 }
