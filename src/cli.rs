@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use collector::probes::{ProbeConfig, Probes, DEFAULT_RING_BYTES};
+use collector::probes::{ProbeConfig, Probes, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES};
 use collector::record::{RecordObserver, RecordOptions};
 
 const ABOUT: &str =
@@ -75,6 +75,9 @@ struct RecordArgs {
     /// Ring buffer size in bytes (power of two). Small values make drops likely.
     #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
     ring_size: u32,
+    /// Payload bytes copied per socket send/receive (parsed, then dropped; at most 16384).
+    #[arg(long, default_value_t = DEFAULT_PAYLOAD_CAP, value_name = "BYTES")]
+    payload_cap: u32,
 }
 
 #[derive(Args, Debug)]
@@ -125,6 +128,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             pids: args.pids,
             ports: args.ports,
             ring_bytes: args.ring_size,
+            payload_cap: args.payload_cap,
         },
         duration: args.duration,
         output: args.output.clone(),

@@ -134,7 +134,7 @@ fn base_header(cfg: &ProbeConfig) -> FileHeader {
         start_realtime_ns: clock_ns(libc::CLOCK_REALTIME),
         filter_pids: cfg.pids.clone(),
         filter_ports: cfg.ports.iter().map(|p| u32::from(*p)).collect(),
-        payload_cap: probe_ebpf::abi::PAYLOAD_MAX as u32,
+        payload_cap: cfg.payload_cap,
         ..Default::default()
     }
 }

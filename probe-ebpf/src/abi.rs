@@ -5,7 +5,7 @@
 use std::mem::{offset_of, size_of};
 
 pub const COMM_LEN: usize = 16;
-pub const PAYLOAD_MAX: usize = 512;
+pub const PAYLOAD_MAX: usize = 16384;
 pub const MAX_FILTER_PORTS: usize = 8;
 
 pub const EV_STATE: u32 = 1;

@@ -8,6 +8,8 @@ pub mod abi;
 pub const MAP_EVENTS: &str = "EVENTS";
 /// Per-CPU `[submitted, dropped]` counters (indexes `abi::CNT_*`).
 pub const MAP_COUNTERS: &str = "COUNTERS";
+/// Per-CPU scratch space for I/O records (an array indexed by CPU id).
+pub const MAP_IO_SCRATCH: &str = "IO_SCRATCH";
 /// Pids to trace when `cfg_filter_pids` is set.
 pub const MAP_PID_FILTER: &str = "PID_FILTER";
 
@@ -17,6 +19,7 @@ pub const CFG_FILTER_PIDS: &str = "cfg_filter_pids";
 pub const CFG_N_PORTS: &str = "cfg_n_ports";
 pub const CFG_PORTS: &str = "cfg_ports";
 pub const CFG_WAKEUP_BYTES: &str = "cfg_wakeup_bytes";
+pub const CFG_PAYLOAD_CAP: &str = "cfg_payload_cap";
 
 /// Which concern a probe serves; the recording's header lists what was attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,8 +15,10 @@ use probe_ebpf::{abi, Tracepoint, TRACEPOINTS};
 
 pub use preflight::tracefs_root;
 
-/// Default ring buffer: 8 MiB holds ~60k full I/O records between drains.
+/// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+/// Default payload bytes copied per I/O: a proxy's coalesced SSE writes fit.
+pub const DEFAULT_PAYLOAD_CAP: u32 = 8192;
 const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
 
 #[derive(Clone, Debug)]
@@ -28,6 +30,8 @@ pub struct ProbeConfig {
     pub ports: Vec<u16>,
     /// Ring buffer size in bytes (a power of two, at least one page).
     pub ring_bytes: u32,
+    /// Payload bytes copied per socket I/O (at most `abi::PAYLOAD_MAX`).
+    pub payload_cap: u32,
 }
 
 impl Default for ProbeConfig {
@@ -36,6 +40,7 @@ impl Default for ProbeConfig {
             pids: Vec::new(),
             ports: Vec::new(),
             ring_bytes: DEFAULT_RING_BYTES,
+            payload_cap: DEFAULT_PAYLOAD_CAP,
         }
     }
 }
@@ -56,6 +61,8 @@ pub enum ProbeError {
     TooManyPorts { max: usize, got: usize },
     #[error("--ring-size {0}: must be a power of two of at least 4096 bytes")]
     BadRingSize(u32),
+    #[error("--payload-cap {got}: must be at most {max}")]
+    BadPayloadCap { got: u32, max: usize },
     #[error("loading the eBPF object: {0}")]
     Load(String),
     #[error("attaching {probe}: {reason}")]
@@ -81,6 +88,9 @@ impl Probes {
         if cfg.ring_bytes < 4096 || !cfg.ring_bytes.is_power_of_two() {
             return Err(ProbeError::BadRingSize(cfg.ring_bytes));
         }
+        if cfg.payload_cap as usize > abi::PAYLOAD_MAX {
+            return Err(ProbeError::BadPayloadCap { got: cfg.payload_cap, max: abi::PAYLOAD_MAX });
+        }
         if cfg.ports.len() > abi::MAX_FILTER_PORTS {
             return Err(ProbeError::TooManyPorts {
                 max: abi::MAX_FILTER_PORTS,
@@ -99,7 +109,9 @@ impl Probes {
             .override_global(probe_ebpf::CFG_N_PORTS, &n_ports, true)
             .override_global(probe_ebpf::CFG_PORTS, &ports, true)
             .override_global(probe_ebpf::CFG_WAKEUP_BYTES, &DEFAULT_WAKEUP_BYTES, true)
+            .override_global(probe_ebpf::CFG_PAYLOAD_CAP, &cfg.payload_cap, true)
             .map_max_entries(probe_ebpf::MAP_EVENTS, cfg.ring_bytes)
+            .map_max_entries(probe_ebpf::MAP_IO_SCRATCH, possible_cpus()?)
             .load(object)
             .map_err(|e| ProbeError::Load(error_chain(&e)))?;
 
@@ -235,6 +247,11 @@ fn attach(ebpf: &mut Ebpf, t: &Tracepoint) -> Result<TracePointLinkId, String> {
     let tp: &mut TracePoint = program.try_into().map_err(|e| format!("{e}"))?;
     tp.load().map_err(|e| error_chain(&e))?;
     tp.attach(t.category, t.name).map_err(|e| error_chain(&e))
+}
+
+fn possible_cpus() -> Result<u32, ProbeError> {
+    let n = aya::util::nr_cpus().map_err(|(path, e)| ProbeError::Load(format!("{path}: {e}")))?;
+    Ok(n as u32)
 }
 
 fn missing_map(name: &str) -> ProbeError {

@@ -38,9 +38,12 @@ struct io_scratch {
 	__u8 spill[TS_PAYLOAD_MAX];
 };
 
+/* One slot per CPU, indexed by CPU id. A plain array, not a per-CPU one: per-CPU
+ * values are limited to 32 KiB and this one is larger. The loader sizes it to the
+ * possible CPUs. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
 	__type(key, __u32);
 	__type(value, struct io_scratch);
 } IO_SCRATCH SEC(".maps");
@@ -158,8 +161,8 @@ static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ct
 	if (!port_wanted(sport, dport))
 		return 0;
 
-	__u32 zero = 0;
-	struct io_scratch *s = bpf_map_lookup_elem(&IO_SCRATCH, &zero);
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct io_scratch *s = bpf_map_lookup_elem(&IO_SCRATCH, &cpu);
 	if (!s)
 		return 0;
 	struct ts_io_event *ev = &s->ev;
@@ -180,7 +183,8 @@ static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ct
 		bpf_map_delete_elem(&IO_ARGS, &tid);
 		ev->syscall = a.syscall;
 		ev->fd = a.fd;
-		copy_payload(ev, &a, ret < TS_PAYLOAD_MAX ? ret : TS_PAYLOAD_MAX);
+		__u32 cap = cfg_payload_cap < TS_PAYLOAD_MAX ? cfg_payload_cap : TS_PAYLOAD_MAX;
+		copy_payload(ev, &a, (__u32)ret < cap ? (__u32)ret : cap);
 	}
 	__u64 size = TS_IO_EVENT_HEAD_SIZE + (__u64)ev->payload_len;
 	if (size > TS_IO_EVENT_SIZE)

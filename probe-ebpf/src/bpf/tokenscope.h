@@ -9,9 +9,11 @@
 #define TOKENSCOPE_H
 
 #define TS_COMM_LEN 16
-/* Bytes of payload copied per socket I/O: enough for HTTP heads, SSE framing
- * and TLS record headers. Must be a power of two (the verifier masks with it). */
-#define TS_PAYLOAD_MAX 512
+/* Most payload bytes one socket I/O record can carry (the loader picks the cap
+ * in use, cfg_payload_cap, up to this): enough for HTTP heads, a proxy's
+ * coalesced SSE writes and TLS record headers. A power of two (the verifier
+ * masks offsets with it). */
+#define TS_PAYLOAD_MAX 16384
 /* iovec entries walked per writev/readv/sendmsg/recvmsg when copying payload. */
 #define TS_IOV_MAX 8
 #define TS_MAX_FILTER_PORTS 8
