@@ -3,9 +3,12 @@
 //! libcuda.so.1, real nginx set-ups in front of it, and `bench`, an SSE load client that
 //! times what users feel. All timestamps are CLOCK_MONOTONIC nanoseconds.
 pub mod bench;
+pub mod cli;
 pub mod clock;
 pub mod cuda;
+pub mod demo;
 pub mod engine;
+pub mod proxy;
 pub mod server;
 pub mod words;
 

@@ -70,6 +70,9 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// Show a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
+    /// Requests sent one by one before the measured load and left out of the results
+    /// (they warm caches such as the engine's prefix cache, as a running service has).
+    pub warmup_requests: u64,
 }
 
 impl Default for BenchConfig {
@@ -91,6 +94,7 @@ impl Default for BenchConfig {
             model: "lab-model".into(),
             timeout: Duration::from_secs(120),
             progress: true,
+            warmup_requests: 0,
         }
     }
 }
@@ -234,6 +238,24 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchOutcome, BenchError> {
     } else {
         None
     };
+    let run_seed = monotonic_ns();
+    let mut warm = None;
+    for i in 0..cfg.warmup_requests {
+        let rec = one_request(
+            cfg,
+            &endpoint,
+            tls.as_ref(),
+            &mut warm,
+            0,
+            i,
+            run_seed.rotate_left(17),
+        )
+        .await;
+        if let Some(e) = rec.error {
+            return Err(BenchError::Http(format!("warm-up request failed: {e}")));
+        }
+    }
+    drop(warm);
     let start_ns = monotonic_ns();
     let dispenser = Arc::new(Dispenser {
         next: AtomicU64::new(0),
@@ -244,7 +266,6 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchOutcome, BenchError> {
     });
     let progress = progress_bar(cfg);
     let shared = Arc::new(cfg.clone());
-    let run_seed = start_ns;
     let workers = cfg.concurrency.max(1);
     let mut tasks = Vec::with_capacity(workers);
     for w in 0..workers {

@@ -23,6 +23,10 @@ pub struct EngineConfig {
     pub max_batched_tokens: usize,
     /// Sequences running at once (vLLM --max-num-seqs); more requests queue.
     pub max_running_seqs: usize,
+    /// With chunked prefill, prompts with more tokens left than this are "long" and get
+    /// the step budget only after shorter ones (vLLM --long-prefill-token-threshold), so
+    /// one pasted document does not hold every new question's first token.
+    pub long_prefill_token_threshold: usize,
     /// Prefix-cache granularity in tokens (vLLM block size).
     pub block_size: usize,
     /// Kernel launches per prefill chunk (one per simulated layer group).
@@ -45,11 +49,12 @@ impl Default for EngineConfig {
             model: "lab-model".to_string(),
             prefix_cache: true,
             chunked_prefill: true,
-            step_overhead_ns: 12_000_000,
+            step_overhead_ns: 15_000_000,
             prefill_token_ns: 200_000,
-            decode_seq_ns: 375_000,
-            max_batched_tokens: 48,
+            decode_seq_ns: 200_000,
+            max_batched_tokens: 40,
             max_running_seqs: 32,
+            long_prefill_token_threshold: 256,
             block_size: 16,
             kernels_per_prefill: 4,
             default_max_tokens: 64,

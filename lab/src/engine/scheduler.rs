@@ -256,7 +256,13 @@ impl Scheduler {
             .cfg
             .max_batched_tokens
             .saturating_sub(plan.decode.len());
-        for seq in self.running.iter().filter(|s| s.prefilling()) {
+        let long = self.cfg.long_prefill_token_threshold;
+        // Short running prefills first, then new arrivals, then long running prefills.
+        for seq in self
+            .running
+            .iter()
+            .filter(|s| s.prefilling() && s.prefill_left() <= long)
+        {
             if budget == 0 {
                 break;
             }
@@ -265,6 +271,7 @@ impl Scheduler {
             plan.prefill
                 .push((seq.id, chunk, chunk == seq.prefill_left()));
         }
+        let was_running = self.running.len();
         while budget > 0 && self.running.len() < self.cfg.max_running_seqs {
             let Some(mut seq) = self.waiting.pop_front() else {
                 break;
@@ -276,18 +283,35 @@ impl Scheduler {
                 .push((seq.id, chunk, chunk == seq.prefill_left()));
             self.running.push(seq);
         }
+        for seq in self.running[..was_running]
+            .iter()
+            .filter(|s| s.prefilling() && s.prefill_left() > long)
+        {
+            if budget == 0 {
+                break;
+            }
+            let chunk = seq.prefill_left().min(budget);
+            budget -= chunk;
+            plan.prefill
+                .push((seq.id, chunk, chunk == seq.prefill_left()));
+        }
         plan
     }
 
     /// Applies a planned step once its GPU work is done. Returns the sampled tokens as
     /// (request id, token index, finished) and removes finished sequences.
     pub fn finish_step(&mut self, plan: &StepPlan) -> Vec<(u64, usize, bool)> {
-        let mut newly_cached = Vec::new();
+        let mut newly_cached: Vec<u64> = Vec::new();
         for &(id, tokens, _) in &plan.prefill {
             if let Some(seq) = self.running.iter_mut().find(|s| s.id == id) {
+                let before = seq.computed / self.cfg.block_size;
                 seq.computed = (seq.computed + tokens).min(seq.prompt.tokens);
-                if !seq.prefilling() && self.cfg.prefix_cache {
-                    newly_cached.extend(seq.prompt.block_hashes.iter().copied());
+                // Full blocks become reusable as soon as they are computed (vLLM caches
+                // per block), so a concurrent request with the same prefix hits them.
+                let after = seq.computed / self.cfg.block_size;
+                if self.cfg.prefix_cache {
+                    let blocks = &seq.prompt.block_hashes;
+                    newly_cached.extend(&blocks[before.min(blocks.len())..after.min(blocks.len())]);
                 }
             }
         }

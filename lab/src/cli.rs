@@ -1,0 +1,413 @@
+//! Command-line surface of the lab (`tokenscope bench`, `tokenscope lab ...`,
+//! `tokenscope demo`) as clap types the tokenscope binary embeds. Errors become anyhow here.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::bench::{self, BenchConfig};
+use crate::demo::{self, DemoConfig};
+use crate::engine::{Engine, EngineConfig};
+use crate::proxy::{NginxProxy, ProxyConfig, ProxyMode};
+
+const METRICS_HELP: &str = "\
+Metrics (DESIGN.md section 2, the rules of vllm bench serve):
+  request start  connect() when the connection was opened for this request, else the first
+                 request byte; TTFT therefore includes TCP and TLS handshakes as a user
+                 feels them. 'TTFT server' starts at the first request byte instead.
+  first token    the first SSE data event whose JSON carries a choice.
+  TTFT           first token - request start.
+  ITL            gap between consecutive SSE data events with a choice, one sample per
+                 event, pooled across requests. Events that arrive in the same socket read
+                 count as gap 0: that is the signal of coalescing (a buffering proxy).
+  TPOT           (last event - first event) / (events - 1), per request.
+  E2E            end of stream - request start.
+Percentiles p50/p90/p95/p99/p99.9 interpolate linearly (as numpy); never averaged.
+All timestamps are CLOCK_MONOTONIC nanoseconds, the profiler's clock.";
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 30s, 2m, 500ms"))?;
+    let secs = match unit {
+        "ms" => v / 1e3,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("unknown unit `{unit}` (use ms, s, m, h)")),
+    };
+    if !(secs.is_finite() && secs >= 0.0) {
+        return Err(format!("`{s}` is not a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Load an OpenAI-compatible streaming endpoint and report what users feel.
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Load an OpenAI-compatible streaming endpoint; report TTFT, TPOT, ITL and e2e",
+    long_about = "Sends streaming /v1/completions (or /v1/chat/completions with --chat) requests \
+from --concurrency workers, each keeping one connection and reusing it while the server keeps \
+it alive, and times connect, TLS, the first byte and every SSE event arrival on \
+CLOCK_MONOTONIC. Prints the percentiles; --json writes one line per request with all \
+timestamps (never prompt or completion text).",
+    after_help = concat!(
+        "Examples:\n",
+        "  tokenscope bench --url http://127.0.0.1:8000 --requests 200 --concurrency 16\n",
+        "  tokenscope bench --url https://gw.local --http2 --chat --duration 60s --rate 5 \\\n",
+        "      --prompt-tokens 2100 --shared-prefix 2000 --json requests.jsonl\n"
+    ),
+    after_long_help = METRICS_HELP
+)]
+pub struct BenchArgs {
+    /// Server base URL (http:// or https://); /v1/completions or /v1/chat/completions is
+    /// appended unless the URL has a path.
+    #[arg(long)]
+    pub url: String,
+    /// Workers (requests in flight at once), one connection each.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Total requests to send [default: 100 unless --duration].
+    #[arg(long, conflicts_with = "duration")]
+    pub requests: Option<u64>,
+    /// Send requests for this long (e.g. 30s, 2m); in-flight ones finish.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Request starts per second across workers (default: as fast as workers free up).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Prompt length in words (one word = one token in the lab engine).
+    #[arg(long, default_value_t = 256)]
+    pub prompt_tokens: usize,
+    /// Leading words shared by every prompt (a system prompt, for prefix caching).
+    #[arg(long, default_value_t = 0)]
+    pub shared_prefix: usize,
+    /// Every N-th request sends --long-prompt-tokens words instead (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub long_prompt_every: u64,
+    /// Length of those long prompts in words.
+    #[arg(long, default_value_t = 6000)]
+    pub long_prompt_tokens: usize,
+    /// Tokens to generate per request.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Use /v1/chat/completions (system + user messages).
+    #[arg(long)]
+    pub chat: bool,
+    /// HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext).
+    #[arg(long)]
+    pub http2: bool,
+    /// Accept any TLS certificate (self-signed lab proxies).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Model name to request.
+    #[arg(long, default_value = "lab-model")]
+    pub model: String,
+    /// Give up on a request after this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Write one JSON line per request (all timestamps, no text) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Unmeasured requests sent first, one by one (warm caches as a running service has).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// No progress bar (it is off anyway when stderr is not a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl BenchArgs {
+    pub fn to_config(&self) -> BenchConfig {
+        BenchConfig {
+            url: self.url.clone(),
+            concurrency: self.concurrency,
+            requests: self.requests.or(if self.duration.is_none() {
+                Some(100)
+            } else {
+                None
+            }),
+            duration: self.duration,
+            rate: self.rate,
+            prompt_tokens: self.prompt_tokens,
+            shared_prefix: self.shared_prefix,
+            long_prompt_every: self.long_prompt_every,
+            long_prompt_tokens: self.long_prompt_tokens,
+            max_tokens: self.max_tokens,
+            chat: self.chat,
+            http2: self.http2,
+            insecure: self.insecure,
+            model: self.model.clone(),
+            timeout: self.timeout,
+            progress: !self.no_progress,
+            warmup_requests: self.warmup,
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// `tokenscope bench`: runs the load, prints the report, writes --json.
+pub fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
+    let cfg = args.to_config();
+    let out = runtime()?
+        .block_on(bench::run(&cfg))
+        .with_context(|| format!("bench against {}", cfg.url))?;
+    if let Some(path) = &args.json {
+        bench::write_json_lines(&out.records, path)?;
+    }
+    print!("{}", out.report);
+    if let Some(e) = out.records.iter().find_map(|r| r.error.as_ref()) {
+        eprintln!("first error: {e}");
+    }
+    Ok(())
+}
+
+/// on/off switch for engine features.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+impl Switch {
+    fn on(self) -> bool {
+        self == Switch::On
+    }
+}
+
+/// Run the lab's pieces by hand.
+#[derive(Args, Debug, Clone)]
+#[command(about = "Run the lab's simulated engine or an nginx set-up in front of one")]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: LabCommand,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum LabCommand {
+    /// A simulated OpenAI-compatible engine (continuous batching, prefix cache, chunked
+    /// prefill) doing its GPU work through a stand-in libcuda.so.1.
+    #[command(
+        after_help = "Example:\n  tokenscope lab engine --listen 127.0.0.1:8000 --prefix-cache off --chunked-prefill off"
+    )]
+    Engine(EngineArgs),
+    /// nginx in front of an engine: --tuned (TLS + HTTP/2, keep-alive, no buffering) or
+    /// --untuned (no keep-alive, HTTP/1.0 buffered upstream, gzip, slow auth hop).
+    #[command(
+        after_help = "Example:\n  tokenscope lab proxy --untuned --upstream 127.0.0.1:8000 --listen 127.0.0.1:8080"
+    )]
+    Proxy(ProxyArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Address to serve on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// Skip the prefill of prompt prefixes seen before (vLLM --enable-prefix-caching).
+    #[arg(long, value_enum, default_value = "on")]
+    pub prefix_cache: Switch,
+    /// Split long prefills into chunks beside decodes (vLLM --enable-chunked-prefill).
+    #[arg(long, value_enum, default_value = "on")]
+    pub chunked_prefill: Switch,
+    /// Fixed cost of every step, ms [default: 15].
+    #[arg(long)]
+    pub step_overhead_ms: Option<f64>,
+    /// Cost per prompt token prefilled, ms [default: 0.2].
+    #[arg(long)]
+    pub prefill_token_ms: Option<f64>,
+    /// Cost per decoding sequence in a step, ms [default: 0.2].
+    #[arg(long)]
+    pub decode_seq_ms: Option<f64>,
+    /// Token budget per step (vLLM --max-num-batched-tokens) [default: 40].
+    #[arg(long)]
+    pub max_batched_tokens: Option<usize>,
+    /// Sequences running at once; more requests queue (vLLM --max-num-seqs) [default: 32].
+    #[arg(long)]
+    pub max_num_seqs: Option<usize>,
+    /// Latency of the gateway auth endpoint /_lab/auth, ms [default: 40].
+    #[arg(long)]
+    pub auth_delay_ms: Option<u64>,
+    /// Send `X-Accel-Buffering: no` on streams (nginx then forwards every chunk).
+    #[arg(long)]
+    pub x_accel_buffering_no: bool,
+    /// Load this libcuda.so.1 instead of the embedded stand-in.
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<PathBuf>,
+    /// Model name served.
+    #[arg(long, default_value = "lab-model")]
+    pub model: String,
+}
+
+fn ms_to_ns(ms: f64) -> u64 {
+    (ms.max(0.0) * 1e6) as u64
+}
+
+impl EngineArgs {
+    pub fn to_config(&self) -> EngineConfig {
+        let d = EngineConfig::default();
+        EngineConfig {
+            model: self.model.clone(),
+            prefix_cache: self.prefix_cache.on(),
+            chunked_prefill: self.chunked_prefill.on(),
+            step_overhead_ns: self.step_overhead_ms.map_or(d.step_overhead_ns, ms_to_ns),
+            prefill_token_ns: self.prefill_token_ms.map_or(d.prefill_token_ns, ms_to_ns),
+            decode_seq_ns: self.decode_seq_ms.map_or(d.decode_seq_ns, ms_to_ns),
+            max_batched_tokens: self
+                .max_batched_tokens
+                .unwrap_or(d.max_batched_tokens)
+                .max(1),
+            max_running_seqs: self.max_num_seqs.unwrap_or(d.max_running_seqs).max(1),
+            auth_delay: self
+                .auth_delay_ms
+                .map_or(d.auth_delay, Duration::from_millis),
+            x_accel_buffering_no: self.x_accel_buffering_no,
+            libcuda_path: self.libcuda.clone(),
+            ..d
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProxyArgs {
+    /// TLS + HTTP/2, keep-alive both sides, proxy_buffering off, gzip off.
+    #[arg(long, conflicts_with = "untuned", required_unless_present = "untuned")]
+    pub tuned: bool,
+    /// No keep-alive, HTTP/1.0 buffered upstream, gzip on, auth_request hop.
+    #[arg(long)]
+    pub untuned: bool,
+    /// The engine to forward to.
+    #[arg(long)]
+    pub upstream: SocketAddr,
+    /// Address to listen on [default: a free port on 127.0.0.1].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// nginx binary.
+    #[arg(long, default_value = "nginx")]
+    pub nginx: PathBuf,
+}
+
+async fn wait_for_ctrl_c() -> anyhow::Result<()> {
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")
+}
+
+/// `tokenscope lab engine|proxy`: runs until Ctrl-C.
+pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        match args.command {
+            LabCommand::Engine(a) => {
+                let engine = Engine::start(a.to_config(), a.listen)
+                    .await
+                    .context("starting the lab engine")?;
+                println!(
+                    "engine on {} (stand-in GPU: {}); Ctrl-C stops",
+                    engine.base_url(),
+                    engine.libcuda_path().display()
+                );
+                wait_for_ctrl_c().await?;
+                engine.shutdown().await;
+            }
+            LabCommand::Proxy(a) => {
+                let mode = if a.tuned {
+                    ProxyMode::Tuned
+                } else {
+                    ProxyMode::Untuned
+                };
+                let proxy = NginxProxy::start(ProxyConfig {
+                    listen: a.listen,
+                    nginx: a.nginx.clone(),
+                    ..ProxyConfig::new(mode, a.upstream)
+                })
+                .await
+                .context("starting nginx")?;
+                println!(
+                    "{mode} nginx on {} (pid {}, config in {}); Ctrl-C stops",
+                    proxy.url(),
+                    proxy.pid(),
+                    proxy.dir().display()
+                );
+                wait_for_ctrl_c().await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The whole chain on one machine, untuned or tuned.
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Run engine + nginx + load on this machine and report what users feel",
+    long_about = "Starts the lab engine, an nginx gateway and a bench load: chat requests with a \
+shared 2,000-word system prompt and an occasional 6,000-word document. Untuned (the default): \
+no prefix cache, no chunked prefill, nginx without keep-alive, buffering an HTTP/1.0 upstream, \
+gzip on and an auth hop. --tuned: prefix cache, chunked prefill, nginx with TLS + HTTP/2, \
+keep-alive and proxy_buffering off. Needs nginx and openssl.",
+    after_help = "Examples:\n  tokenscope demo\n  tokenscope demo --tuned --duration 30s",
+    after_long_help = METRICS_HELP
+)]
+pub struct DemoArgs {
+    /// Remove every cause: prefix cache, chunked prefill, tuned nginx.
+    #[arg(long)]
+    pub tuned: bool,
+    /// How long to send load.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Request arrivals per second [default: 1.8].
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Most requests in flight at once [default: 24].
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Write the bench's per-request JSON lines to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `tokenscope demo [--tuned]`: prints the set-up and the bench report.
+pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
+    let d = DemoConfig::default();
+    let cfg = DemoConfig {
+        tuned: args.tuned,
+        duration: args.duration,
+        concurrency: args.concurrency.unwrap_or(d.concurrency).max(1),
+        rate: args.rate.unwrap_or(d.rate),
+        ..d
+    };
+    print!("{}", demo::describe(&cfg));
+    let out = runtime()?.block_on(demo::run(&cfg)).context("demo")?;
+    if let Some(path) = &args.json {
+        bench::write_json_lines(&out.bench.records, path)?;
+    }
+    println!("via {}", out.proxy_url);
+    print!("{}", out.bench.report);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("fast").is_err(), "words are not durations");
+    }
+}

@@ -1,0 +1,145 @@
+//! `tokenscope demo`: engine + nginx + bench on one machine. Untuned reproduces the classic
+//! slow stream (no prefix cache, no chunked prefill, a buffering gateway without
+//! keep-alive); tuned removes each cause. Only the mechanisms differ, never a sleep.
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::bench::{self, BenchConfig, BenchError, BenchOutcome};
+use crate::engine::{Engine, EngineConfig, EngineError, Step};
+use crate::proxy::{NginxProxy, ProxyConfig, ProxyError, ProxyMode};
+
+#[derive(Debug, Error)]
+pub enum DemoError {
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("proxy: {0}")]
+    Proxy(#[from] ProxyError),
+    #[error("bench: {0}")]
+    Bench(#[from] BenchError),
+}
+
+/// The demo's workload: an agent-style app with a long shared system prompt.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    pub tuned: bool,
+    pub duration: Duration,
+    /// Request arrivals per second (open loop, as users arrive on their own).
+    pub rate: f64,
+    /// Most requests in flight at once.
+    pub concurrency: usize,
+    /// Words of the system prompt every request shares.
+    pub system_prompt_tokens: usize,
+    /// Words of each request's own question.
+    pub question_tokens: usize,
+    /// Every n-th request pastes a long document instead.
+    pub long_prompt_every: u64,
+    pub long_prompt_tokens: usize,
+    pub max_tokens: usize,
+    pub progress: bool,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        DemoConfig {
+            tuned: false,
+            duration: Duration::from_secs(30),
+            rate: 1.8,
+            concurrency: 24,
+            system_prompt_tokens: 2000,
+            question_tokens: 40,
+            long_prompt_every: 40,
+            long_prompt_tokens: 6000,
+            max_tokens: 96,
+            progress: true,
+        }
+    }
+}
+
+/// What a demo run measured.
+#[derive(Debug, Clone)]
+pub struct DemoOutcome {
+    pub tuned: bool,
+    pub proxy_url: String,
+    pub bench: BenchOutcome,
+    pub steps: Vec<Step>,
+}
+
+impl DemoConfig {
+    /// The engine set-up of this side of the demo.
+    pub fn engine_config(&self) -> EngineConfig {
+        if self.tuned {
+            EngineConfig::default()
+        } else {
+            EngineConfig::untuned()
+        }
+    }
+
+    /// The load of this side: same prompts either way, HTTP/2 over TLS when tuned.
+    pub fn bench_config(&self, url: String) -> BenchConfig {
+        BenchConfig {
+            url,
+            concurrency: self.concurrency,
+            rate: Some(self.rate),
+            requests: None,
+            duration: Some(self.duration),
+            prompt_tokens: self.system_prompt_tokens + self.question_tokens,
+            shared_prefix: self.system_prompt_tokens,
+            long_prompt_every: self.long_prompt_every,
+            long_prompt_tokens: self.long_prompt_tokens,
+            max_tokens: self.max_tokens,
+            chat: true,
+            http2: self.tuned,
+            insecure: true,
+            progress: self.progress,
+            warmup_requests: 1,
+            ..BenchConfig::default()
+        }
+    }
+}
+
+/// Runs one side of the demo and tears everything down.
+pub async fn run(cfg: &DemoConfig) -> Result<DemoOutcome, DemoError> {
+    let engine =
+        Engine::start(cfg.engine_config(), "127.0.0.1:0".parse().expect("literal")).await?;
+    let mode = if cfg.tuned {
+        ProxyMode::Tuned
+    } else {
+        ProxyMode::Untuned
+    };
+    let proxy = NginxProxy::start(ProxyConfig::new(mode, engine.addr())).await?;
+    let proxy_url = proxy.url();
+    let bench = bench::run(&cfg.bench_config(proxy_url.clone())).await?;
+    let steps = engine.step_log().snapshot();
+    drop(proxy);
+    engine.shutdown().await;
+    Ok(DemoOutcome {
+        tuned: cfg.tuned,
+        proxy_url,
+        bench,
+        steps,
+    })
+}
+
+/// The set-up in words, printed above the report.
+pub fn describe(cfg: &DemoConfig) -> String {
+    let side = if cfg.tuned {
+        "tuned: prefix cache on, chunked prefill on; nginx with TLS + HTTP/2, keep-alive \
+         both sides, proxy_buffering off, gzip off"
+    } else {
+        "untuned: prefix cache off, chunked prefill off; nginx without keep-alive, HTTP/1.0 \
+         upstream with proxy_buffering on, gzip on, auth_request hop"
+    };
+    format!(
+        "tokenscope demo ({side})\nload: {:.1} requests/s (at most {} in flight) for {:.0} s, chat, {}-word shared system \
+         prompt + {}-word question, every {}th request a {}-word document, {} tokens out\n",
+        cfg.rate,
+        cfg.concurrency,
+        cfg.duration.as_secs_f64(),
+        cfg.system_prompt_tokens,
+        cfg.question_tokens,
+        cfg.long_prompt_every,
+        cfg.long_prompt_tokens,
+        cfg.max_tokens
+    )
+}
