@@ -80,7 +80,11 @@ got=0\nwhile True:\n  d=s.recv(65536)\n  if not d: break\n  got+=len(d)\nassert 
     // Every send copies its payload up to the default cap of 8192 bytes.
     for (e, bytes) in io_events(&events, me, Direction::Send, server_port) {
         let io = e.io().expect("io");
-        assert_eq!(io.captured as u64, bytes.min(8192), "captured prefix of a {bytes}-byte send");
+        assert_eq!(
+            io.captured as u64,
+            bytes.min(8192),
+            "captured prefix of a {bytes}-byte send"
+        );
     }
 
     let connect = events.iter().any(|e| match &e.body {

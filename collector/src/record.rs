@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
-use crate::ingest::{decode, Event};
+use crate::ingest::{Decoder, Event};
 use crate::probes::{ProbeConfig, ProbeError, Probes};
 
 /// How often pending events are drained when the kernel has not woken us
@@ -67,11 +67,18 @@ pub fn run(
 
     let started = Instant::now();
     let mut counters = Counters::default();
+    let mut decoder = Decoder::new();
     let mut last_flush = Instant::now();
     let mut failure = None;
     while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| started.elapsed() < d) {
         probes.wait(DRAIN_INTERVAL);
-        if let Err(e) = drain_into(&mut probes, &mut writer, &mut counters, observer) {
+        if let Err(e) = drain_into(
+            &mut probes,
+            &mut decoder,
+            &mut writer,
+            &mut counters,
+            observer,
+        ) {
             failure = Some(e);
             break;
         }
@@ -91,7 +98,13 @@ pub fn run(
     // A program that was mid-run when detached may still submit; drain until
     // every submitted record is accounted for (or give up after ~100 ms).
     for _ in 0..100 {
-        drain_into(&mut probes, &mut writer, &mut counters, observer)?;
+        drain_into(
+            &mut probes,
+            &mut decoder,
+            &mut writer,
+            &mut counters,
+            observer,
+        )?;
         let (submitted, dropped) = probes.counters()?;
         counters.submitted = submitted;
         counters.dropped = dropped;
@@ -106,12 +119,13 @@ pub fn run(
 
 fn drain_into(
     probes: &mut Probes,
+    decoder: &mut Decoder,
     writer: &mut RecordWriter,
     counters: &mut Counters,
     observer: &mut dyn RecordObserver,
 ) -> Result<(), RecordError> {
     let mut result = Ok(());
-    counters.delivered += probes.drain(|raw| match decode(raw) {
+    counters.delivered += probes.drain(|raw| match decoder.decode(raw) {
         Ok(ev) => {
             observer.event(&ev);
             if result.is_ok() {

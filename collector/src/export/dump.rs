@@ -153,9 +153,12 @@ pub fn event_line(ev: &Event) -> String {
             if io.payload_fault {
                 s.push_str(" [payload unreadable]");
             }
-            if let Some(kind) = io.sniff.as_ref().and_then(|sn| sn.kind.as_ref()) {
-                s.push_str("  ");
-                s.push_str(&sniff_text(kind));
+            if let Some(sn) = io.sniff.as_ref() {
+                if let Some(kind) = sn.kind.as_ref() {
+                    s.push_str("  ");
+                    s.push_str(&sniff_text(kind));
+                }
+                s.push_str(&stream_text(sn));
             }
         }
         None => s.push_str("(empty event)"),
@@ -199,6 +202,42 @@ fn sniff_text(kind: &sniff::Kind) -> String {
                 .collect();
             format!("tls {}", recs.join(" "))
         }
+    }
+}
+
+/// Body and SSE facts: `body 120 B`, `sse 3 (3 tokens)`, `[DONE]`, `end`, `gzip`, `unparsed`.
+fn stream_text(sn: &crate::ingest::model::Sniff) -> String {
+    use crate::ingest::model::SseKind;
+    let mut parts = Vec::new();
+    if sn.body_bytes > 0 {
+        parts.push(format!("body {} B", sn.body_bytes));
+    }
+    if !sn.sse.is_empty() {
+        let tokens = sn
+            .sse
+            .iter()
+            .filter(|e| e.kind() == SseKind::Choice)
+            .count();
+        let done = sn.sse.iter().any(|e| e.kind() == SseKind::Done);
+        parts.push(format!(
+            "sse {} ({tokens} tokens{})",
+            sn.sse.len(),
+            if done { ", [DONE]" } else { "" }
+        ));
+    }
+    for (on, label) in [
+        (sn.message_end, "end"),
+        (sn.compressed, "compressed"),
+        (sn.unparsed, "unparsed"),
+    ] {
+        if on {
+            parts.push(label.to_string());
+        }
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  {{{}}}", parts.join(", "))
     }
 }
 

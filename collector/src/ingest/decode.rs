@@ -1,13 +1,16 @@
 //! Ring-buffer records -> [`Event`]s, with every length checked against the
-//! ABI. Payload bytes are reduced to a [`crate::ingest::model::Sniff`] here
-//! and dropped: nothing after this point can leak them.
+//! ABI. Payload bytes are read as part of their socket's stream (one parser per
+//! socket and direction), reduced to a [`crate::ingest::model::Sniff`] here and
+//! dropped: nothing after this point can leak them.
+
+use std::collections::HashMap;
 
 use probe_ebpf::abi::{self, read_prefix, TsHeader, TsSock};
 
 use super::model::{
     event::Body, Accept, Direction, Event, Retransmit, Sock, SockIo, StateChange, Syscall, TcpState,
 };
-use crate::protocol;
+use crate::protocol::stream::StreamParser;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -25,60 +28,103 @@ pub enum DecodeError {
     PayloadTooLong { claimed: usize, max: usize },
 }
 
-/// Decodes one ring-buffer record.
-pub fn decode(raw: &[u8]) -> Result<Event, DecodeError> {
-    let hdr: TsHeader = read_prefix(raw).ok_or(DecodeError::Short(raw.len()))?;
-    let exact = |expected: usize| {
-        if raw.len() == expected {
-            Ok(())
-        } else {
-            Err(DecodeError::Length {
-                kind: hdr.kind,
-                expected,
-                got: raw.len(),
-            })
-        }
-    };
-    let body = match hdr.kind {
-        abi::EV_STATE => {
-            exact(abi::STATE_EVENT_SIZE)?;
-            let e: abi::TsStateEvent = read_prefix(raw).expect("length checked");
-            Body::State(StateChange {
-                sock: Some(sock(&e.sock)),
-                old: state(e.oldstate),
-                new: state(e.newstate),
-            })
-        }
-        abi::EV_ACCEPT => {
-            exact(abi::STATE_EVENT_SIZE)?;
-            let e: abi::TsAcceptEvent = read_prefix(raw).expect("length checked");
-            Body::Accept(Accept {
-                sock: Some(sock(&e.sock)),
-                fd: e.fd,
-            })
-        }
-        abi::EV_RETRANSMIT => {
-            exact(abi::STATE_EVENT_SIZE)?;
-            let e: abi::TsRetransmitEvent = read_prefix(raw).expect("length checked");
-            Body::Retransmit(Retransmit {
-                sock: Some(sock(&e.sock)),
-                state: state(e.state),
-            })
-        }
-        abi::EV_IO => Body::Io(io(raw)?),
-        other => return Err(DecodeError::UnknownKind(other)),
-    };
-    Ok(Event {
-        ts_ns: hdr.ts_ns,
-        pid: hdr.pid,
-        tid: hdr.tid,
-        cpu: hdr.cpu,
-        comm: comm(&hdr.comm),
-        body: Some(body),
-    })
+/// Streams tracked at once; the least recently used are forgotten past this.
+const MAX_STREAMS: usize = 1 << 16;
+
+/// Decodes ring-buffer records, keeping the stream parsers their payloads need.
+#[derive(Default)]
+pub struct Decoder {
+    streams: HashMap<(u64, i32), (StreamParser, u64)>,
+    tick: u64,
 }
 
-fn io(raw: &[u8]) -> Result<SockIo, DecodeError> {
+impl Decoder {
+    pub fn new() -> Self {
+        Decoder::default()
+    }
+
+    /// Decodes one ring-buffer record.
+    pub fn decode(&mut self, raw: &[u8]) -> Result<Event, DecodeError> {
+        let hdr: TsHeader = read_prefix(raw).ok_or(DecodeError::Short(raw.len()))?;
+        let exact = |expected: usize| {
+            if raw.len() == expected {
+                Ok(())
+            } else {
+                Err(DecodeError::Length {
+                    kind: hdr.kind,
+                    expected,
+                    got: raw.len(),
+                })
+            }
+        };
+        let body = match hdr.kind {
+            abi::EV_STATE => {
+                exact(abi::STATE_EVENT_SIZE)?;
+                let e: abi::TsStateEvent = read_prefix(raw).expect("length checked");
+                let change = StateChange {
+                    sock: Some(sock(&e.sock)),
+                    old: state(e.oldstate),
+                    new: state(e.newstate),
+                };
+                if matches!(change.new(), TcpState::Close | TcpState::SynSent) {
+                    self.forget(e.sock.skaddr); // the address may be reused by another connection
+                }
+                Body::State(change)
+            }
+            abi::EV_ACCEPT => {
+                exact(abi::STATE_EVENT_SIZE)?;
+                let e: abi::TsAcceptEvent = read_prefix(raw).expect("length checked");
+                Body::Accept(Accept {
+                    sock: Some(sock(&e.sock)),
+                    fd: e.fd,
+                })
+            }
+            abi::EV_RETRANSMIT => {
+                exact(abi::STATE_EVENT_SIZE)?;
+                let e: abi::TsRetransmitEvent = read_prefix(raw).expect("length checked");
+                Body::Retransmit(Retransmit {
+                    sock: Some(sock(&e.sock)),
+                    state: state(e.state),
+                })
+            }
+            abi::EV_IO => {
+                let (mut io, payload) = io(raw)?;
+                let skaddr = io.sock.as_ref().map_or(0, |s| s.skaddr);
+                io.sniff = Some(self.stream(skaddr, io.dir).feed(payload, io.bytes));
+                Body::Io(io)
+            }
+            other => return Err(DecodeError::UnknownKind(other)),
+        };
+        Ok(Event {
+            ts_ns: hdr.ts_ns,
+            pid: hdr.pid,
+            tid: hdr.tid,
+            cpu: hdr.cpu,
+            comm: comm(&hdr.comm),
+            body: Some(body),
+        })
+    }
+
+    fn stream(&mut self, skaddr: u64, dir: i32) -> &mut StreamParser {
+        self.tick += 1;
+        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&(skaddr, dir)) {
+            let horizon = self.tick.saturating_sub(MAX_STREAMS as u64 / 2);
+            self.streams.retain(|_, (_, used)| *used >= horizon);
+        }
+        let entry = self.streams.entry((skaddr, dir)).or_default();
+        entry.1 = self.tick;
+        &mut entry.0
+    }
+
+    fn forget(&mut self, skaddr: u64) {
+        for dir in [Direction::Send, Direction::Recv] {
+            self.streams.remove(&(skaddr, dir as i32));
+        }
+    }
+}
+
+/// The fixed part of an I/O record and its payload prefix.
+fn io(raw: &[u8]) -> Result<(SockIo, &[u8]), DecodeError> {
     let e: abi::TsIoEventHead = read_prefix(raw).ok_or(DecodeError::Length {
         kind: abi::EV_IO,
         expected: abi::IO_EVENT_HEAD_SIZE,
@@ -106,7 +152,7 @@ fn io(raw: &[u8]) -> Result<SockIo, DecodeError> {
         abi::DIR_RECV => Direction::Recv,
         _ => Direction::Unknown,
     };
-    Ok(SockIo {
+    let io = SockIo {
         sock: Some(sock(&e.sock)),
         dir: dir as i32,
         syscall: Syscall::try_from(e.syscall as i32).unwrap_or(Syscall::None) as i32,
@@ -114,8 +160,9 @@ fn io(raw: &[u8]) -> Result<SockIo, DecodeError> {
         bytes: e.bytes.max(0) as u64,
         captured: len as u32,
         payload_fault: e.flags & abi::IO_F_PAYLOAD_FAULT != 0,
-        sniff: (len > 0).then(|| protocol::sniff(payload)),
-    })
+        sniff: None,
+    };
+    Ok((io, payload))
 }
 
 fn sock(s: &TsSock) -> Sock {
@@ -206,7 +253,9 @@ mod tests {
             oldstate: 2,
             newstate: 1,
         };
-        let ev = decode(&as_bytes(&e)).expect("valid state event");
+        let ev = Decoder::new()
+            .decode(&as_bytes(&e))
+            .expect("valid state event");
         assert_eq!((ev.pid, ev.comm.as_str(), ev.ts_ns), (7, "curl", 1_000));
         let Some(Body::State(s)) = ev.body else {
             panic!("expected a state change")
@@ -223,7 +272,9 @@ mod tests {
     #[test]
     fn io_event_sniffs_and_drops_payload() {
         let payload = b"GET /health HTTP/1.1\r\nAuthorization: Bearer hunter2\r\n\r\n";
-        let ev = decode(&io_record(payload)).expect("valid io event");
+        let ev = Decoder::new()
+            .decode(&io_record(payload))
+            .expect("valid io event");
         let io = ev.io().expect("io body");
         assert_eq!(
             (io.bytes, io.captured, io.syscall()),
@@ -242,33 +293,45 @@ mod tests {
 
     #[test]
     fn bad_lengths_are_errors_not_panics() {
-        assert_eq!(decode(&[1, 2, 3]), Err(DecodeError::Short(3)));
+        assert_eq!(
+            Decoder::new().decode(&[1, 2, 3]),
+            Err(DecodeError::Short(3))
+        );
         let mut unknown = as_bytes(&header(99));
         unknown.resize(96, 0);
-        assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind(99)));
+        assert_eq!(
+            Decoder::new().decode(&unknown),
+            Err(DecodeError::UnknownKind(99))
+        );
         let state = abi::TsStateEvent {
             hdr: header(abi::EV_STATE),
             ..Default::default()
         };
         let raw = as_bytes(&state);
         assert!(
-            matches!(decode(&raw[..90]), Err(DecodeError::Length { .. })),
+            matches!(
+                Decoder::new().decode(&raw[..90]),
+                Err(DecodeError::Length { .. })
+            ),
             "truncated state event"
         );
         let io = io_record(b"abcdef");
         assert!(
-            matches!(decode(&io[..io.len() - 3]), Err(DecodeError::Length { .. })),
+            matches!(
+                Decoder::new().decode(&io[..io.len() - 3]),
+                Err(DecodeError::Length { .. })
+            ),
             "payload cut short"
         );
         let mut lying = io_record(b"");
-        lying[112..116].copy_from_slice(&4096u32.to_ne_bytes());
+        lying[112..116].copy_from_slice(&(abi::PAYLOAD_MAX as u32 + 1).to_ne_bytes());
         assert!(matches!(
-            decode(&lying),
+            Decoder::new().decode(&lying),
             Err(DecodeError::PayloadTooLong { .. })
         ));
         // Every prefix of a valid record decodes or errs, never panics.
         for n in 0..io.len() {
-            let _ = decode(&io[..n]);
+            let _ = Decoder::new().decode(&io[..n]);
         }
     }
 }

@@ -4,5 +4,5 @@ pub mod decode;
 pub mod model;
 pub mod record;
 
-pub use decode::{decode, DecodeError};
+pub use decode::{DecodeError, Decoder};
 pub use model::Event;

@@ -108,14 +108,70 @@ pub struct SockIo {
     pub sniff: Option<Sniff>,
 }
 
-/// What the captured payload prefix showed, with nothing private kept.
+/// What the captured payload showed, read as part of its socket's byte stream
+/// in one direction (see protocol::stream), with nothing private kept.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Sniff {
     /// 64-bit FNV-1a of the captured prefix: matches a chunk across hops without keeping it.
     #[prost(fixed64, tag = "1")]
     pub fingerprint: u64,
+    /// An HTTP head that completed in this I/O, or the TLS record headers in it.
     #[prost(oneof = "sniff::Kind", tags = "10, 11, 12")]
     pub kind: Option<sniff::Kind>,
+    /// The first byte of a new HTTP message is in this I/O.
+    #[prost(bool, tag = "20")]
+    pub message_start: bool,
+    /// The HTTP message (head and body) ended in this I/O.
+    #[prost(bool, tag = "21")]
+    pub message_end: bool,
+    /// Message body bytes in this I/O (after chunked framing is removed).
+    #[prost(uint64, tag = "22")]
+    pub body_bytes: u64,
+    /// Set on the I/O where the body's fingerprint became known.
+    #[prost(message, optional, tag = "23")]
+    pub body_print: Option<BodyPrint>,
+    /// Server-sent events that ended in this I/O, in order.
+    #[prost(message, repeated, tag = "24")]
+    pub sse: Vec<SseEvent>,
+    /// Bytes that could not be read as HTTP or TLS (garbage, another protocol,
+    /// or a stream the parser lost because bytes went uncaptured).
+    #[prost(bool, tag = "25")]
+    pub unparsed: bool,
+    /// The body is compressed (Content-Encoding): its events cannot be seen.
+    #[prost(bool, tag = "26")]
+    pub compressed: bool,
+}
+
+/// Identifies a request body across hops without keeping it: a hash of its
+/// first bytes and its length.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
+pub struct BodyPrint {
+    #[prost(fixed64, tag = "1")]
+    pub hash: u64,
+    #[prost(uint64, tag = "2")]
+    pub length: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
+pub struct SseEvent {
+    /// FNV-1a of the event's data.
+    #[prost(fixed64, tag = "1")]
+    pub fingerprint: u64,
+    #[prost(enumeration = "SseKind", tag = "2")]
+    pub kind: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum SseKind {
+    /// No data lines (comments, keep-alives).
+    Other = 0,
+    /// A data event whose JSON carries a non-empty `choices` (a token event).
+    Choice = 1,
+    /// Any other data event (e.g. the final usage event).
+    Data = 2,
+    /// `data: [DONE]`.
+    Done = 3,
 }
 
 pub mod sniff {

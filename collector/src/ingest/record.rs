@@ -90,8 +90,9 @@ pub struct EventBatch {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    // `err`, not `source`: the reason is part of this one line, not a second cause.
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: io::Error },
     #[error("{0}: not a tokenscope recording (bad magic)")]
     NotARecording(PathBuf),
     #[error(
@@ -123,7 +124,7 @@ impl RecordWriter {
     pub fn create(path: &Path, mut header: FileHeader) -> Result<Self, RecordError> {
         let io_err = |source| RecordError::Io {
             path: path.to_path_buf(),
-            source,
+            err: source,
         };
         let file = File::create(path).map_err(io_err)?;
         header.format_version = FORMAT_VERSION;
@@ -217,13 +218,13 @@ impl RecordWriter {
             file.seek(SeekFrom::Start(end.max(HEADER_REGION)))?;
             Ok(())
         };
-        rewrite(&mut self.out).map_err(|source| RecordError::Io { path, source })
+        rewrite(&mut self.out).map_err(|err| RecordError::Io { path, err })
     }
 
     fn io(&self, source: io::Error) -> RecordError {
         RecordError::Io {
             path: self.path.clone(),
-            source,
+            err: source,
         }
     }
 }
@@ -243,7 +244,7 @@ impl RecordReader {
     pub fn open(path: &Path) -> Result<Self, RecordError> {
         let io_err = |source| RecordError::Io {
             path: path.to_path_buf(),
-            source,
+            err: source,
         };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
@@ -304,7 +305,7 @@ impl RecordReader {
             Err(VarintError::Io(e)) => {
                 return Err(RecordError::Io {
                     path: self.path.clone(),
-                    source: e,
+                    err: e,
                 })
             }
         };
@@ -322,7 +323,7 @@ impl RecordReader {
             .read_exact(&mut buf)
             .map_err(|e| RecordError::Io {
                 path: self.path.clone(),
-                source: e,
+                err: e,
             })?;
         self.offset += frame_len;
         let batch =

@@ -89,7 +89,10 @@ impl Probes {
             return Err(ProbeError::BadRingSize(cfg.ring_bytes));
         }
         if cfg.payload_cap as usize > abi::PAYLOAD_MAX {
-            return Err(ProbeError::BadPayloadCap { got: cfg.payload_cap, max: abi::PAYLOAD_MAX });
+            return Err(ProbeError::BadPayloadCap {
+                got: cfg.payload_cap,
+                max: abi::PAYLOAD_MAX,
+            });
         }
         if cfg.ports.len() > abi::MAX_FILTER_PORTS {
             return Err(ProbeError::TooManyPorts {

@@ -73,6 +73,16 @@ pub fn parse_response_head(payload: &[u8]) -> Option<HttpResponseHead> {
     })
 }
 
+/// Whether `b` could be the start of an HTTP/1.x head (possibly cut short):
+/// `HTTP/` or an upper-case method followed by a space.
+pub fn starts_like_head(b: &[u8]) -> bool {
+    let token = b.iter().take_while(|c| c.is_ascii_uppercase()).count();
+    if b.starts_with(b"HTTP/") {
+        return true;
+    }
+    token > 0 && token <= MAX_METHOD_LEN && (token == b.len() || b[token] == b' ')
+}
+
 /// The first CRLF-terminated line and what follows it.
 fn split_line(buf: &[u8]) -> Option<(&[u8], &[u8])> {
     let end = buf.windows(2).position(|w| w == b"\r\n")?;

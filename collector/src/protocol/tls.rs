@@ -32,6 +32,16 @@ pub fn parse_records(payload: &[u8]) -> Option<TlsRecords> {
     Some(TlsRecords { records })
 }
 
+/// Whether `b`, shorter than a record header, could be the start of one.
+pub fn could_start_record(b: &[u8]) -> bool {
+    let ok = [
+        |x: u8| (CHANGE_CIPHER_SPEC..=HEARTBEAT).contains(&u32::from(x)),
+        |x: u8| x == 3,
+        |x: u8| x <= 4,
+    ];
+    !b.is_empty() && b.len() < 5 && b.iter().zip(ok).all(|(x, f)| f(*x))
+}
+
 fn header_at(payload: &[u8], at: usize) -> Option<TlsRecord> {
     let h = payload.get(at..at + 5)?;
     let content_type = u32::from(h[0]);

@@ -1,0 +1,300 @@
+//! One direction of one socket, read as a byte stream across its I/Os: HTTP/1.x
+//! messages (heads, bodies, SSE events) or TLS records. Each I/O yields a
+//! [`Sniff`]; the parser keeps only framing state, never content, beyond the
+//! current event.
+
+use super::body::{BodyReader, Chunk};
+use super::sse::SseSplitter;
+use super::{fingerprint, fnv_extend, http, tls, FNV_OFFSET};
+use crate::ingest::model::{sniff, BodyPrint, Sniff, TlsRecord, TlsRecords};
+
+/// Longest HTTP head accepted before the stream is declared unparsable.
+const MAX_HEAD: usize = 64 << 10;
+/// Request bodies are identified by a hash of this many first bytes plus their length.
+pub const BODY_PRINT_BYTES: usize = 1024;
+
+#[derive(Debug, Default)]
+pub struct StreamParser {
+    phase: Phase,
+}
+
+#[derive(Debug, Default)]
+enum Phase {
+    /// Between messages: the next bytes should start an HTTP head or a TLS record.
+    #[default]
+    Idle,
+    Head(Vec<u8>),
+    Body(Box<BodyState>),
+    /// Inside a TLS stream: bytes left of the current record, and a partial header.
+    Tls {
+        skip: u64,
+        partial: Vec<u8>,
+    },
+    /// Unparsable or lost track; retried at the start of the next I/O.
+    Lost,
+}
+
+#[derive(Debug)]
+struct BodyState {
+    reader: BodyReader,
+    sse: Option<SseSplitter>,
+    /// For request bodies: running hash of the first bytes, the declared length, bytes hashed.
+    print: Option<(u64, Option<u64>, usize)>,
+    seen: u64,
+}
+
+impl StreamParser {
+    /// Reads one I/O: `captured` is the payload prefix, `total` the bytes the socket moved.
+    pub fn feed(&mut self, captured: &[u8], total: u64) -> Sniff {
+        let mut out = Sniff {
+            fingerprint: fingerprint(captured),
+            ..Default::default()
+        };
+        if matches!(self.phase, Phase::Lost) {
+            self.phase = Phase::Idle; // resynchronise on a message or record boundary
+        }
+        let mut rest = captured;
+        while !rest.is_empty() {
+            rest = match std::mem::take(&mut self.phase) {
+                Phase::Idle => self.start(rest, &mut out),
+                Phase::Head(buf) => self.head(buf, rest, &mut out),
+                Phase::Body(state) => self.body(state, rest, &mut out),
+                Phase::Tls { skip, partial } => self.tls(skip, partial, rest, &mut out),
+                Phase::Lost => {
+                    self.phase = Phase::Lost;
+                    &[]
+                }
+            };
+        }
+        let uncaptured = total.saturating_sub(captured.len() as u64);
+        if uncaptured > 0 {
+            self.skip(uncaptured, &mut out);
+        }
+        out
+    }
+
+    fn start<'a>(&mut self, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
+        if tls::parse_records(rest).is_some() || tls::could_start_record(rest) {
+            self.phase = Phase::Tls {
+                skip: 0,
+                partial: Vec::new(),
+            };
+        } else if http::starts_like_head(rest) {
+            out.message_start = true;
+            self.phase = Phase::Head(Vec::new());
+        } else {
+            out.unparsed = true;
+            self.phase = Phase::Lost;
+            return &[];
+        }
+        rest
+    }
+
+    fn head<'a>(&mut self, mut buf: Vec<u8>, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
+        // The head ends at the first CRLFCRLF; look across the join with what came before.
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(rest);
+        let Some(end) = buf[from..]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|p| from + p + 4)
+        else {
+            if buf.len() > MAX_HEAD {
+                out.unparsed = true;
+                self.phase = Phase::Lost;
+            } else {
+                self.phase = Phase::Head(buf);
+            }
+            return &[];
+        };
+        let used = end - (buf.len() - rest.len());
+        let head = &buf[..end];
+        let body = if let Some(req) = http::parse_request_head(head) {
+            let length =
+                http::header(&req.headers, "content-length").and_then(|v| v.parse::<u64>().ok());
+            let chunked = is_chunked(&req.headers);
+            out.kind = Some(sniff::Kind::HttpRequest(req));
+            let reader = match (chunked, length) {
+                (true, _) => Some(BodyReader::Chunked(Chunk::Size(Vec::new()))),
+                (false, Some(n)) if n > 0 => Some(BodyReader::Length(n)),
+                _ => None,
+            };
+            reader.map(|reader| BodyState {
+                reader,
+                sse: None,
+                print: Some((FNV_OFFSET, length, 0)),
+                seen: 0,
+            })
+        } else if let Some(resp) = http::parse_response_head(head) {
+            let length =
+                http::header(&resp.headers, "content-length").and_then(|v| v.parse::<u64>().ok());
+            let bodiless = resp.status < 200 || resp.status == 204 || resp.status == 304;
+            let reader = match (bodiless, is_chunked(&resp.headers), length) {
+                (true, _, _) | (false, false, Some(0)) => None,
+                (false, true, _) => Some(BodyReader::Chunked(Chunk::Size(Vec::new()))),
+                (false, false, Some(n)) => Some(BodyReader::Length(n)),
+                (false, false, None) => Some(BodyReader::UntilClose),
+            };
+            let compressed = http::header(&resp.headers, "content-encoding")
+                .is_some_and(|v| !v.eq_ignore_ascii_case("identity"));
+            let event_stream = http::header(&resp.headers, "content-type")
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            out.compressed |= compressed && reader.is_some();
+            out.kind = Some(sniff::Kind::HttpResponse(resp));
+            reader.map(|reader| BodyState {
+                reader,
+                sse: (event_stream && !compressed).then(SseSplitter::new),
+                print: None,
+                seen: 0,
+            })
+        } else {
+            out.unparsed = true;
+            self.phase = Phase::Lost;
+            return &[];
+        };
+        match body {
+            Some(state) => self.phase = Phase::Body(Box::new(state)),
+            None => out.message_end = true,
+        }
+        &rest[used..]
+    }
+
+    fn body<'a>(&mut self, mut state: Box<BodyState>, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
+        let BodyState {
+            reader,
+            sse,
+            print,
+            seen,
+        } = &mut *state;
+        let mut events = Vec::new();
+        let progress = reader.feed(rest, &mut |content| {
+            out.body_bytes += content.len() as u64;
+            *seen += content.len() as u64;
+            if let Some((hash, _, hashed)) = print.as_mut() {
+                let take = (BODY_PRINT_BYTES - *hashed).min(content.len());
+                *hash = fnv_extend(*hash, &content[..take]);
+                *hashed += take;
+            }
+            if let Some(sse) = sse.as_mut() {
+                events.extend(sse.feed(content));
+            }
+        });
+        out.sse.extend(events);
+        let Ok(progress) = progress else {
+            out.unparsed = true;
+            self.phase = Phase::Lost;
+            return &[];
+        };
+        self.settle_print(&mut state, progress.ended, out);
+        if progress.ended {
+            out.message_end = true;
+            self.phase = Phase::Idle;
+        } else {
+            self.phase = Phase::Body(state);
+        }
+        &rest[progress.consumed..]
+    }
+
+    /// Emits the body print once its first bytes are hashed and its length is known.
+    fn settle_print(&mut self, state: &mut BodyState, ended: bool, out: &mut Sniff) {
+        let Some((hash, declared, hashed)) = state.print else {
+            return;
+        };
+        let length = if ended { Some(state.seen) } else { declared };
+        if let Some(length) = length {
+            if hashed >= BODY_PRINT_BYTES || ended || hashed as u64 >= length {
+                out.body_print = Some(BodyPrint { hash, length });
+                state.print = None;
+            }
+        }
+    }
+
+    fn tls<'a>(
+        &mut self,
+        skip: u64,
+        mut partial: Vec<u8>,
+        rest: &'a [u8],
+        out: &mut Sniff,
+    ) -> &'a [u8] {
+        if skip > 0 {
+            let n = skip.min(rest.len() as u64);
+            self.phase = Phase::Tls {
+                skip: skip - n,
+                partial,
+            };
+            return &rest[n as usize..];
+        }
+        let need = 5 - partial.len();
+        let take = need.min(rest.len());
+        partial.extend_from_slice(&rest[..take]);
+        if partial.len() < 5 {
+            self.phase = Phase::Tls { skip: 0, partial };
+            return &[];
+        }
+        // The handshake type byte, when it is in this I/O, follows the header.
+        let mut header = partial.clone();
+        header.extend(rest.get(take).copied());
+        let Some(TlsRecords { records }) = tls::parse_records(&header) else {
+            out.unparsed = true;
+            self.phase = Phase::Lost;
+            return &[];
+        };
+        let record: TlsRecord = records[0].clone();
+        let body = u64::from(record.length);
+        match out
+            .kind
+            .get_or_insert_with(|| sniff::Kind::Tls(TlsRecords::default()))
+        {
+            sniff::Kind::Tls(t) => t.records.push(record),
+            _ => out.unparsed = true, // TLS after an HTTP message in one I/O: not a real stream
+        }
+        self.phase = Phase::Tls {
+            skip: body,
+            partial: Vec::new(),
+        };
+        &rest[take..]
+    }
+
+    fn skip(&mut self, n: u64, out: &mut Sniff) {
+        match std::mem::take(&mut self.phase) {
+            Phase::Body(mut state) => match state.reader.skip(n) {
+                Ok(ended) => {
+                    state.seen += n;
+                    out.body_bytes += n;
+                    if let Some(sse) = state.sse.as_mut() {
+                        sse.reset(); // the event in progress lost bytes
+                    }
+                    self.settle_print(&mut state, ended, out);
+                    if ended {
+                        out.message_end = true;
+                    } else {
+                        self.phase = Phase::Body(state);
+                    }
+                }
+                Err(_) => {
+                    out.unparsed = true;
+                    self.phase = Phase::Lost;
+                }
+            },
+            Phase::Tls { skip, partial } if partial.is_empty() && skip >= n => {
+                self.phase = Phase::Tls {
+                    skip: skip - n,
+                    partial,
+                };
+            }
+            _ => {
+                out.unparsed = true;
+                self.phase = Phase::Lost;
+            }
+        }
+    }
+}
+
+fn is_chunked(headers: &[crate::ingest::model::Header]) -> bool {
+    http::header(headers, "transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

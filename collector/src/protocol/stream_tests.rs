@@ -1,0 +1,244 @@
+use super::*;
+use crate::ingest::model::{SseEvent, SseKind, TlsRecords};
+
+fn sse_event(i: usize) -> String {
+    format!("data: {{\"id\":\"cmpl-1\",\"choices\":[{{\"index\":0,\"text\":\" tok{i}\"}}]}}\n\n")
+}
+
+/// A chunked SSE response as an engine sends it: one chunk per event, then [DONE].
+fn chunked_sse_response(events: usize) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    let mut bodies: Vec<String> = (0..events).map(sse_event).collect();
+    bodies.push("data: [DONE]\n\n".into());
+    for b in bodies {
+        out.extend_from_slice(format!("{:x}\r\n{b}\r\n", b.len()).as_bytes());
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+fn request(body: &str, extra_header: &str) -> Vec<u8> {
+    format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\n{extra_header}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Feeds `pieces` as fully captured I/Os; returns each I/O's sniff.
+fn feed_all(pieces: &[&[u8]]) -> Vec<Sniff> {
+    let mut p = StreamParser::default();
+    pieces.iter().map(|b| p.feed(b, b.len() as u64)).collect()
+}
+
+fn events(sniffs: &[Sniff]) -> Vec<SseEvent> {
+    sniffs.iter().flat_map(|s| s.sse.clone()).collect()
+}
+
+#[test]
+fn sse_response_split_at_every_byte_offset() {
+    let stream = chunked_sse_response(3);
+    let whole = feed_all(&[&stream]);
+    let expect = events(&whole);
+    let kinds: Vec<SseKind> = expect.iter().map(|e| e.kind()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            SseKind::Choice,
+            SseKind::Choice,
+            SseKind::Choice,
+            SseKind::Done
+        ]
+    );
+    assert!(
+        whole[0].message_start && whole[0].message_end,
+        "one I/O holds the whole message"
+    );
+    assert!(matches!(whole[0].kind, Some(sniff::Kind::HttpResponse(_))));
+    for cut in 1..stream.len() {
+        let two = feed_all(&[&stream[..cut], &stream[cut..]]);
+        assert_eq!(events(&two), expect, "split at byte {cut}");
+        assert!(
+            two[0].message_start,
+            "split at {cut}: the first I/O starts the message"
+        );
+        assert!(
+            two[1].message_end && !two[0].message_end,
+            "split at {cut}: the message ends in the second I/O"
+        );
+        assert!(
+            two.iter().all(|s| !s.unparsed),
+            "split at {cut}: nothing unparsed"
+        );
+    }
+}
+
+#[test]
+fn several_events_in_one_write_and_keep_alive_messages() {
+    let one = chunked_sse_response(2);
+    let both: Vec<u8> = [one.clone(), one.clone()].concat();
+    let s = feed_all(&[&both]);
+    assert_eq!(s[0].sse.len(), 6, "two responses of 2 tokens + [DONE] each");
+    // Per-event writes after the head: one event per I/O.
+    let head_end = one.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut pieces: Vec<&[u8]> = vec![&one[..head_end]];
+    let mut at = head_end;
+    for _ in 0..3 {
+        let len_line_end = at + one[at..].windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&one[at..len_line_end - 2]).unwrap(), 16)
+                .unwrap();
+        let end = len_line_end + size + 2;
+        pieces.push(&one[at..end]);
+        at = end;
+    }
+    pieces.push(&one[at..]);
+    let s = feed_all(&pieces);
+    let per_io: Vec<usize> = s.iter().map(|x| x.sse.len()).collect();
+    assert_eq!(per_io, vec![0, 1, 1, 1, 0], "one event per write");
+    assert!(s.last().unwrap().message_end);
+}
+
+#[test]
+fn request_body_print_survives_header_rewrites_and_splits() {
+    let body = format!(
+        "{{\"prompt\":\"{}\",\"max_tokens\":8}}",
+        "word ".repeat(400)
+    );
+    let a = request(&body, "Authorization: Bearer x\r\n");
+    let b = request(&body, "X-Forwarded-For: 127.0.0.1\r\nConnection: close\r\n");
+    let pa = feed_all(&[&a])
+        .into_iter()
+        .find_map(|s| s.body_print)
+        .expect("a print");
+    assert_eq!(pa.length, body.len() as u64);
+    for cut in [1, 10, 100, a.len() / 2, a.len() - 1] {
+        let pb = feed_all(&[&b[..cut.min(b.len() - 1)], &b[cut.min(b.len() - 1)..]])
+            .into_iter()
+            .find_map(|s| s.body_print);
+        assert_eq!(pb, Some(pa), "same body, other headers, split at {cut}");
+    }
+    let other = request(&body.replacen("word", "WORD", 1), "");
+    let po = feed_all(&[&other])
+        .into_iter()
+        .find_map(|s| s.body_print)
+        .expect("print");
+    assert_ne!(po, pa, "bodies that differ in their first KiB differ");
+    // Known limit: bodies equal in length and first KiB (a shared prompt prefix) print alike;
+    // the stitcher breaks such ties by time order.
+    let tail = request(&body.replace("max_tokens\":8", "max_tokens\":9"), "");
+    assert_eq!(
+        feed_all(&[&tail]).into_iter().find_map(|s| s.body_print),
+        Some(pa)
+    );
+}
+
+#[test]
+fn uncaptured_bytes_keep_the_place_when_framing_allows() {
+    let body = "x".repeat(10_000);
+    let req = request(&body, "");
+    let mut p = StreamParser::default();
+    let s = p.feed(&req[..4000], req.len() as u64);
+    assert!(
+        s.message_start && s.message_end && !s.unparsed,
+        "Content-Length lets the parser skip the unseen tail"
+    );
+    assert_eq!(s.body_print.map(|b| b.length), Some(10_000));
+    let next = request("{}", "");
+    let s = p.feed(&next, next.len() as u64);
+    assert!(
+        s.message_start && s.message_end,
+        "the next request on the connection parses"
+    );
+}
+
+#[test]
+fn lost_chunk_framing_is_unparsed_then_resyncs() {
+    let stream = chunked_sse_response(50);
+    let mut p = StreamParser::default();
+    let s = p.feed(&stream[..300], stream.len() as u64 - 10);
+    assert!(
+        s.unparsed,
+        "uncaptured bytes spanning chunk framing lose the place"
+    );
+    let s = p.feed(b"\r\n0\r\n\r\n", 7);
+    assert!(
+        s.unparsed && s.sse.is_empty(),
+        "the tail of a lost message is not read as a message"
+    );
+    let again = chunked_sse_response(1);
+    let s = p.feed(&again, again.len() as u64);
+    assert_eq!(s.sse.len(), 2, "a new message at an I/O start resyncs");
+    assert!(!s.unparsed);
+}
+
+#[test]
+fn gzip_event_stream_is_compressed_not_parsed() {
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut p = StreamParser::default();
+    let s = p.feed(head, head.len() as u64);
+    assert!(s.compressed);
+    let s = p.feed(b"a\r\n\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\r\n", 15);
+    assert!(s.sse.is_empty() && !s.unparsed && s.body_bytes == 10);
+}
+
+#[test]
+fn tls_records_across_io_boundaries() {
+    // ClientHello (40 bytes body) split so its header straddles two I/Os, then two app-data records.
+    let mut stream = vec![22, 3, 1, 0, 40, 1];
+    stream.extend(vec![0u8; 39]);
+    stream.extend([23, 3, 3, 0, 20]);
+    stream.extend(vec![0xaa; 20]);
+    stream.extend([23, 3, 3, 0, 30]);
+    stream.extend(vec![0xbb; 30]);
+    let whole: Vec<u32> = feed_all(&[&stream])
+        .iter()
+        .flat_map(records)
+        .map(|r| r.content_type)
+        .collect();
+    assert_eq!(whole, vec![22, 23, 23]);
+    for cut in 1..stream.len() {
+        let got: Vec<u32> = feed_all(&[&stream[..cut], &stream[cut..]])
+            .iter()
+            .flat_map(records)
+            .map(|r| r.content_type)
+            .collect();
+        assert_eq!(got, whole, "split at {cut}");
+    }
+    let first = feed_all(&[&stream]);
+    assert_eq!(records(&first[0])[0].handshake_type, Some(1), "ClientHello");
+}
+
+fn records(s: &Sniff) -> Vec<crate::ingest::model::TlsRecord> {
+    match &s.kind {
+        Some(sniff::Kind::Tls(TlsRecords { records })) => records.clone(),
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn garbage_and_other_protocols_are_unparsed_never_panic() {
+    let s = feed_all(&[b"\x00\x01\x02garbage", b"SSH-2.0-OpenSSH_9.2\r\n"]);
+    assert!(s.iter().all(|x| x.unparsed), "{s:?}");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut p = StreamParser::default();
+    for _ in 0..2000 {
+        let len = (seed % 300) as usize;
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let _ = p.feed(&bytes, len as u64 + seed % 3);
+    }
+    // Random cuts of a real stream also never panic.
+    let stream = chunked_sse_response(20);
+    for cut in (0..stream.len()).step_by(7) {
+        let mut p = StreamParser::default();
+        let _ = p.feed(&stream[..cut], stream.len() as u64);
+        let _ = p.feed(&stream[cut..], (stream.len() - cut) as u64 / 2);
+    }
+}
