@@ -2,8 +2,10 @@
 //! Rooms follow DESIGN.md section 3: `probes` (the only code that touches aya),
 //! `ingest` (decoding, record files), `protocol` (payload parsers), `export`.
 
+pub mod analyze;
 pub mod export;
 pub mod ingest;
 pub mod probes;
 pub mod protocol;
 pub mod record;
+pub mod stitch;

@@ -1,0 +1,173 @@
+//! Statistics over stitched requests: percentiles of TTFT and ITL per
+//! observation point, TPOT, and each breakdown stage, overall, per route and
+//! per time window. Pure: it reads requests, nothing else.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::stitch::{PointKind, Request};
+
+/// Percentiles by the nearest-rank rule, with the count they came from.
+/// Never average these across groups: recompute from the samples.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub count: usize,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p95_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub mean_ns: u64,
+}
+
+pub fn summarize(samples: &[u64]) -> Option<Summary> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    let rank = |p: f64| v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    let sum: u128 = v.iter().map(|x| u128::from(*x)).sum();
+    Some(Summary {
+        count: v.len(),
+        p50_ns: rank(50.0),
+        p90_ns: rank(90.0),
+        p95_ns: rank(95.0),
+        p99_ns: rank(99.0),
+        p999_ns: rank(99.9),
+        max_ns: v[v.len() - 1],
+        mean_ns: (sum / v.len() as u128) as u64,
+    })
+}
+
+/// Statistics of one group of requests.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub requests: usize,
+    pub tokens: usize,
+    pub new_connections: usize,
+    pub coalesced: usize,
+    pub truncated: usize,
+    /// TTFT per observation point (from the request start).
+    pub ttft: BTreeMap<&'static str, Summary>,
+    /// First token at the first point - first request byte.
+    pub ttft_server: Option<Summary>,
+    /// Inter-token gaps per point, one sample per gap, pooled over requests.
+    pub itl: BTreeMap<&'static str, Summary>,
+    pub tpot: Option<Summary>,
+    pub stages: BTreeMap<&'static str, Summary>,
+    /// Token delay between adjacent points (e.g. "engine write -> proxy read").
+    pub forward: BTreeMap<String, Summary>,
+}
+
+pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
+    let mut s = Stats::default();
+    let mut ttft: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut itl: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut stages: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut forward: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let (mut ttft_server, mut tpot) = (Vec::new(), Vec::new());
+    for r in requests {
+        s.requests += 1;
+        s.tokens += r.tokens();
+        s.new_connections += usize::from(r.new_connection);
+        s.coalesced += usize::from(r.coalesced);
+        s.truncated += usize::from(r.truncated);
+        for p in &r.points {
+            let key = point_key(p.kind);
+            if let Some(t) = p.ttft_ns {
+                ttft.entry(key).or_default().push(t);
+            }
+            itl.entry(key)
+                .or_default()
+                .extend(p.token_ns.windows(2).map(|w| w[1] - w[0]));
+        }
+        ttft_server.extend(r.ttft_server_ns());
+        tpot.extend(r.tpot_ns());
+        let st = &r.stages;
+        for (name, v) in [
+            ("connect", st.connect_ns),
+            ("tls", st.tls_ns),
+            ("upload", st.upload_ns),
+            ("gateway", st.gateway_ns),
+            ("subrequests", st.subrequest_ns),
+            ("upstream_wait", st.upstream_wait_ns),
+        ] {
+            if let Some(v) = v {
+                stages.entry(name).or_default().push(v);
+            }
+        }
+        for f in &r.forward {
+            forward
+                .entry(format!("{} -> {}", f.from.label(), f.to.label()))
+                .or_default()
+                .extend(&f.delay_ns);
+        }
+    }
+    let done = |m: BTreeMap<&'static str, Vec<u64>>| {
+        m.into_iter()
+            .filter_map(|(k, v)| Some((k, summarize(&v)?)))
+            .collect()
+    };
+    s.ttft = done(ttft);
+    s.itl = done(itl);
+    s.stages = done(stages);
+    s.forward = forward
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, summarize(&v)?)))
+        .collect();
+    s.ttft_server = summarize(&ttft_server);
+    s.tpot = summarize(&tpot);
+    s
+}
+
+pub fn point_key(kind: PointKind) -> &'static str {
+    match kind {
+        PointKind::EngineWrite => "engine_write",
+        PointKind::ProxyRead => "proxy_read",
+        PointKind::ProxyWrite => "proxy_write",
+        PointKind::ClientRead => "client_read",
+    }
+}
+
+/// Stats per route (host + path).
+pub fn by_route(requests: &[Request]) -> BTreeMap<String, Stats> {
+    let mut groups: BTreeMap<String, Vec<&Request>> = BTreeMap::new();
+    for r in requests {
+        groups.entry(r.route()).or_default().push(r);
+    }
+    groups.into_iter().map(|(k, v)| (k, stats(v))).collect()
+}
+
+/// Stats per window of `width_ns`, keyed by the window's start (requests by their start).
+pub fn by_window(requests: &[Request], width_ns: u64) -> BTreeMap<u64, Stats> {
+    let mut groups: BTreeMap<u64, Vec<&Request>> = BTreeMap::new();
+    for r in requests {
+        groups
+            .entry(r.start_ns / width_ns * width_ns)
+            .or_default()
+            .push(r);
+    }
+    groups.into_iter().map(|(k, v)| (k, stats(v))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<u64> = (1..=1000).collect();
+        let s = summarize(&v).expect("non-empty");
+        assert_eq!(
+            (s.count, s.p50_ns, s.p90_ns, s.p99_ns, s.p999_ns, s.max_ns),
+            (1000, 500, 900, 990, 999, 1000)
+        );
+        assert_eq!(s.mean_ns, 500);
+        let one = summarize(&[7]).expect("one sample");
+        assert_eq!((one.p50_ns, one.p999_ns, one.max_ns), (7, 7, 7));
+        assert_eq!(summarize(&[]), None);
+    }
+}

@@ -1,0 +1,176 @@
+//! Connection ends -> request chains: loopback peers joined by 4-tuple, a
+//! proxy's accepted exchange joined to the exchange it opened upstream (by
+//! request body print and time), then one chain per request from the client
+//! (or the first traced hop) to the engine.
+
+use std::collections::HashMap;
+
+use super::conn::{Connection, Exchange, Role};
+
+/// An exchange at one connection end: (connection id, exchange index).
+pub type End = (usize, usize);
+
+#[derive(Debug, Default)]
+pub struct Links {
+    /// Connection id -> its peer's id (the other end of a loopback connection).
+    pub peer: HashMap<usize, usize>,
+    /// A proxy's accepted exchange -> the upstream exchange it opened for it.
+    pub upstream: HashMap<End, End>,
+    /// Upstream exchanges a proxy made on its own account while holding a
+    /// request (e.g. auth_request): accepted exchange -> those sub-requests.
+    pub subrequests: HashMap<End, Vec<End>>,
+}
+
+pub fn link(conns: &[Connection]) -> Links {
+    let mut links = Links {
+        peer: peers(conns),
+        ..Default::default()
+    };
+    hops(conns, &mut links);
+    links
+}
+
+fn peers(conns: &[Connection]) -> HashMap<usize, usize> {
+    let mut by_tuple: HashMap<(std::net::SocketAddr, std::net::SocketAddr), Vec<usize>> =
+        HashMap::new();
+    for c in conns {
+        by_tuple.entry((c.local, c.remote)).or_default().push(c.id);
+    }
+    let mut peer = HashMap::new();
+    for c in conns {
+        let Some(candidates) = by_tuple.get(&(c.remote, c.local)) else {
+            continue;
+        };
+        // Ports are reused over time: the other end whose life overlaps this one's.
+        let best = candidates
+            .iter()
+            .filter(|&&o| {
+                o != c.id && conns[o].first_ns <= c.last_ns && c.first_ns <= conns[o].last_ns
+            })
+            .min_by_key(|&&o| conns[o].first_ns.abs_diff(c.first_ns));
+        if let Some(&o) = best {
+            peer.insert(c.id, o);
+        }
+    }
+    peer
+}
+
+/// Inside each process, joins accepted exchanges to the upstream exchanges they caused.
+fn hops(conns: &[Connection], links: &mut Links) {
+    let mut by_pid: HashMap<u32, (Vec<End>, Vec<End>)> = HashMap::new();
+    for c in conns.iter().filter(|c| c.pid != 0) {
+        for i in 0..c.exchanges.len() {
+            let (ins, outs) = by_pid.entry(c.pid).or_default();
+            match c.role {
+                Role::Server => ins.push((c.id, i)),
+                Role::Client => outs.push((c.id, i)),
+                Role::Unknown => {}
+            }
+        }
+    }
+    let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
+    for (ins, mut outs) in by_pid.into_values() {
+        if ins.is_empty() || outs.is_empty() {
+            continue;
+        }
+        outs.sort_by_key(|&o| x(o).request_start_ns);
+        let mut taken = vec![false; ins.len()];
+        let mut unmatched = Vec::new();
+        for out in outs {
+            let o = x(out);
+            // The accepted request that most recently finished arriving before this one left.
+            let best = ins
+                .iter()
+                .enumerate()
+                .filter(|&(k, &i)| {
+                    !taken[k]
+                        && same_request(x(i), o)
+                        && x(i).request_start_ns <= o.request_start_ns
+                })
+                .max_by_key(|&(_, &i)| x(i).request_end_ns.unwrap_or(x(i).request_start_ns));
+            match best {
+                Some((k, &i)) => {
+                    taken[k] = true;
+                    links.upstream.insert(i, out);
+                }
+                None => unmatched.push(out),
+            }
+        }
+        // Unmatched upstream exchanges inside an accepted request's gateway window are its sub-requests.
+        for out in unmatched {
+            let t = x(out).request_start_ns;
+            let holder = links.upstream.iter().find(|(&i, &up)| {
+                x(i).request_end_ns.unwrap_or(x(i).request_start_ns) <= t
+                    && t <= x(up).request_start_ns
+                    && i.0 != out.0
+            });
+            if let Some((&i, _)) = holder {
+                links.subrequests.entry(i).or_default().push(out);
+            }
+        }
+    }
+}
+
+/// The same request seen before and after a proxy: equal body prints when both
+/// have one, else the same method and path.
+fn same_request(inbound: &Exchange, outbound: &Exchange) -> bool {
+    match (inbound.body_print, outbound.body_print) {
+        (Some(a), Some(b)) => a == b,
+        (None, None) => inbound.method == outbound.method && inbound.path == outbound.path,
+        _ => false,
+    }
+}
+
+/// The other end of an exchange, when its connection's peer was traced.
+pub fn peer_end(conns: &[Connection], links: &Links, end: End) -> Option<End> {
+    let peer = *links.peer.get(&end.0)?;
+    (end.1 < conns[peer].exchanges.len()).then_some((peer, end.1))
+}
+
+/// One chain per request, ordered from the client end to the engine end.
+pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
+    let mut downstream_of: HashMap<End, End> = HashMap::new(); // upstream end -> accepted end
+    for (&i, &o) in &links.upstream {
+        downstream_of.insert(o, i);
+    }
+    let sub: std::collections::HashSet<End> =
+        links.subrequests.values().flatten().copied().collect();
+    let mut chains = Vec::new();
+    for c in conns {
+        for i in 0..c.exchanges.len() {
+            let end = (c.id, i);
+            let is_root = match c.role {
+                // A client end starts a chain unless a proxy opened it for an accepted request.
+                Role::Client => !downstream_of.contains_key(&end) && !sub.contains(&end),
+                // A server end starts one when its client was not traced.
+                Role::Server => {
+                    peer_end(conns, links, end).is_none_or(|p| conns[p.0].role != Role::Client)
+                }
+                Role::Unknown => false,
+            };
+            if !is_root {
+                continue;
+            }
+            let mut chain = vec![end];
+            let mut cur = end;
+            loop {
+                let next = match conns[cur.0].role {
+                    Role::Client => {
+                        peer_end(conns, links, cur).filter(|p| conns[p.0].role == Role::Server)
+                    }
+                    _ => links.upstream.get(&cur).copied(),
+                };
+                match next {
+                    Some(n) if !chain.contains(&n) => {
+                        chain.push(n);
+                        cur = n;
+                    }
+                    _ => break,
+                }
+            }
+            chains.push(chain);
+        }
+    }
+    chains.sort_by_key(|ch| conns[ch[0].0].exchanges[ch[0].1].request_start_ns);
+    chains
+}

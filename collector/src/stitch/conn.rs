@@ -1,0 +1,316 @@
+//! Events -> connections (per socket address, split at close and reuse) ->
+//! exchanges (one HTTP request and its response; many per keep-alive connection).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::ingest::model::{event::Body, sniff, Direction, Event, SseKind, TcpState};
+use crate::protocol::{http, tls};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// This end connected (or sent the first request).
+    Client,
+    /// This end accepted (or received the first request).
+    Server,
+    Unknown,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TlsTimes {
+    pub client_hello_ns: Option<u64>,
+    /// The client's first encrypted record: the handshake's end (TLS 1.3 hides
+    /// its Finished there; TLS 1.2 sends it after change_cipher_spec).
+    pub client_first_app_ns: Option<u64>,
+    /// Application-data records that crossed this end, with their time and direction.
+    pub app_records: Vec<(u64, Direction)>,
+}
+
+/// One TCP connection as seen from one end (one socket).
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub id: usize,
+    pub skaddr: u64,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub pid: u32,
+    pub comm: String,
+    pub role: Role,
+    /// CLOSE -> SYN_SENT: connect() started.
+    pub connect_ns: Option<u64>,
+    pub established_ns: Option<u64>,
+    pub accept_ns: Option<u64>,
+    pub close_ns: Option<u64>,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub bytes_sent: u64,
+    pub bytes_recv: u64,
+    pub tls: Option<TlsTimes>,
+    pub retransmits: Vec<u64>,
+    pub exchanges: Vec<Exchange>,
+    /// I/Os whose bytes could not be read as HTTP or TLS.
+    pub unparsed_ios: u64,
+}
+
+/// A token (or other SSE event) as it crossed one end of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SseArrival {
+    pub ts_ns: u64,
+    pub fingerprint: u64,
+    pub kind: SseKind,
+    /// Index of the I/O (within this exchange's response) that carried it.
+    pub io: u32,
+}
+
+/// One HTTP request and its response on one connection end.
+#[derive(Clone, Debug, Default)]
+pub struct Exchange {
+    pub method: String,
+    pub path: String,
+    pub host: Option<String>,
+    pub body_print: Option<(u64, u64)>,
+    pub request_start_ns: u64,
+    pub request_end_ns: Option<u64>,
+    pub request_bytes: u64,
+    pub response_first_ns: Option<u64>,
+    pub response_end_ns: Option<u64>,
+    pub status: Option<u32>,
+    pub event_stream: bool,
+    pub compressed: bool,
+    pub response_ios: u32,
+    pub sse: Vec<SseArrival>,
+}
+
+impl Exchange {
+    pub fn tokens(&self) -> impl Iterator<Item = &SseArrival> {
+        self.sse.iter().filter(|e| e.kind == SseKind::Choice)
+    }
+    pub fn done(&self) -> bool {
+        self.sse.iter().any(|e| e.kind == SseKind::Done)
+    }
+}
+
+/// Builds connections from events in time order.
+pub fn connections(events: &[&Event]) -> Vec<Connection> {
+    let mut conns: Vec<Connection> = Vec::new();
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    for &ev in events {
+        let Some(sock) = ev.sock() else { continue };
+        let skaddr = sock.skaddr;
+        let starts_new = match &ev.body {
+            Some(Body::State(s)) => {
+                s.new() == TcpState::SynSent
+                    || (s.old() == TcpState::SynRecv && s.new() == TcpState::Established)
+            }
+            _ => false,
+        };
+        if matches!(&ev.body, Some(Body::State(s)) if s.old() == TcpState::Listen || s.new() == TcpState::Listen)
+        {
+            continue; // listeners and request socks are not connections
+        }
+        let idx = match open.get(&skaddr) {
+            Some(&i) if !starts_new => i,
+            _ => {
+                let id = conns.len();
+                conns.push(Connection::new(id, ev, sock));
+                open.insert(skaddr, id);
+                id
+            }
+        };
+        let c = &mut conns[idx];
+        c.last_ns = ev.ts_ns;
+        if c.pid == 0 && ev.pid != 0 {
+            c.pid = ev.pid;
+            c.comm = ev.comm.clone();
+        }
+        if c.local.port() == 0 && sock.sport != 0 {
+            c.local = sock.src(); // connect() binds the local port after SYN_SENT
+        }
+        match &ev.body {
+            Some(Body::State(s)) => {
+                match s.new() {
+                    TcpState::SynSent => {
+                        c.connect_ns = Some(ev.ts_ns);
+                        c.role = Role::Client;
+                    }
+                    TcpState::Established => c.established_ns = Some(ev.ts_ns),
+                    TcpState::Close => {
+                        c.close_ns = Some(ev.ts_ns);
+                        open.remove(&skaddr);
+                    }
+                    _ => {}
+                }
+                if s.new() == TcpState::Established && s.old() == TcpState::SynRecv {
+                    c.role = Role::Server;
+                }
+            }
+            Some(Body::Accept(_)) => {
+                c.accept_ns = Some(ev.ts_ns);
+                c.role = Role::Server;
+                c.pid = ev.pid;
+                c.comm = ev.comm.clone();
+            }
+            Some(Body::Retransmit(_)) => c.retransmits.push(ev.ts_ns),
+            Some(Body::Io(_)) => c.io(ev),
+            None => {}
+        }
+    }
+    conns
+}
+
+impl Connection {
+    fn new(id: usize, ev: &Event, sock: &crate::ingest::model::Sock) -> Connection {
+        Connection {
+            id,
+            skaddr: sock.skaddr,
+            local: sock.src(),
+            remote: sock.dst(),
+            pid: ev.pid,
+            comm: if ev.pid != 0 {
+                ev.comm.clone()
+            } else {
+                String::new()
+            },
+            role: Role::Unknown,
+            connect_ns: None,
+            established_ns: None,
+            accept_ns: None,
+            close_ns: None,
+            first_ns: ev.ts_ns,
+            last_ns: ev.ts_ns,
+            bytes_sent: 0,
+            bytes_recv: 0,
+            tls: None,
+            retransmits: Vec::new(),
+            exchanges: Vec::new(),
+            unparsed_ios: 0,
+        }
+    }
+
+    /// The direction requests travel at this end.
+    pub fn request_dir(&self) -> Direction {
+        if self.role == Role::Server {
+            Direction::Recv
+        } else {
+            Direction::Send
+        }
+    }
+
+    /// When the TCP handshake started and ended, from this end.
+    pub fn handshake(&self) -> Option<(u64, u64)> {
+        Some((self.connect_ns?, self.established_ns?))
+    }
+
+    fn io(&mut self, ev: &Event) {
+        let io = ev.io().expect("caller checked");
+        match io.dir() {
+            Direction::Send => self.bytes_sent += io.bytes,
+            Direction::Recv => self.bytes_recv += io.bytes,
+            Direction::Unknown => return,
+        }
+        let Some(sn) = io.sniff.as_ref() else { return };
+        if sn.unparsed {
+            self.unparsed_ios += 1;
+        }
+        if let Some(sniff::Kind::Tls(t)) = &sn.kind {
+            self.tls_records(ev.ts_ns, io.dir(), t);
+            return;
+        }
+        if sn.message_start && self.role == Role::Unknown {
+            // The first request decides which end this is.
+            if matches!(sn.kind, Some(sniff::Kind::HttpRequest(_)))
+                || !matches!(sn.kind, Some(sniff::Kind::HttpResponse(_)))
+            {
+                self.role = if io.dir() == Direction::Send {
+                    Role::Client
+                } else {
+                    Role::Server
+                };
+            }
+        }
+        if io.dir() == self.request_dir() {
+            self.request_io(ev.ts_ns, io.bytes, sn);
+        } else {
+            self.response_io(ev.ts_ns, sn);
+        }
+    }
+
+    fn request_io(&mut self, ts: u64, bytes: u64, sn: &crate::ingest::model::Sniff) {
+        if sn.message_start || self.exchanges.is_empty() {
+            self.exchanges.push(Exchange {
+                request_start_ns: ts,
+                ..Default::default()
+            });
+        }
+        let x = self.exchanges.last_mut().expect("pushed above");
+        x.request_bytes += bytes;
+        if let Some(sniff::Kind::HttpRequest(h)) = &sn.kind {
+            x.method = h.method.clone();
+            x.path = h.path.clone();
+            x.host = http::header(&h.headers, "host").map(str::to_string);
+        }
+        if let Some(p) = sn.body_print {
+            x.body_print = Some((p.hash, p.length));
+        }
+        if sn.message_end {
+            x.request_end_ns = Some(ts);
+        }
+    }
+
+    fn response_io(&mut self, ts: u64, sn: &crate::ingest::model::Sniff) {
+        // Responses answer requests in order: the oldest exchange still waiting.
+        let Some(x) = self
+            .exchanges
+            .iter_mut()
+            .find(|x| x.response_end_ns.is_none())
+        else {
+            return;
+        };
+        x.response_first_ns.get_or_insert(ts);
+        let io = x.response_ios;
+        x.response_ios += 1;
+        if let Some(sniff::Kind::HttpResponse(h)) = &sn.kind {
+            x.status = Some(h.status);
+            x.event_stream = http::header(&h.headers, "content-type")
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+        }
+        x.compressed |= sn.compressed;
+        x.sse.extend(sn.sse.iter().map(|e| SseArrival {
+            ts_ns: ts,
+            fingerprint: e.fingerprint,
+            kind: e.kind(),
+            io,
+        }));
+        if sn.message_end {
+            x.response_end_ns = Some(ts);
+        }
+    }
+
+    fn tls_records(&mut self, ts: u64, dir: Direction, t: &crate::ingest::model::TlsRecords) {
+        if self.role == Role::Unknown
+            && t.records
+                .first()
+                .is_some_and(|r| r.handshake_type == Some(1))
+        {
+            self.role = if dir == Direction::Send {
+                Role::Client
+            } else {
+                Role::Server
+            };
+        }
+        let sent_by_client = (dir == Direction::Send) == (self.role != Role::Server);
+        let times = self.tls.get_or_insert_with(TlsTimes::default);
+        for r in &t.records {
+            if r.handshake_type == Some(1) && sent_by_client {
+                times.client_hello_ns.get_or_insert(ts);
+            }
+            if r.content_type == tls::APPLICATION_DATA {
+                if sent_by_client {
+                    times.client_first_app_ns.get_or_insert(ts);
+                }
+                times.app_records.push((ts, dir));
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Events -> per-request timelines (pure: no I/O, no clocks, no aya; live and
+//! replay run the same code). Connections -> exchanges -> hop chains -> requests.
+
+pub mod chain;
+pub mod conn;
+pub mod request;
+
+pub use conn::{Connection, Exchange, Role};
+pub use request::{Point, PointKind, Request};
+
+use crate::ingest::Event;
+
+/// Everything stitched from one recording (or one live window).
+#[derive(Debug)]
+pub struct Timeline {
+    pub connections: Vec<Connection>,
+    pub requests: Vec<Request>,
+    /// Socket I/Os whose bytes were neither HTTP nor TLS, or that lost their stream.
+    pub unparsed_ios: u64,
+}
+
+/// Stitches events (any order; they are sorted by time here). `dropped` marks
+/// every request when the recording lost events.
+pub fn stitch(events: &[Event], dropped: bool) -> Timeline {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.ts_ns);
+    let connections = conn::connections(&sorted);
+    let links = chain::link(&connections);
+    let requests = chain::chains(&connections, &links)
+        .iter()
+        .enumerate()
+        .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
+        .collect();
+    let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
+    Timeline {
+        connections,
+        requests,
+        unparsed_ios,
+    }
+}
+
+#[cfg(test)]
+mod tests;

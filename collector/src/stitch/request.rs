@@ -1,0 +1,297 @@
+//! A request chain -> the per-request timeline: stages, and the tokens as
+//! they crossed every observation point (engine write, proxy read, proxy
+//! write, client read).
+
+use serde::Serialize;
+
+use super::chain::End;
+use super::conn::{Connection, Exchange, Role};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointKind {
+    /// The engine wrote the response (its server end).
+    EngineWrite,
+    /// A proxy read it from upstream (its client end).
+    ProxyRead,
+    /// A proxy wrote it to its client (its server end).
+    ProxyWrite,
+    /// The client read it.
+    ClientRead,
+}
+
+impl PointKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            PointKind::EngineWrite => "engine write",
+            PointKind::ProxyRead => "proxy read",
+            PointKind::ProxyWrite => "proxy write",
+            PointKind::ClientRead => "client read",
+        }
+    }
+}
+
+/// The response as it crossed one observation point.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub kind: PointKind,
+    pub pid: u32,
+    pub comm: String,
+    /// First token - request start.
+    pub ttft_ns: Option<u64>,
+    /// Arrival of each token event (CLOCK_MONOTONIC ns).
+    pub token_ns: Vec<u64>,
+    /// Socket I/Os that carried the response.
+    pub ios: u32,
+    /// Most token events carried by one I/O (more than 1 = coalescing).
+    pub max_tokens_per_io: u32,
+    /// `data: [DONE]` was seen here.
+    pub done: bool,
+    pub compressed: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stages {
+    /// TCP handshake (client connect -> established), when this request opened the connection.
+    pub connect_ns: Option<u64>,
+    /// TLS handshake (ClientHello -> the client's first encrypted record).
+    pub tls_ns: Option<u64>,
+    /// First -> last request byte sent by the client.
+    pub upload_ns: Option<u64>,
+    /// The proxy read the whole request -> started sending it upstream.
+    pub gateway_ns: Option<u64>,
+    /// Sub-requests the proxy made meanwhile (e.g. auth_request), total time.
+    pub subrequest_ns: Option<u64>,
+    /// The engine read the whole request -> wrote the first token (queue + prefill).
+    pub upstream_wait_ns: Option<u64>,
+}
+
+/// Delay of each token between two adjacent observation points.
+#[derive(Clone, Debug, Serialize)]
+pub struct Forward {
+    pub from: PointKind,
+    pub to: PointKind,
+    pub delay_ns: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Request {
+    pub id: usize,
+    pub method: String,
+    pub path: String,
+    pub host: Option<String>,
+    pub status: Option<u32>,
+    pub client_pid: u32,
+    pub client_comm: String,
+    pub client_addr: String,
+    /// connect() when this request opened its connection, else its first request byte.
+    pub start_ns: u64,
+    pub first_byte_ns: u64,
+    pub end_ns: Option<u64>,
+    pub new_connection: bool,
+    pub tls: bool,
+    pub coalesced: bool,
+    /// The response ended without [DONE] or its framing's end where it was first seen.
+    pub truncated: bool,
+    /// The recording dropped events, so this request may be missing some.
+    pub events_dropped: bool,
+    /// Token events whose fingerprint differs between points at the same position.
+    pub chunk_mismatches: u32,
+    pub stages: Stages,
+    /// Client side first, engine last.
+    pub points: Vec<Point>,
+    pub forward: Vec<Forward>,
+}
+
+impl Request {
+    pub fn route(&self) -> String {
+        match &self.host {
+            Some(h) => format!("{h}{}", self.path),
+            None => self.path.clone(),
+        }
+    }
+
+    /// Where the client (or the first traced hop) saw it.
+    pub fn first_point(&self) -> Option<&Point> {
+        self.points.first()
+    }
+
+    pub fn point(&self, kind: PointKind) -> Option<&Point> {
+        self.points.iter().find(|p| p.kind == kind)
+    }
+
+    /// First token at the first point - first request byte (server-side TTFT).
+    pub fn ttft_server_ns(&self) -> Option<u64> {
+        Some(
+            self.first_point()?
+                .token_ns
+                .first()?
+                .saturating_sub(self.first_byte_ns),
+        )
+    }
+
+    pub fn tokens(&self) -> usize {
+        self.first_point().map_or(0, |p| p.token_ns.len())
+    }
+
+    /// (last - first token) / (tokens - 1) at the first point.
+    pub fn tpot_ns(&self) -> Option<u64> {
+        let t = &self.first_point()?.token_ns;
+        (t.len() > 1).then(|| (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1))
+    }
+}
+
+pub fn build(
+    id: usize,
+    conns: &[Connection],
+    chain: &[End],
+    links: &super::chain::Links,
+    dropped: bool,
+) -> Request {
+    let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
+    let root = chain[0];
+    let (rc, rx) = (&conns[root.0], x(root));
+    let new_connection = root.1 == 0
+        && (rc.connect_ns.is_some() || rc.accept_ns.is_some() || rc.established_ns.is_some());
+    let start_ns = match (new_connection, rc.role) {
+        (true, Role::Client) => rc.connect_ns.unwrap_or(rx.request_start_ns),
+        (true, _) => rc
+            .established_ns
+            .or(rc.accept_ns)
+            .unwrap_or(rx.request_start_ns)
+            .min(rx.request_start_ns),
+        (false, _) => rx.request_start_ns,
+    };
+    let last = chain.len() - 1;
+    let points: Vec<Point> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| {
+            let c = &conns[e.0];
+            let kind = match (c.role, i) {
+                (Role::Client, 0) => PointKind::ClientRead,
+                (Role::Client, _) => PointKind::ProxyRead,
+                (_, i) if i == last => PointKind::EngineWrite,
+                _ => PointKind::ProxyWrite,
+            };
+            point(kind, c, x(e), start_ns)
+        })
+        .collect();
+
+    let mut stages = Stages::default();
+    if new_connection {
+        stages.connect_ns = rc.handshake().map(|(a, b)| b.saturating_sub(a));
+        stages.tls_ns = rc
+            .tls
+            .as_ref()
+            .and_then(|t| Some(t.client_first_app_ns?.saturating_sub(t.client_hello_ns?)));
+    }
+    if rc.role == Role::Client {
+        stages.upload_ns = rx
+            .request_end_ns
+            .map(|e| e.saturating_sub(rx.request_start_ns));
+    }
+    if let Some((i, &inbound)) = chain
+        .iter()
+        .enumerate()
+        .find(|(_, e)| links.upstream.contains_key(e))
+    {
+        let out = chain
+            .get(i + 1)
+            .copied()
+            .unwrap_or(links.upstream[&inbound]);
+        let arrived = x(inbound)
+            .request_end_ns
+            .unwrap_or(x(inbound).request_start_ns);
+        stages.gateway_ns = Some(x(out).request_start_ns.saturating_sub(arrived));
+        stages.subrequest_ns = links.subrequests.get(&inbound).map(|subs| {
+            subs.iter()
+                .map(|&s| {
+                    x(s).response_end_ns
+                        .unwrap_or(x(s).request_start_ns)
+                        .saturating_sub(x(s).request_start_ns)
+                })
+                .sum()
+        });
+    }
+    let engine = x(chain[last]);
+    if conns[chain[last].0].role == Role::Server {
+        let received = engine.request_end_ns.unwrap_or(engine.request_start_ns);
+        stages.upstream_wait_ns = engine
+            .tokens()
+            .next()
+            .map(|t| t.ts_ns.saturating_sub(received));
+    }
+
+    let forward = points
+        .windows(2)
+        .rev()
+        .map(|w| Forward {
+            from: w[1].kind,
+            to: w[0].kind,
+            delay_ns: w[0]
+                .token_ns
+                .iter()
+                .zip(&w[1].token_ns)
+                .map(|(d, u)| d.saturating_sub(*u))
+                .collect(),
+        })
+        .collect();
+    let mut chunk_mismatches = 0;
+    for w in chain.windows(2) {
+        let (a, b) = (x(w[0]), x(w[1]));
+        chunk_mismatches += a
+            .tokens()
+            .zip(b.tokens())
+            .filter(|(p, q)| p.fingerprint != q.fingerprint)
+            .count() as u32;
+    }
+
+    Request {
+        id,
+        method: rx.method.clone(),
+        path: rx.path.clone(),
+        host: rx.host.clone(),
+        status: rx
+            .status
+            .or_else(|| chain.iter().find_map(|&e| x(e).status)),
+        client_pid: rc.pid,
+        client_comm: rc.comm.clone(),
+        client_addr: if rc.role == Role::Client {
+            rc.local.to_string()
+        } else {
+            rc.remote.to_string()
+        },
+        start_ns,
+        first_byte_ns: rx.request_start_ns,
+        end_ns: rx.response_end_ns.or(rx.sse.last().map(|e| e.ts_ns)),
+        new_connection,
+        tls: rc.tls.is_some(),
+        coalesced: points.iter().any(|p| p.max_tokens_per_io > 1),
+        truncated: !rx.done() && rx.response_end_ns.is_none(),
+        events_dropped: dropped,
+        chunk_mismatches,
+        stages,
+        points,
+        forward,
+    }
+}
+
+fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point {
+    let token_ns: Vec<u64> = x.tokens().map(|t| t.ts_ns).collect();
+    let mut per_io: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+    for t in x.tokens() {
+        *per_io.entry(t.io).or_default() += 1;
+    }
+    Point {
+        kind,
+        pid: c.pid,
+        comm: c.comm.clone(),
+        ttft_ns: token_ns.first().map(|t| t.saturating_sub(start_ns)),
+        token_ns,
+        ios: x.response_ios,
+        max_tokens_per_io: per_io.values().copied().max().unwrap_or(0),
+        done: x.done(),
+        compressed: x.compressed,
+    }
+}
