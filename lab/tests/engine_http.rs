@@ -223,3 +223,42 @@ async fn stand_in_libcuda_is_called_once_per_step_as_the_step_log_says() {
     );
     e.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_mid_stream_is_aborted() {
+    let e = engine(EngineConfig::default()).await;
+    let url = e.base_url();
+    // curl gives up after 0.5 s of a 1,000-token stream (~15 s).
+    let cut = curl_blocking(vec![
+        "-N".into(),
+        "-m".into(),
+        "0.5".into(),
+        format!("{url}/v1/completions"),
+        "-d".into(),
+        r#"{"prompt":"long one","max_tokens":1000,"stream":true}"#.into(),
+    ]);
+    let _ = cut.await.unwrap();
+    let (code, _) = curl_blocking(vec![
+        format!("{url}/v1/completions"),
+        "-d".into(),
+        r#"{"prompt":"short","max_tokens":2}"#.into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "the engine keeps serving");
+    let steps = e.step_log().snapshot();
+    let with_cut = steps
+        .iter()
+        .filter(|s| s.requests.iter().any(|r| r.request_id == 1))
+        .count();
+    assert!(
+        with_cut < 200,
+        "the abandoned request stops being scheduled ({with_cut} steps, not ~1000)"
+    );
+    let last = steps.last().expect("steps were logged");
+    assert!(
+        last.requests.iter().all(|r| r.request_id != 1),
+        "the abandoned request is gone by the time the next one finishes"
+    );
+    e.shutdown().await;
+}

@@ -7,8 +7,8 @@ pub mod report;
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -152,31 +152,44 @@ fn parse_url(cfg: &BenchConfig) -> Result<Endpoint, BenchError> {
 
 /// Hands out request indices, paced by --rate and bounded by --requests / --duration.
 struct Dispenser {
-    next: AtomicU64,
+    /// (next index, its arrival offset from start in ns, arrival PRNG state)
+    next: Mutex<(u64, f64, u64)>,
     start_ns: u64,
     limit: Option<u64>,
     deadline_ns: Option<u64>,
     rate: Option<f64>,
 }
 
+/// Uniform in (0, 1] from a splitmix64 state (fixed seed: runs are reproducible).
+fn next_unit(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+}
+
 impl Dispenser {
+    /// Next request index and when it may start. With --rate, arrivals are a Poisson
+    /// process (exponential gaps), as vllm bench serve sends them.
     async fn next(&self) -> Option<u64> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        if self.limit.is_some_and(|l| i >= l) {
-            return None;
-        }
-        if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
-            let at = self.start_ns + (i as f64 / rate * 1e9) as u64;
-            let now = monotonic_ns();
-            if at > now {
-                if self.deadline_ns.is_some_and(|d| at >= d) {
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_nanos(at - now)).await;
+        let (i, at_ns) = {
+            let mut n = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let (i, at, _) = *n;
+            if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
+                let gap_s = -next_unit(&mut n.2).ln() / rate;
+                n.1 += gap_s * 1e9;
             }
-        }
-        if self.deadline_ns.is_some_and(|d| monotonic_ns() >= d) {
+            n.0 += 1;
+            (i, self.start_ns + at as u64)
+        };
+        if self.limit.is_some_and(|l| i >= l) || self.deadline_ns.is_some_and(|d| at_ns >= d) {
             return None;
+        }
+        let now = monotonic_ns();
+        if at_ns > now {
+            tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
         }
         Some(i)
     }
@@ -184,7 +197,10 @@ impl Dispenser {
 
 /// The prompt of request `index`: the shared prefix, then words of its own.
 pub fn prompt_words(cfg: &BenchConfig, index: u64, run_seed: u64) -> (String, String, usize) {
-    let total = if cfg.long_prompt_every > 0 && (index + 1) % cfg.long_prompt_every == 0 {
+    // Long prompts fall mid-cycle (index every/2, then every `every`), so short runs see one.
+    let total = if cfg.long_prompt_every > 0
+        && index % cfg.long_prompt_every == cfg.long_prompt_every / 2
+    {
         cfg.long_prompt_tokens
     } else {
         cfg.prompt_tokens
@@ -258,7 +274,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchOutcome, BenchError> {
     drop(warm);
     let start_ns = monotonic_ns();
     let dispenser = Arc::new(Dispenser {
-        next: AtomicU64::new(0),
+        next: Mutex::new((0, 0.0, 0x1a2b_3c4d)),
         start_ns,
         limit: cfg.requests,
         deadline_ns: cfg.duration.map(|d| start_ns + d.as_nanos() as u64),

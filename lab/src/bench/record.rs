@@ -128,10 +128,7 @@ impl SseParser {
     pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        loop {
-            let Some((end, sep)) = find_event_end(&self.buf) else {
-                break;
-            };
+        while let Some((end, sep)) = find_event_end(&self.buf) {
             let event: Vec<u8> = self.buf.drain(..end + sep).collect();
             let event = &event[..end];
             let mut data = Vec::new();

@@ -58,6 +58,8 @@ pub struct BenchReport {
     pub failed: usize,
     /// Requests that had to open a new connection (the first of each worker included).
     pub new_connections: usize,
+    /// New connections a worker had to open because the server closed its previous one.
+    pub reconnects: usize,
     pub workers: usize,
     pub duration_s: f64,
     pub output_tokens: usize,
@@ -82,6 +84,7 @@ impl BenchReport {
             ok: ok.len(),
             failed: records.len() - ok.len(),
             new_connections: records.iter().filter(|r| r.new_connection).count(),
+            reconnects: reconnects(records),
             workers,
             duration_s: duration_ns as f64 / 1e9,
             output_tokens: ok.iter().map(|r| r.output_tokens()).sum(),
@@ -93,6 +96,17 @@ impl BenchReport {
             e2e_ms: Summary::from_ns(ok.iter().map(|r| r.e2e_ns())),
         }
     }
+}
+
+/// Requests that opened a connection although their worker had sent one before.
+fn reconnects(records: &[RequestRecord]) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    let mut sorted: Vec<&RequestRecord> = records.iter().collect();
+    sorted.sort_by_key(|r| r.request_start_ns);
+    sorted
+        .into_iter()
+        .filter(|r| !seen.insert(r.worker) && r.new_connection)
+        .count()
 }
 
 impl fmt::Display for BenchReport {
@@ -109,8 +123,9 @@ impl fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "connections: {} of {} requests opened a new connection",
-            self.new_connections, self.requests
+            "connections: {} of {} requests opened a new connection ({} because the server \
+             closed the previous one)",
+            self.new_connections, self.requests, self.reconnects
         )?;
         writeln!(
             f,
