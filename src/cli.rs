@@ -56,6 +56,30 @@ source > destination, and what happened: state changes, accepts, retransmits, an
 receives with their syscall, byte count and what the payload prefix showed (HTTP start
 line with framing headers, or TLS record types such as ClientHello / application_data).")]
     Dump(DumpArgs),
+    /// Per-request timelines and TTFT/ITL statistics from a recording.
+    #[command(after_help = "\
+Examples:
+  tokenscope report run.tsrec
+  tokenscope report run.tsrec --json > report.json   # schema: schema/report.schema.json
+
+Definitions (as vllm bench serve): a request starts at the client's connect() when the
+connection was opened for it, else at its first request byte, so TTFT includes handshakes as
+a user feels them; 'from first request byte' is the server-side TTFT. The first token is the
+first SSE data event whose JSON carries a non-empty choices array. TTFT and ITL are given at
+every observation point the response crossed: engine write, proxy read, proxy write, client
+read. ITL: the gap between consecutive token events at one point, one sample per gap, pooled
+over requests; events that arrive in the same read count as gap 0 (coalescing). TPOT:
+(last - first token) / (tokens - 1) per request. Percentiles by nearest rank, with counts.")]
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// A file written by `tokenscope record`.
+    file: PathBuf,
+    /// Print JSON (one document) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +99,9 @@ struct RecordArgs {
     /// Ring buffer size in bytes (power of two). Small values make drops likely.
     #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
     ring_size: u32,
+    /// Print the report (as `tokenscope report`) when the recording ends.
+    #[arg(long)]
+    report: bool,
     /// Payload bytes copied per socket send/receive (parsed, then dropped; at most 16384).
     #[arg(long, default_value_t = DEFAULT_PAYLOAD_CAP, value_name = "BYTES")]
     payload_cap: u32,
@@ -92,6 +119,7 @@ struct DumpArgs {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(args) => record(args),
+        Command::Report(args) => report(&args.file, args.json),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -147,7 +175,24 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if c.dropped > 0 {
         eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
     }
+    if args.report {
+        report(&args.output, false)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn report(path: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    use collector::export::report;
+    let mut reader = collector::ingest::record::RecordReader::open(path)?;
+    let events = reader.read_all()?;
+    let built = report::build(&reader.header, &events);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let written = if json { report::write_json(&built, &mut out) } else { report::write_text(&built, &mut out) };
+    match written.and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing the report"),
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.

@@ -1,3 +1,4 @@
 //! Views of a recording for people and scripts.
 
 pub mod dump;
+pub mod report;

@@ -1,0 +1,146 @@
+//! `tokenscope report`: statistics and per-request timelines from a recording,
+//! as text for people and JSON (schema/report.schema.json) for scripts.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::analyze::{self, Stats, Summary};
+use crate::ingest::record::FileHeader;
+use crate::ingest::Event;
+use crate::stitch::{self, Request};
+
+pub const SCHEMA: &str = "tokenscope.report/1";
+/// Width of the time windows statistics are also given for.
+pub const WINDOW_NS: u64 = 10_000_000_000;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub recording: RecordingInfo,
+    /// Socket I/Os whose bytes were neither HTTP nor TLS (garbage, other protocols, lost streams).
+    pub unparsed_ios: u64,
+    pub overall: Stats,
+    pub routes: BTreeMap<String, Stats>,
+    pub windows: Vec<Window>,
+    pub requests: Vec<Request>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RecordingInfo {
+    pub host: String,
+    pub kernel: String,
+    pub complete: bool,
+    pub duration_ns: u64,
+    pub events: u64,
+    pub submitted: u64,
+    pub delivered: u64,
+    pub dropped: u64,
+    pub decode_errors: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Window {
+    pub start_ns: u64,
+    pub stats: Stats,
+}
+
+pub fn build(header: &FileHeader, events: &[Event]) -> Report {
+    let c = header.counters.unwrap_or_default();
+    let timeline = stitch::stitch(events, c.dropped > 0);
+    let requests = timeline.requests;
+    Report {
+        schema: SCHEMA,
+        recording: RecordingInfo {
+            host: header.host.clone(),
+            kernel: header.kernel.clone(),
+            complete: header.complete,
+            duration_ns: header.end_monotonic_ns.saturating_sub(header.start_monotonic_ns),
+            events: events.len() as u64,
+            submitted: c.submitted,
+            delivered: c.delivered,
+            dropped: c.dropped,
+            decode_errors: c.decode_errors,
+        },
+        unparsed_ios: timeline.unparsed_ios,
+        overall: analyze::stats(&requests),
+        routes: analyze::by_route(&requests),
+        windows: analyze::by_window(&requests, WINDOW_NS).into_iter().map(|(start_ns, stats)| Window { start_ns, stats }).collect(),
+        requests,
+    }
+}
+
+pub fn write_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
+pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let o = &report.overall;
+    let r = &report.recording;
+    writeln!(
+        out,
+        "tokenscope report: {} requests ({} on new connections), {} tokens; {} events, {} dropped, {} unparsed I/Os",
+        o.requests, o.new_connections, o.tokens, r.events, r.dropped, report.unparsed_ios
+    )?;
+    if r.dropped > 0 {
+        writeln!(out, "WARNING: the recording dropped {} events; figures below may miss some", r.dropped)?;
+    }
+    if !r.complete {
+        writeln!(out, "WARNING: the recording never completed (cut off); its counters are not final")?;
+    }
+    write_stats(o, out)?;
+    if report.routes.len() > 1 {
+        for (route, s) in &report.routes {
+            writeln!(out, "\nroute {route}: {} requests", s.requests)?;
+            write_stats(s, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_stats(s: &Stats, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "{:<34}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}", "(ms)", "count", "p50", "p90", "p95", "p99", "p99.9", "max")?;
+    let mut section = |title: &str, rows: Vec<(String, &Summary)>| -> io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        writeln!(out, "{title}")?;
+        for (name, v) in rows {
+            writeln!(
+                out,
+                "  {name:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+                v.count,
+                ms(v.p50_ns),
+                ms(v.p90_ns),
+                ms(v.p95_ns),
+                ms(v.p99_ns),
+                ms(v.p999_ns),
+                ms(v.max_ns)
+            )?;
+        }
+        Ok(())
+    };
+    let mut ttft = per_point(&s.ttft);
+    if let Some(v) = &s.ttft_server {
+        ttft.push(("from first request byte".into(), v));
+    }
+    section("TTFT", ttft)?;
+    section("ITL", per_point(&s.itl))?;
+    section("TPOT", s.tpot.iter().map(|v| ("per request".to_string(), v)).collect())?;
+    section("stages", s.stages.iter().map(|(k, v)| (k.replace('_', " "), v)).collect())?;
+    section("forward delay per token", s.forward.iter().map(|(k, v)| (k.clone(), v)).collect())
+}
+
+/// Rows in the order a response travels back: client first, engine last.
+fn per_point<'a>(m: &'a BTreeMap<&'static str, Summary>) -> Vec<(String, &'a Summary)> {
+    ["client_read", "proxy_write", "proxy_read", "engine_write"]
+        .iter()
+        .filter_map(|k| Some((k.replace('_', " "), m.get(k)?)))
+        .collect()
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e6)
+}
