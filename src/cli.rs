@@ -188,9 +188,15 @@ fn report(path: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
     let built = report::build(&reader.header, &events);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let written = if json { report::write_json(&built, &mut out) } else { report::write_text(&built, &mut out) };
+    let written = if json {
+        report::write_json(&built, &mut out)
+    } else {
+        report::write_text(&built, &mut out)
+    };
     match written.and_then(|_| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing the report"),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("writing the report")
+        }
         _ => Ok(ExitCode::SUCCESS),
     }
 }

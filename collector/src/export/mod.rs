@@ -2,3 +2,5 @@
 
 pub mod dump;
 pub mod report;
+#[cfg(test)]
+mod schema_check;

@@ -56,7 +56,9 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
             host: header.host.clone(),
             kernel: header.kernel.clone(),
             complete: header.complete,
-            duration_ns: header.end_monotonic_ns.saturating_sub(header.start_monotonic_ns),
+            duration_ns: header
+                .end_monotonic_ns
+                .saturating_sub(header.start_monotonic_ns),
             events: events.len() as u64,
             submitted: c.submitted,
             delivered: c.delivered,
@@ -66,7 +68,10 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
         unparsed_ios: timeline.unparsed_ios,
         overall: analyze::stats(&requests),
         routes: analyze::by_route(&requests),
-        windows: analyze::by_window(&requests, WINDOW_NS).into_iter().map(|(start_ns, stats)| Window { start_ns, stats }).collect(),
+        windows: analyze::by_window(&requests, WINDOW_NS)
+            .into_iter()
+            .map(|(start_ns, stats)| Window { start_ns, stats })
+            .collect(),
         requests,
     }
 }
@@ -85,10 +90,17 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         o.requests, o.new_connections, o.tokens, r.events, r.dropped, report.unparsed_ios
     )?;
     if r.dropped > 0 {
-        writeln!(out, "WARNING: the recording dropped {} events; figures below may miss some", r.dropped)?;
+        writeln!(
+            out,
+            "WARNING: the recording dropped {} events; figures below may miss some",
+            r.dropped
+        )?;
     }
     if !r.complete {
-        writeln!(out, "WARNING: the recording never completed (cut off); its counters are not final")?;
+        writeln!(
+            out,
+            "WARNING: the recording never completed (cut off); its counters are not final"
+        )?;
     }
     write_stats(o, out)?;
     if report.routes.len() > 1 {
@@ -101,7 +113,11 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 }
 
 fn write_stats(s: &Stats, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "{:<34}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}", "(ms)", "count", "p50", "p90", "p95", "p99", "p99.9", "max")?;
+    writeln!(
+        out,
+        "{:<34}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "(ms)", "count", "p50", "p90", "p95", "p99", "p99.9", "max"
+    )?;
     let mut section = |title: &str, rows: Vec<(String, &Summary)>| -> io::Result<()> {
         if rows.is_empty() {
             return Ok(());
@@ -128,9 +144,24 @@ fn write_stats(s: &Stats, out: &mut dyn Write) -> io::Result<()> {
     }
     section("TTFT", ttft)?;
     section("ITL", per_point(&s.itl))?;
-    section("TPOT", s.tpot.iter().map(|v| ("per request".to_string(), v)).collect())?;
-    section("stages", s.stages.iter().map(|(k, v)| (k.replace('_', " "), v)).collect())?;
-    section("forward delay per token", s.forward.iter().map(|(k, v)| (k.clone(), v)).collect())
+    section(
+        "TPOT",
+        s.tpot
+            .iter()
+            .map(|v| ("per request".to_string(), v))
+            .collect(),
+    )?;
+    section(
+        "stages",
+        s.stages
+            .iter()
+            .map(|(k, v)| (k.replace('_', " "), v))
+            .collect(),
+    )?;
+    section(
+        "forward delay per token",
+        s.forward.iter().map(|(k, v)| (k.clone(), v)).collect(),
+    )
 }
 
 /// Rows in the order a response travels back: client first, engine last.
@@ -143,4 +174,62 @@ fn per_point<'a>(m: &'a BTreeMap<&'static str, Summary>) -> Vec<(String, &'a Sum
 
 fn ms(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::schema_check;
+    use crate::ingest::record::Counters;
+    use crate::stitch::testnet::{proxied, Net, MS};
+
+    fn schema() -> serde_json::Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schema/report.schema.json");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("schema file"))
+            .expect("schema is JSON")
+    }
+
+    #[test]
+    fn json_report_matches_the_committed_schema() {
+        let mut net = Net::default();
+        proxied(&mut net, 1_000 * MS, 40000, 50000, "req-a");
+        proxied(&mut net, 1_020 * MS, 40001, 50001, "req-b");
+        let header = FileHeader {
+            host: "h".into(),
+            complete: true,
+            counters: Some(Counters {
+                dropped: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let report = build(&header, &net.events);
+        assert_eq!(report.requests.len(), 2);
+        let mut buf = Vec::new();
+        write_json(&report, &mut buf).expect("json");
+        let value: serde_json::Value = serde_json::from_slice(&buf).expect("valid JSON");
+        schema_check::check(&schema(), &value)
+            .unwrap_or_else(|e| panic!("report JSON breaks the schema: {e}"));
+        // The checker is not vacuous: an extra field and a wrong type are caught.
+        let mut bad = value.clone();
+        bad["requests"][0]["surprise"] = serde_json::json!(1);
+        assert!(
+            schema_check::check(&schema(), &bad).is_err(),
+            "unknown request field must fail"
+        );
+        let mut bad = value;
+        bad["overall"]["ttft"]["client_read"]["p95_ns"] = serde_json::json!("fast");
+        assert!(
+            schema_check::check(&schema(), &bad).is_err(),
+            "a string percentile must fail"
+        );
+        let mut text = Vec::new();
+        write_text(&report, &mut text).expect("text");
+        let text = String::from_utf8(text).expect("utf8");
+        assert!(
+            text.contains("client read")
+                && text.contains("WARNING: the recording dropped 1 events"),
+            "{text}"
+        );
+    }
 }

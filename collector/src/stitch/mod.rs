@@ -40,4 +40,6 @@ pub fn stitch(events: &[Event], dropped: bool) -> Timeline {
 }
 
 #[cfg(test)]
+pub(crate) mod testnet;
+#[cfg(test)]
 mod tests;
