@@ -357,13 +357,16 @@ shared 2,000-word system prompt and an occasional 6,000-word document. Untuned (
 no prefix cache, no chunked prefill, nginx without keep-alive, buffering an HTTP/1.0 upstream, \
 gzip on and an auth hop. --tuned: prefix cache, chunked prefill, nginx with TLS + HTTP/2, \
 keep-alive and proxy_buffering off. Needs nginx and openssl.",
-    after_help = "Examples:\n  tokenscope demo\n  tokenscope demo --tuned --duration 30s",
+    after_help = "Examples:\n  tokenscope demo\n  tokenscope demo --tuned --duration 30s\n  tokenscope demo --compare",
     after_long_help = METRICS_HELP
 )]
 pub struct DemoArgs {
     /// Remove every cause: prefix cache, chunked prefill, tuned nginx.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "compare")]
     pub tuned: bool,
+    /// Run untuned, then tuned, and print both reports and a side-by-side table.
+    #[arg(long)]
+    pub compare: bool,
     /// How long to send load.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -378,7 +381,7 @@ pub struct DemoArgs {
     pub json: Option<PathBuf>,
 }
 
-/// `tokenscope demo [--tuned]`: prints the set-up and the bench report.
+/// `tokenscope demo [--tuned | --compare]`: prints the set-up and the bench report(s).
 pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     let d = DemoConfig::default();
     let cfg = DemoConfig {
@@ -388,13 +391,35 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
         rate: args.rate.unwrap_or(d.rate),
         ..d
     };
-    print!("{}", demo::describe(&cfg));
-    let out = runtime()?.block_on(demo::run(&cfg)).context("demo")?;
-    if let Some(path) = &args.json {
-        bench::write_json_lines(&out.bench.records, path)?;
+    let rt = runtime()?;
+    let sides: Vec<bool> = if args.compare {
+        vec![false, true]
+    } else {
+        vec![cfg.tuned]
+    };
+    let mut outcomes = Vec::new();
+    for tuned in sides {
+        let cfg = DemoConfig {
+            tuned,
+            ..cfg.clone()
+        };
+        print!("{}", demo::describe(&cfg));
+        let out = rt.block_on(demo::run(&cfg)).context("demo")?;
+        println!("via {}", out.proxy_url);
+        print!("{}", out.bench.report);
+        println!();
+        outcomes.push(out);
     }
-    println!("via {}", out.proxy_url);
-    print!("{}", out.bench.report);
+    if let Some(path) = &args.json {
+        let records: Vec<_> = outcomes
+            .iter()
+            .flat_map(|o| o.bench.records.iter().cloned())
+            .collect();
+        bench::write_json_lines(&records, path)?;
+    }
+    if let [untuned, tuned] = &outcomes[..] {
+        print!("{}", demo::comparison_table(untuned, tuned));
+    }
     Ok(())
 }
 

@@ -143,3 +143,22 @@ pub fn describe(cfg: &DemoConfig) -> String {
         cfg.max_tokens
     )
 }
+
+/// The seed article's three numbers side by side: TTFT p95, mean ITL, p99 ITL.
+pub fn comparison_table(untuned: &DemoOutcome, tuned: &DemoOutcome) -> String {
+    let (u, t) = (&untuned.bench.report, &tuned.bench.report);
+    let row = |name: &str, a: f64, b: f64| {
+        format!(
+            "{name:<14} {a:>10.0} {b:>10.0} {:>9.1}x\n",
+            if b > 0.0 { a / b } else { 0.0 }
+        )
+    };
+    let mut out = format!(
+        "{:<14} {:>10} {:>10} {:>10}\n",
+        "(ms)", "untuned", "tuned", "factor"
+    );
+    out += &row("TTFT p95", u.ttft_ms.p95, t.ttft_ms.p95);
+    out += &row("mean ITL", u.itl_ms.mean, t.itl_ms.mean);
+    out += &row("p99 ITL", u.itl_ms.p99, t.itl_ms.p99);
+    out
+}
