@@ -75,6 +75,26 @@ async fn curl_sees_vllm_sse_framing_for_both_routes() {
     );
     assert_eq!(usage["choices"].as_array().map(Vec::len), Some(0));
 
+    let (_, head) = curl_blocking(vec![
+        "-N".into(),
+        "-i".into(),
+        format!("{url}/v1/completions"),
+        "-d".into(),
+        r#"{"prompt":"x","max_tokens":2,"stream":true}"#.into(),
+    ])
+    .await
+    .unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains("transfer-encoding: chunked")
+            && head.contains("content-type: text/event-stream"),
+        "HTTP/1.1 streams are chunked text/event-stream: {head}"
+    );
+    assert!(
+        !head.contains("x-accel-buffering"),
+        "the engine does not switch proxy buffering off by default"
+    );
+
     let (code, body) = curl_blocking(vec![format!("{url}/v1/models")])
         .await
         .unwrap();
