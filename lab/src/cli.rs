@@ -117,6 +117,9 @@ pub struct BenchArgs {
     /// Write one JSON line per request (all timestamps, no text) to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Send Accept-Encoding: gzip (as browsers and the openai SDK do) and decode.
+    #[arg(long)]
+    pub accept_gzip: bool,
     /// Unmeasured requests sent first, one by one (warm caches as a running service has).
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
@@ -149,6 +152,7 @@ impl BenchArgs {
             timeout: self.timeout,
             progress: !self.no_progress,
             warmup_requests: self.warmup,
+            accept_gzip: self.accept_gzip,
         }
     }
 }

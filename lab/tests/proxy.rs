@@ -6,7 +6,12 @@ use tokenscope_lab::bench::{self, BenchConfig, BenchOutcome};
 use tokenscope_lab::proxy::{NginxProxy, ProxyConfig, ProxyMode};
 use tokenscope_lab::{Engine, EngineConfig};
 
-async fn through_proxy(engine_cfg: EngineConfig, mode: ProxyMode, http2: bool) -> BenchOutcome {
+async fn through_proxy(
+    engine_cfg: EngineConfig,
+    mode: ProxyMode,
+    http2: bool,
+    accept_gzip: bool,
+) -> BenchOutcome {
     let engine = Engine::start(engine_cfg, "127.0.0.1:0".parse().unwrap())
         .await
         .expect("engine starts");
@@ -20,6 +25,7 @@ async fn through_proxy(engine_cfg: EngineConfig, mode: ProxyMode, http2: bool) -
         prompt_tokens: 20,
         max_tokens: 60,
         http2,
+        accept_gzip,
         insecure: true,
         progress: false,
         timeout: Duration::from_secs(60),
@@ -40,7 +46,7 @@ async fn through_proxy(engine_cfg: EngineConfig, mode: ProxyMode, http2: bool) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untuned_nginx_coalesces_events_and_opens_a_connection_per_request() {
-    let out = through_proxy(EngineConfig::default(), ProxyMode::Untuned, false).await;
+    let out = through_proxy(EngineConfig::default(), ProxyMode::Untuned, false, false).await;
     let r = &out.report;
     assert_eq!(
         r.new_connections, r.requests,
@@ -65,7 +71,7 @@ async fn untuned_nginx_coalesces_events_and_opens_a_connection_per_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tuned_nginx_over_h2_reuses_connections_and_forwards_each_event() {
-    let out = through_proxy(EngineConfig::default(), ProxyMode::Tuned, true).await;
+    let out = through_proxy(EngineConfig::default(), ProxyMode::Tuned, true, false).await;
     let r = &out.report;
     assert!(
         r.new_connections <= 2 && r.reconnects == 0,
@@ -94,10 +100,24 @@ async fn x_accel_buffering_no_from_the_engine_turns_nginx_buffering_off() {
         },
         ProxyMode::Untuned,
         false,
+        false,
     )
     .await;
     assert_eq!(
         out.report.coalesced_tokens, 0,
         "X-Accel-Buffering: no makes nginx forward every chunk as it comes"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untuned_gzip_holds_the_whole_stream_for_clients_that_accept_it() {
+    let out = through_proxy(EngineConfig::default(), ProxyMode::Untuned, false, true).await;
+    for r in &out.records {
+        let reads: std::collections::HashSet<u64> = r.events.iter().map(|e| e.read).collect();
+        assert!(
+            reads.len() <= 2,
+            "gzip behind a buffering upstream delivers the stream in one or two reads, not {}",
+            reads.len()
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! worker, reused while the server keeps it alive; every socket read and SSE event timed
 //! on CLOCK_MONOTONIC. Metrics follow DESIGN.md section 2 (vllm bench serve's rules).
 pub mod conn;
+pub mod decode;
 pub mod record;
 pub mod report;
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST};
+use hyper::header::{ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST};
 use hyper::{Request, Uri, Version};
 use indicatif::{ProgressBar, ProgressStyle};
 use thiserror::Error;
@@ -70,6 +71,9 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// Show a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
+    /// Send `Accept-Encoding: gzip` as browsers and the openai SDK do (a gateway with gzip
+    /// on then compresses the stream).
+    pub accept_gzip: bool,
     /// Requests sent one by one before the measured load and left out of the results
     /// (they warm caches such as the engine's prefix cache, as a running service has).
     pub warmup_requests: u64,
@@ -95,6 +99,7 @@ impl Default for BenchConfig {
             timeout: Duration::from_secs(120),
             progress: true,
             warmup_requests: 0,
+            accept_gzip: false,
         }
     }
 }
@@ -402,6 +407,9 @@ async fn one_request(
     if !conn.http2 {
         builder = builder.header(HOST, endpoint.authority.as_str());
     }
+    if cfg.accept_gzip {
+        builder = builder.header(ACCEPT_ENCODING, "gzip");
+    }
     let req = match builder.body(Full::new(body)) {
         Ok(r) => r,
         Err(e) => return failed(rec, e.to_string()),
@@ -427,6 +435,17 @@ async fn one_request(
             .get(CONNECTION)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let mut decoder = match decode::BodyDecoder::for_encoding(
+        resp.headers()
+            .get(CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok()),
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            *slot = None;
+            return failed(rec, e);
+        }
+    };
     let mut body = resp.into_body();
     let mut parser = SseParser::default();
     let mut broken = None;
@@ -439,7 +458,14 @@ async fn one_request(
                 // hyper hands over a frame right after the read that completed it.
                 let t_ns = conn.stats.last_read_ns.load(Ordering::Acquire);
                 let read = conn.stats.reads.load(Ordering::Acquire);
-                for ev in parser.push(data) {
+                let data = match decoder.push(data) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        broken = Some(e);
+                        break;
+                    }
+                };
+                for ev in parser.push(&data) {
                     match ev {
                         SseEvent::Done => rec.done_seen = true,
                         SseEvent::Malformed => {}
