@@ -83,7 +83,6 @@ pub struct CudaDriver {
     graph_launch: CuGraphLaunch,
     memcpy_dtoh_async: CuMemcpyDtoHAsync,
     stream_synchronize: CuStreamSynchronize,
-    counters: Option<LabCudaCounters>,
     kernel: Box<LabFunction>,
     graph: Box<LabGraphExec>,
     token_ids: Vec<u32>,
@@ -146,9 +145,6 @@ impl CudaDriver {
         // SAFETY: each symbol is transmuted to its documented driver signature.
         let driver = unsafe {
             let init: CuInit = std::mem::transmute::<*mut c_void, CuInit>(sym("cuInit")?);
-            let counters = sym("lab_cuda_counters")
-                .ok()
-                .map(|p| std::mem::transmute::<*mut c_void, LabCudaCounters>(p));
             let driver = CudaDriver {
                 handle,
                 path: path.to_path_buf(),
@@ -164,7 +160,6 @@ impl CudaDriver {
                 stream_synchronize: std::mem::transmute::<*mut c_void, CuStreamSynchronize>(sym(
                     "cuStreamSynchronize",
                 )?),
-                counters,
                 kernel: Box::new(LabFunction {
                     name: *b"lab_prefill_attn",
                 }),
@@ -242,15 +237,6 @@ impl CudaDriver {
         check("cuStreamSynchronize", unsafe {
             (self.stream_synchronize)(std::ptr::null_mut())
         })
-    }
-
-    /// The stand-in's call counters; None for a driver without them (a real one).
-    pub fn call_counts(&self) -> Option<CudaCallCounts> {
-        let f = self.counters?;
-        let mut c = CudaCallCounts::default();
-        // SAFETY: c matches struct lab_cuda_counters (size asserted above).
-        unsafe { f(&mut c) };
-        Some(c)
     }
 }
 

@@ -123,7 +123,7 @@ impl Engine {
             })?;
         let step_log = StepLog::default();
         let (tx, rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let thread_cfg = cfg.clone();
         let thread_log = step_log.clone();
         let thread_path = libcuda_path.clone();
@@ -143,7 +143,7 @@ impl Engine {
                 SchedulerLoop::new(thread_cfg, driver, thread_log).run(rx);
             })
             .map_err(|e| EngineError::Thread(e.to_string()))?;
-        match ready_rx.recv() {
+        match ready_rx.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e.into()),
             Err(_) => return Err(EngineError::Thread("exited during start".into())),
