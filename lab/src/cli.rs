@@ -81,7 +81,8 @@ pub struct BenchArgs {
     /// Send requests for this long (e.g. 30s, 2m); in-flight ones finish.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Request starts per second across workers (default: as fast as workers free up).
+    /// Request arrivals per second across workers, as a Poisson process (vllm bench serve's
+    /// arrivals) [default: as fast as workers free up].
     #[arg(long)]
     pub rate: Option<f64>,
     /// Prompt length in words (one word = one token in the lab engine).
