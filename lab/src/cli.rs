@@ -432,6 +432,104 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser)]
+    struct Top {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum Cmd {
+        Bench(BenchArgs),
+        Lab(LabArgs),
+        Demo(DemoArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        use clap::Parser;
+        Top::try_parse_from(std::iter::once("t").chain(args.iter().copied())).map(|t| t.cmd)
+    }
+
+    #[test]
+    fn command_lines_parse_as_documented() {
+        let Ok(Cmd::Bench(b)) = parse(&[
+            "bench",
+            "--url",
+            "https://h:8443",
+            "--http2",
+            "--duration",
+            "30s",
+        ]) else {
+            panic!("bench with --duration parses");
+        };
+        let c = b.to_config();
+        assert_eq!(
+            (c.requests, c.duration),
+            (None, Some(Duration::from_secs(30)))
+        );
+        assert!(c.http2 && c.url == "https://h:8443");
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--url", "http://h"]) else {
+            panic!("bench with only --url parses");
+        };
+        assert_eq!(b.to_config().requests, Some(100), "100 requests by default");
+        assert!(
+            parse(&[
+                "bench",
+                "--url",
+                "http://h",
+                "--requests",
+                "5",
+                "--duration",
+                "5s"
+            ])
+            .is_err(),
+            "--requests and --duration conflict"
+        );
+        let Ok(Cmd::Lab(LabArgs {
+            command: LabCommand::Engine(e),
+        })) = parse(&[
+            "lab",
+            "engine",
+            "--prefix-cache",
+            "off",
+            "--chunked-prefill",
+            "off",
+        ])
+        else {
+            panic!("lab engine parses");
+        };
+        let cfg = e.to_config();
+        assert!(
+            !cfg.prefix_cache && !cfg.chunked_prefill,
+            "switches turn features off"
+        );
+        assert_eq!(
+            cfg.step_overhead_ns,
+            EngineConfig::default().step_overhead_ns
+        );
+        assert!(
+            parse(&["lab", "proxy", "--upstream", "127.0.0.1:1"]).is_err(),
+            "proxy needs a mode"
+        );
+        assert!(
+            parse(&[
+                "lab",
+                "proxy",
+                "--tuned",
+                "--untuned",
+                "--upstream",
+                "127.0.0.1:1"
+            ])
+            .is_err(),
+            "one mode only"
+        );
+        assert!(matches!(parse(&["demo", "--tuned"]), Ok(Cmd::Demo(d)) if d.tuned));
+        assert!(
+            parse(&["demo", "--tuned", "--compare"]).is_err(),
+            "--compare runs both sides"
+        );
+    }
+
     #[test]
     fn durations_parse_with_units() {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));

@@ -331,14 +331,19 @@ fn progress_bar(cfg: &BenchConfig) -> ProgressBar {
     if !cfg.progress || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let pb = match cfg.requests {
-        Some(n) => ProgressBar::new(n),
-        None => ProgressBar::no_length(),
+    let (pb, template) = match cfg.requests {
+        Some(n) => (
+            ProgressBar::new(n),
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} requests",
+        ),
+        None => (
+            ProgressBar::no_length(),
+            "{spinner} [{elapsed_precise}] {pos} requests done",
+        ),
     };
-    let style =
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} requests")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-    pb.set_style(style);
+    pb.set_style(
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     pb.enable_steady_tick(Duration::from_millis(200));
     pb
 }
