@@ -375,7 +375,7 @@ pub struct DemoArgs {
     /// How long to send load.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Request arrivals per second, Poisson [default: 1.5].
+    /// Request arrivals per second, Poisson [default: 1.45].
     #[arg(long)]
     pub rate: Option<f64>,
     /// Most requests in flight at once [default: 24].

@@ -44,7 +44,7 @@ impl Default for DemoConfig {
         DemoConfig {
             tuned: false,
             duration: Duration::from_secs(30),
-            rate: 1.5,
+            rate: 1.45,
             concurrency: 24,
             system_prompt_tokens: 2000,
             question_tokens: 40,

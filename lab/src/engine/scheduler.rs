@@ -142,7 +142,11 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn new(cfg: EngineConfig) -> Scheduler {
+    pub fn new(mut cfg: EngineConfig) -> Scheduler {
+        // Zero limits would leave work that can never be scheduled (a busy loop).
+        cfg.max_running_seqs = cfg.max_running_seqs.max(1);
+        cfg.max_batched_tokens = cfg.max_batched_tokens.max(1);
+        cfg.block_size = cfg.block_size.max(1);
         Scheduler {
             cfg,
             waiting: VecDeque::new(),
