@@ -318,3 +318,19 @@ pub fn curl(args: &[&str]) -> (u32, String) {
     );
     (pid, String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// `tokenscope report FILE --json`, parsed.
+pub fn report_json(path: &Path) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .arg("report")
+        .arg(path)
+        .arg("--json")
+        .output()
+        .expect("run tokenscope report");
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+}

@@ -28,15 +28,16 @@ pub fn summarize(samples: &[u64]) -> Option<Summary> {
     }
     let mut v = samples.to_vec();
     v.sort_unstable();
-    let rank = |p: f64| v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    // Integer nearest rank: ceil(permille * n / 1000), so 99.9% of 1000 is the 999th.
+    let rank = |permille: usize| v[(permille * v.len()).div_ceil(1000).clamp(1, v.len()) - 1];
     let sum: u128 = v.iter().map(|x| u128::from(*x)).sum();
     Some(Summary {
         count: v.len(),
-        p50_ns: rank(50.0),
-        p90_ns: rank(90.0),
-        p95_ns: rank(95.0),
-        p99_ns: rank(99.0),
-        p999_ns: rank(99.9),
+        p50_ns: rank(500),
+        p90_ns: rank(900),
+        p95_ns: rank(950),
+        p99_ns: rank(990),
+        p999_ns: rank(999),
         max_ns: v[v.len() - 1],
         mean_ns: (sum / v.len() as u128) as u64,
     })
@@ -57,6 +58,8 @@ pub struct Stats {
     /// Inter-token gaps per point, one sample per gap, pooled over requests.
     pub itl: BTreeMap<&'static str, Summary>,
     pub tpot: Option<Summary>,
+    /// Encrypted points: gaps between response TLS application-data records.
+    pub record_gap: BTreeMap<&'static str, Summary>,
     pub stages: BTreeMap<&'static str, Summary>,
     /// Token delay between adjacent points (e.g. "engine write -> proxy read").
     pub forward: BTreeMap<String, Summary>,
@@ -66,6 +69,7 @@ pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
     let mut s = Stats::default();
     let mut ttft: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     let mut itl: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut record_gap: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     let mut stages: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     let mut forward: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     let (mut ttft_server, mut tpot) = (Vec::new(), Vec::new());
@@ -80,9 +84,11 @@ pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
             if let Some(t) = p.ttft_ns {
                 ttft.entry(key).or_default().push(t);
             }
-            itl.entry(key)
+            itl.entry(key).or_default().extend(gaps(&p.token_ns));
+            record_gap
+                .entry(key)
                 .or_default()
-                .extend(p.token_ns.windows(2).map(|w| w[1] - w[0]));
+                .extend(gaps(&p.record_ns));
         }
         ttft_server.extend(r.ttft_server_ns());
         tpot.extend(r.tpot_ns());
@@ -113,6 +119,7 @@ pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
     };
     s.ttft = done(ttft);
     s.itl = done(itl);
+    s.record_gap = done(record_gap);
     s.stages = done(stages);
     s.forward = forward
         .into_iter()
@@ -121,6 +128,10 @@ pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
     s.ttft_server = summarize(&ttft_server);
     s.tpot = summarize(&tpot);
     s
+}
+
+fn gaps(times: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    times.windows(2).map(|w| w[1] - w[0])
 }
 
 pub fn point_key(kind: PointKind) -> &'static str {

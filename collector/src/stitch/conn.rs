@@ -80,6 +80,10 @@ pub struct Exchange {
     pub compressed: bool,
     pub response_ios: u32,
     pub sse: Vec<SseArrival>,
+    /// No plaintext was seen: the exchange was cut from TLS records by direction changes.
+    pub encrypted: bool,
+    /// For encrypted exchanges: arrival of each response application-data record.
+    pub records_ns: Vec<u64>,
 }
 
 impl Exchange {
@@ -237,13 +241,16 @@ impl Connection {
     }
 
     fn request_io(&mut self, ts: u64, bytes: u64, sn: &crate::ingest::model::Sniff) {
-        if sn.message_start || self.exchanges.is_empty() {
+        if sn.message_start {
             self.exchanges.push(Exchange {
                 request_start_ns: ts,
                 ..Default::default()
             });
         }
-        let x = self.exchanges.last_mut().expect("pushed above");
+        // Bytes before the first request head seen (or unparsable ones) belong to no exchange.
+        let Some(x) = self.exchanges.last_mut().filter(|x| !x.encrypted) else {
+            return;
+        };
         x.request_bytes += bytes;
         if let Some(sniff::Kind::HttpRequest(h)) = &sn.kind {
             x.method = h.method.clone();
@@ -311,6 +318,39 @@ impl Connection {
                 }
                 times.app_records.push((ts, dir));
             }
+        }
+        let app = t
+            .records
+            .iter()
+            .filter(|r| r.content_type == tls::APPLICATION_DATA)
+            .count();
+        if app > 0 {
+            self.encrypted_exchange(ts, sent_by_client, app);
+        }
+    }
+
+    /// Without plaintext, a client's records after the server answered start a new
+    /// exchange; the server's records are that exchange's response chunks.
+    fn encrypted_exchange(&mut self, ts: u64, sent_by_client: bool, records: usize) {
+        if sent_by_client {
+            let answered = self
+                .exchanges
+                .last()
+                .is_none_or(|x| x.response_first_ns.is_some());
+            if answered {
+                self.exchanges.push(Exchange {
+                    request_start_ns: ts,
+                    encrypted: true,
+                    ..Default::default()
+                });
+            }
+            let x = self.exchanges.last_mut().expect("pushed above");
+            x.request_end_ns = Some(ts);
+        } else if let Some(x) = self.exchanges.last_mut().filter(|x| x.encrypted) {
+            x.response_first_ns.get_or_insert(ts);
+            x.response_ios += 1;
+            x.records_ns.extend(std::iter::repeat_n(ts, records));
+            x.response_end_ns = None;
         }
     }
 }

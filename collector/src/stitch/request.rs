@@ -48,6 +48,8 @@ pub struct Point {
     /// `data: [DONE]` was seen here.
     pub done: bool,
     pub compressed: bool,
+    /// Encrypted here: response TLS application-data records (arrival ns), in place of tokens.
+    pub record_ns: Vec<u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -268,7 +270,7 @@ pub fn build(
         new_connection,
         tls: rc.tls.is_some(),
         coalesced: points.iter().any(|p| p.max_tokens_per_io > 1),
-        truncated: !rx.done() && rx.response_end_ns.is_none(),
+        truncated: !rx.encrypted && !rx.done() && rx.response_end_ns.is_none(),
         events_dropped: dropped,
         chunk_mismatches,
         stages,
@@ -293,5 +295,6 @@ fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point 
         max_tokens_per_io: per_io.values().copied().max().unwrap_or(0),
         done: x.done(),
         compressed: x.compressed,
+        record_ns: x.records_ns.clone(),
     }
 }
