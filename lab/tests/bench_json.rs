@@ -49,6 +49,27 @@ async fn json_lines_carry_timestamps_and_no_prompt_or_completion_text() {
             .iter()
             .all(|e| e["t_ns"].as_u64().is_some() && e["read"].as_u64().is_some()));
     }
+    // The engine's own record of each request lines up with what the client saw.
+    let log = e.request_log();
+    for r in &out.records {
+        let id = r
+            .response_id
+            .as_deref()
+            .expect("bench keeps the response id");
+        let served = log
+            .by_response_id(id)
+            .unwrap_or_else(|| panic!("the engine logged {id}"));
+        assert_eq!(served.token_ns.len(), 8, "8 token writes for {id}");
+        assert!(served.finished, "{id} finished");
+        assert!(
+            served.received_ns >= r.request_start_ns,
+            "the engine received {id} after the client sent it"
+        );
+        assert!(
+            served.token_ns[0] <= r.first_token_ns().unwrap(),
+            "the engine wrote {id}'s first token before the client read it"
+        );
+    }
     // The shared prompt's words (bench's system prompt) must not leak into the file.
     let prompt = pseudo_text(0x5157_3731, 30);
     let leaked: Vec<&str> = prompt

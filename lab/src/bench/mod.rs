@@ -383,6 +383,7 @@ async fn one_request(
         max_tokens: cfg.max_tokens as u32,
         usage_completion_tokens: None,
         done_seen: false,
+        response_id: None,
         events: Vec::new(),
     };
     if slot.is_none() {
@@ -478,7 +479,11 @@ async fn one_request(
                             choice,
                             content,
                             completion_tokens,
+                            id,
                         } => {
+                            if rec.response_id.is_none() {
+                                rec.response_id = id;
+                            }
                             if completion_tokens.is_some() {
                                 rec.usage_completion_tokens = completion_tokens;
                             }

@@ -40,6 +40,8 @@ pub struct RequestRecord {
     /// completion_tokens from the usage chunk, when the server sent one.
     pub usage_completion_tokens: Option<u32>,
     pub done_seen: bool,
+    /// The response's `id` (e.g. `chatcmpl-lab-7`), to match the server's own records.
+    pub response_id: Option<String>,
     pub events: Vec<EventArrival>,
 }
 
@@ -112,6 +114,7 @@ pub enum SseEvent {
         choice: bool,
         content: bool,
         completion_tokens: Option<u32>,
+        id: Option<String>,
     },
     Done,
     /// A `data:` payload that is not JSON (kept as a count, never as text).
@@ -178,6 +181,11 @@ fn classify(data: &[u8]) -> SseEvent {
         choice,
         content: !text.is_empty(),
         completion_tokens: v["usage"]["completion_tokens"].as_u64().map(|n| n as u32),
+        // Ids are short server tokens; anything long is not an id we want to keep.
+        id: v["id"]
+            .as_str()
+            .filter(|s| s.len() <= 128)
+            .map(str::to_string),
     }
 }
 
@@ -199,7 +207,8 @@ mod tests {
             vec![SseEvent::Data {
                 choice: false,
                 content: false,
-                completion_tokens: Some(2)
+                completion_tokens: Some(2),
+                id: None,
             }],
             "usage chunk has no choice"
         );
@@ -231,6 +240,7 @@ mod tests {
             max_tokens: 3,
             usage_completion_tokens: None,
             done_seen: true,
+            response_id: None,
             events: vec![ev(1000, 1), ev(1000, 1), ev(1600, 2)],
         };
         assert_eq!(

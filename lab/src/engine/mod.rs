@@ -1,6 +1,7 @@
 //! The simulated inference engine: a scheduler thread that runs continuous-batching steps
 //! on the stand-in GPU, and the OpenAI-compatible HTTP server in front of it.
 pub mod config;
+pub mod requests;
 pub mod scheduler;
 pub mod steplog;
 
@@ -19,6 +20,7 @@ use crate::clock::monotonic_ns;
 use crate::cuda::{self, CudaCallCounts, CudaCounterReader, CudaDriver, CudaError};
 use crate::words::pseudo_word;
 pub use config::EngineConfig;
+pub use requests::{RequestLog, ServedRequest};
 pub use scheduler::Prompt;
 use scheduler::{Scheduler, Sequence, StepPlan};
 pub use steplog::{Step, StepKind, StepLog, StepRequest};
@@ -66,6 +68,7 @@ enum Command {
 #[derive(Clone)]
 pub(crate) struct EngineCore {
     pub cfg: Arc<EngineConfig>,
+    pub requests: RequestLog,
     commands: mpsc::Sender<Command>,
     next_id: Arc<AtomicU64>,
 }
@@ -151,6 +154,7 @@ impl Engine {
         let counters = CudaCounterReader::open(&libcuda_path);
         let core = EngineCore {
             cfg: Arc::new(cfg),
+            requests: RequestLog::default(),
             commands: tx,
             next_id: Arc::new(AtomicU64::new(1)),
         };
@@ -185,6 +189,11 @@ impl Engine {
     /// The step log, shared: it keeps filling while the engine runs.
     pub fn step_log(&self) -> StepLog {
         self.step_log.clone()
+    }
+
+    /// Requests as the engine served them (arrival, each token's write), shared.
+    pub fn request_log(&self) -> RequestLog {
+        self.core.requests.clone()
     }
 
     /// The libcuda.so.1 file the engine loaded (what GPU uprobes attach to).

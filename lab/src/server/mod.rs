@@ -16,7 +16,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::{EngineCore, Prompt, Submission, TokenEvent};
+use crate::clock::monotonic_ns;
+use crate::engine::{EngineCore, Prompt, RequestLog, ServedRequest, Submission, TokenEvent};
 use crate::words::seed_of;
 use openai::{ApiError, Endpoint, GenerationRequest, StreamFormatter};
 
@@ -37,6 +38,8 @@ pub enum LabBody {
 /// Pulls tokens from the engine and frames them; dropping it (client gone) closes the
 /// channel, which makes the scheduler abort the request.
 pub struct SseStream {
+    request_id: u64,
+    log: RequestLog,
     tokens: mpsc::UnboundedReceiver<TokenEvent>,
     formatter: StreamFormatter,
     done: bool,
@@ -64,6 +67,12 @@ impl Body for LabBody {
                     }
                     Poll::Ready(Some(ev)) => {
                         s.done = ev.finished;
+                        s.log.token(
+                            s.request_id,
+                            monotonic_ns(),
+                            ev.cached_prompt_tokens,
+                            ev.finished,
+                        );
                         Poll::Ready(Some(Ok(Frame::data(s.formatter.on_token(&ev)))))
                     }
                 }
@@ -229,23 +238,36 @@ async fn generate(
     if !submitted {
         return error_response(&ApiError::new(503, "ServiceUnavailable", "engine stopped"));
     }
+    core.requests.received(ServedRequest {
+        request_id: id_num,
+        response_id: id.clone(),
+        stream: gen.stream,
+        prompt_tokens: prompt_tokens as u32,
+        cached_prompt_tokens: 0,
+        received_ns: monotonic_ns(),
+        token_ns: Vec::new(),
+        finished: false,
+    });
     let created = unix_now();
     if gen.stream {
-        stream_response(&core, &gen, id, created, prompt_tokens, rx)
+        stream_response(&core, &gen, id_num, id, created, prompt_tokens, rx)
     } else {
-        full_response(&gen, id, created, prompt_tokens, rx).await
+        full_response(&core, &gen, id_num, id, created, prompt_tokens, rx).await
     }
 }
 
 fn stream_response(
     core: &EngineCore,
     gen: &GenerationRequest,
+    request_id: u64,
     id: String,
     created: u64,
     prompt_tokens: usize,
     rx: mpsc::UnboundedReceiver<TokenEvent>,
 ) -> Response<LabBody> {
     let mut r = Response::new(LabBody::Sse(SseStream {
+        request_id,
+        log: core.requests.clone(),
         tokens: rx,
         formatter: StreamFormatter::new(gen, id, created, prompt_tokens),
         done: false,
@@ -263,7 +285,9 @@ fn stream_response(
 }
 
 async fn full_response(
+    core: &EngineCore,
     gen: &GenerationRequest,
+    request_id: u64,
     id: String,
     created: u64,
     prompt_tokens: usize,
@@ -272,6 +296,8 @@ async fn full_response(
     let mut tokens = Vec::new();
     while let Some(ev) = rx.recv().await {
         let done = ev.finished;
+        core.requests
+            .token(request_id, monotonic_ns(), ev.cached_prompt_tokens, done);
         tokens.push(ev);
         if done {
             break;
