@@ -250,7 +250,14 @@ pub struct EngineArgs {
     /// Send `X-Accel-Buffering: no` on streams (nginx then forwards every chunk).
     #[arg(long)]
     pub x_accel_buffering_no: bool,
-    /// Load this libcuda.so.1 instead of the embedded stand-in.
+    /// On exit, write the step log (one JSON line per step) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub step_log: Option<PathBuf>,
+    /// On exit, write each request's arrival and token write times (JSON lines) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub request_log: Option<PathBuf>,
+    /// Load this libcuda.so.1 instead of the embedded stand-in in a temp dir (a path that
+    /// does not exist yet gets the stand-in, kept: a stable path for uprobes).
     #[arg(long, value_name = "PATH")]
     pub libcuda: Option<PathBuf>,
     /// Model name served.
@@ -306,11 +313,30 @@ pub struct ProxyArgs {
     pub nginx: PathBuf,
 }
 
-async fn wait_for_ctrl_c() -> anyhow::Result<()> {
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")
+/// Ctrl-C or SIGTERM (how scripts and test harnesses stop a background process).
+async fn wait_for_stop() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
 }
 
-/// `tokenscope lab engine|proxy`: runs until Ctrl-C.
+fn write_lines<T: serde::Serialize>(items: &[T], path: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    for item in items {
+        serde_json::to_writer(&mut f, item)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `tokenscope lab engine|proxy`: runs until Ctrl-C or SIGTERM.
 pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async {
@@ -320,12 +346,20 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
                     .await
                     .context("starting the lab engine")?;
                 println!(
-                    "engine on {} (stand-in GPU: {}); Ctrl-C stops",
+                    "engine on {} (stand-in GPU: {}, pid {}); Ctrl-C stops",
                     engine.base_url(),
-                    engine.libcuda_path().display()
+                    engine.libcuda_path().display(),
+                    std::process::id()
                 );
-                wait_for_ctrl_c().await?;
+                wait_for_stop().await?;
+                let (steps, requests) = (engine.step_log(), engine.request_log());
                 engine.shutdown().await;
+                if let Some(path) = &a.step_log {
+                    write_lines(&steps.snapshot(), path)?;
+                }
+                if let Some(path) = &a.request_log {
+                    write_lines(&requests.snapshot(), path)?;
+                }
             }
             LabCommand::Proxy(a) => {
                 let mode = if a.tuned {
@@ -346,7 +380,7 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
                     proxy.pid(),
                     proxy.dir().display()
                 );
-                wait_for_ctrl_c().await?;
+                wait_for_stop().await?;
             }
         }
         Ok(())

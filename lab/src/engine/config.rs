@@ -39,7 +39,8 @@ pub struct EngineConfig {
     pub auth_delay: Duration,
     /// Send `X-Accel-Buffering: no` on streams (makes nginx forward each chunk).
     pub x_accel_buffering_no: bool,
-    /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir.
+    /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir; a
+    /// path that does not exist yet gets the stand-in written there and kept.
     pub libcuda_path: Option<PathBuf>,
 }
 

@@ -103,6 +103,14 @@ impl Engine {
     /// inside a tokio runtime.
     pub async fn start(cfg: EngineConfig, listen: SocketAddr) -> Result<Engine, EngineError> {
         let (libcuda_path, dir) = match &cfg.libcuda_path {
+            // A path that does not exist yet gets the stand-in, kept there (stable for probes).
+            Some(p) if !p.exists() => {
+                std::fs::write(p, cuda::STAND_IN_LIBCUDA).map_err(|source| CudaError::Write {
+                    path: p.clone(),
+                    source,
+                })?;
+                (p.clone(), None)
+            }
             Some(p) => (p.clone(), None),
             None => {
                 let dir = tempfile::Builder::new()
