@@ -69,8 +69,15 @@ first SSE data event whose JSON carries a non-empty choices array. TTFT and ITL 
 every observation point the response crossed: engine write, proxy read, proxy write, client
 read. ITL: the gap between consecutive token events at one point, one sample per gap, pooled
 over requests; events that arrive in the same read count as gap 0 (coalescing). TPOT:
-(last - first token) / (tokens - 1) per request. Percentiles by nearest rank, with counts.")]
+(last - first token) / (tokens - 1) per request. Percentiles interpolate linearly (as
+numpy and vllm bench serve), with counts.")]
     Report(ReportArgs),
+    /// Run the built-in lab (engine, nginx, load) and show where TTFT and ITL go.
+    Demo(tokenscope_lab::cli::DemoArgs),
+    /// Streaming load client for OpenAI-compatible servers (vllm bench serve definitions).
+    Bench(tokenscope_lab::cli::BenchArgs),
+    /// The lab's parts on their own: the simulated engine and the nginx set-ups.
+    Lab(tokenscope_lab::cli::LabArgs),
 }
 
 #[derive(Args, Debug)]
@@ -120,6 +127,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(args) => record(args),
         Command::Report(args) => report(&args.file, args.json),
+        Command::Demo(args) => {
+            let mut observer =
+                crate::demo::RecordingObserver::new().context("demo scratch directory")?;
+            tokenscope_lab::cli::run_demo_observed(args, &mut observer).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Bench(args) => tokenscope_lab::cli::run_bench(args).map(|()| ExitCode::SUCCESS),
+        Command::Lab(args) => tokenscope_lab::cli::run_lab(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());

@@ -1,6 +1,7 @@
 //! tokenscope: where did the time to first token go? See `tokenscope --help`.
 
 mod cli;
+mod demo;
 
 use std::process::ExitCode;
 

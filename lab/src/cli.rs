@@ -422,6 +422,14 @@ pub struct DemoArgs {
 
 /// `tokenscope demo [--tuned | --compare]`: prints the set-up and the bench report(s).
 pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
+    run_demo_observed(args, &mut demo::NoObserver)
+}
+
+/// [`run_demo`] with an observer (tokenscope records each side and adds its report).
+pub fn run_demo_observed(
+    args: DemoArgs,
+    observer: &mut dyn demo::DemoObserver,
+) -> anyhow::Result<()> {
     let d = DemoConfig::default();
     let cfg = DemoConfig {
         tuned: args.tuned,
@@ -443,10 +451,15 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
             ..cfg.clone()
         };
         print!("{}", demo::describe(&cfg));
-        let out = rt.block_on(demo::run(&cfg)).context("demo")?;
+        let out = rt
+            .block_on(demo::run_observed(&cfg, observer))
+            .context("demo")?;
         println!("via {}", out.proxy_url);
         print!("{}", out.bench.report);
         println!();
+        if let Some(profile) = &out.profile {
+            println!("{profile}");
+        }
         outcomes.push(out);
     }
     if let Some(path) = &args.json {

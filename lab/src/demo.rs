@@ -63,6 +63,26 @@ pub struct DemoOutcome {
     pub proxy_url: String,
     pub bench: BenchOutcome,
     pub steps: Vec<Step>,
+    /// What the observer (the profiler) reported for this side.
+    pub profile: Option<String>,
+}
+
+/// Watches each side of the demo: tokenscope records while the load runs.
+pub trait DemoObserver {
+    /// The engine and the proxy listen; the load starts when this returns.
+    fn ready(&mut self, tuned: bool, engine: std::net::SocketAddr, proxy: std::net::SocketAddr);
+    /// The load finished; returns what to print after the bench's report.
+    fn finished(&mut self, tuned: bool) -> Option<String>;
+}
+
+/// The demo on its own, observed by nobody.
+pub struct NoObserver;
+
+impl DemoObserver for NoObserver {
+    fn ready(&mut self, _: bool, _: std::net::SocketAddr, _: std::net::SocketAddr) {}
+    fn finished(&mut self, _: bool) -> Option<String> {
+        None
+    }
 }
 
 impl DemoConfig {
@@ -100,6 +120,14 @@ impl DemoConfig {
 
 /// Runs one side of the demo and tears everything down.
 pub async fn run(cfg: &DemoConfig) -> Result<DemoOutcome, DemoError> {
+    run_observed(cfg, &mut NoObserver).await
+}
+
+/// [`run`], telling `observer` when the load starts and ends.
+pub async fn run_observed(
+    cfg: &DemoConfig,
+    observer: &mut dyn DemoObserver,
+) -> Result<DemoOutcome, DemoError> {
     let engine =
         Engine::start(cfg.engine_config(), "127.0.0.1:0".parse().expect("literal")).await?;
     let mode = if cfg.tuned {
@@ -109,7 +137,10 @@ pub async fn run(cfg: &DemoConfig) -> Result<DemoOutcome, DemoError> {
     };
     let proxy = NginxProxy::start(ProxyConfig::new(mode, engine.addr())).await?;
     let proxy_url = proxy.url();
-    let bench = bench::run(&cfg.bench_config(proxy_url.clone())).await?;
+    observer.ready(cfg.tuned, engine.addr(), proxy.addr());
+    let bench = bench::run(&cfg.bench_config(proxy_url.clone())).await;
+    let profile = observer.finished(cfg.tuned);
+    let bench = bench?;
     let steps = engine.step_log().snapshot();
     drop(proxy);
     engine.shutdown().await;
@@ -118,6 +149,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<DemoOutcome, DemoError> {
         proxy_url,
         bench,
         steps,
+        profile,
     })
 }
 

@@ -17,7 +17,7 @@ usage: cargo xtask <task>
 tasks:
   setup   install missing system packages (apt-get), mount tracefs
   test    setup, build once, run unit tests, then privileged end-to-end tests one at a time
-  demo    setup, then record live traffic through a local nginx and print it
+  demo    setup, then run `tokenscope demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios)
   lint    cargo fmt --check and clippy with warnings denied";
 

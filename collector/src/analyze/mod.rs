@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::stitch::{PointKind, Request};
 
-/// Percentiles by the nearest-rank rule, with the count they came from.
+/// Percentiles by linear interpolation (numpy's and vllm bench serve's rule), with the
+/// count they came from.
 /// Never average these across groups: recompute from the samples.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Summary {
@@ -28,8 +29,13 @@ pub fn summarize(samples: &[u64]) -> Option<Summary> {
     }
     let mut v = samples.to_vec();
     v.sort_unstable();
-    // Integer nearest rank: ceil(permille * n / 1000), so 99.9% of 1000 is the 999th.
-    let rank = |permille: usize| v[(permille * v.len()).div_ceil(1000).clamp(1, v.len()) - 1];
+    // Linear interpolation between closest ranks (numpy's default, as vllm bench serve).
+    let rank = |permille: usize| {
+        let pos = (permille * (v.len() - 1)) as f64 / 1000.0;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        let frac = pos - lo as f64;
+        (v[lo] as f64 + (v[hi] as f64 - v[lo] as f64) * frac).round() as u64
+    };
     let sum: u128 = v.iter().map(|x| u128::from(*x)).sum();
     Some(Summary {
         count: v.len(),
@@ -169,12 +175,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_percentiles() {
+    fn interpolated_percentiles() {
         let v: Vec<u64> = (1..=1000).collect();
         let s = summarize(&v).expect("non-empty");
         assert_eq!(
             (s.count, s.p50_ns, s.p90_ns, s.p99_ns, s.p999_ns, s.max_ns),
-            (1000, 500, 900, 990, 999, 1000)
+            (1000, 501, 900, 990, 999, 1000)
         );
         assert_eq!(s.mean_ns, 500);
         let one = summarize(&[7]).expect("one sample");

@@ -96,14 +96,18 @@ fn hops(conns: &[Connection], links: &mut Links) {
                 None => unmatched.push(out),
             }
         }
-        // Unmatched upstream exchanges inside an accepted request's gateway window are its sub-requests.
+        // Unmatched upstream exchanges made while an accepted request was held
+        // (between its first byte and its upstream request) are its sub-requests
+        // (auth_request runs before the body is read); the latest arrival holds it.
         for out in unmatched {
             let t = x(out).request_start_ns;
-            let holder = links.upstream.iter().find(|(&i, &up)| {
-                x(i).request_end_ns.unwrap_or(x(i).request_start_ns) <= t
-                    && t <= x(up).request_start_ns
-                    && i.0 != out.0
-            });
+            let holder = links
+                .upstream
+                .iter()
+                .filter(|(&i, &up)| {
+                    x(i).request_start_ns <= t && t <= x(up).request_start_ns && i.0 != out.0
+                })
+                .max_by_key(|(&i, _)| x(i).request_start_ns);
             if let Some((&i, _)) = holder {
                 links.subrequests.entry(i).or_default().push(out);
             }
@@ -112,16 +116,24 @@ fn hops(conns: &[Connection], links: &mut Links) {
 }
 
 /// The same request seen before and after a proxy: equal body prints when both
-/// have one, else the same method and path; an encrypted inbound request only by time.
+/// have one, else the same method and path; an encrypted inbound request only by
+/// time. When both responses carry SSE events, the proxy forwarded the same
+/// events: their first fingerprints must agree. That rules out a process that is
+/// both a server and an unrelated client (an engine that also runs the load).
 fn same_request(inbound: &Exchange, outbound: &Exchange) -> bool {
-    if inbound.encrypted {
-        return true; // nothing to compare: time order alone decides
-    }
-    match (inbound.body_print, outbound.body_print) {
-        (Some(a), Some(b)) => a == b,
-        (None, None) => inbound.method == outbound.method && inbound.path == outbound.path,
-        _ => false,
-    }
+    let requests_agree = inbound.encrypted
+        || match (inbound.body_print, outbound.body_print) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => inbound.method == outbound.method && inbound.path == outbound.path,
+            _ => false,
+        };
+    let responses_agree = inbound
+        .sse
+        .iter()
+        .zip(&outbound.sse)
+        .take(3)
+        .all(|(a, b)| a.fingerprint == b.fingerprint);
+    requests_agree && responses_agree
 }
 
 /// The other end of an exchange, when its connection's peer was traced.

@@ -60,7 +60,8 @@ pub struct Stages {
     pub tls_ns: Option<u64>,
     /// First -> last request byte sent by the client.
     pub upload_ns: Option<u64>,
-    /// The proxy read the whole request -> started sending it upstream.
+    /// The proxy read the request's first byte -> started sending it upstream
+    /// (reading the body and any sub-request such as auth_request included).
     pub gateway_ns: Option<u64>,
     /// Sub-requests the proxy made meanwhile (e.g. auth_request), total time.
     pub subrequest_ns: Option<u64>,
@@ -202,10 +203,11 @@ pub fn build(
             .get(i + 1)
             .copied()
             .unwrap_or(links.upstream[&inbound]);
-        let arrived = x(inbound)
-            .request_end_ns
-            .unwrap_or(x(inbound).request_start_ns);
-        stages.gateway_ns = Some(x(out).request_start_ns.saturating_sub(arrived));
+        stages.gateway_ns = Some(
+            x(out)
+                .request_start_ns
+                .saturating_sub(x(inbound).request_start_ns),
+        );
         stages.subrequest_ns = links.subrequests.get(&inbound).map(|subs| {
             subs.iter()
                 .map(|&s| {
