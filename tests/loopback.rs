@@ -77,12 +77,12 @@ got=0\nwhile True:\n  d=s.recv(65536)\n  if not d: break\n  got+=len(d)\nassert 
         "client receive total"
     );
 
-    // Every send copies its payload up to the default cap of 8192 bytes.
+    // Every send copies its payload up to the default cap of 16384 bytes.
     for (e, bytes) in io_events(&events, me, Direction::Send, server_port) {
         let io = e.io().expect("io");
         assert_eq!(
             io.captured as u64,
-            bytes.min(8192),
+            bytes.min(16384),
             "captured prefix of a {bytes}-byte send"
         );
     }

@@ -37,6 +37,9 @@ pub enum ProxyMode {
     /// Plain HTTP, Connection: close to clients, HTTP/1.0 upstream with buffering on,
     /// gzip on for text/event-stream, and an auth_request hop to a slow endpoint.
     Untuned,
+    /// Tuned, but plain HTTP/1.1 to clients: keep-alive both sides, no buffering, no
+    /// gzip. What a profiler sees in the clear end to end (used by tokenscope's tests).
+    TunedPlain,
 }
 
 impl fmt::Display for ProxyMode {
@@ -44,6 +47,7 @@ impl fmt::Display for ProxyMode {
         f.write_str(match self {
             ProxyMode::Tuned => "tuned",
             ProxyMode::Untuned => "untuned",
+            ProxyMode::TunedPlain => "tuned-plain",
         })
     }
 }
@@ -153,7 +157,18 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
                 auth = cfg.auth_path
             ));
         }
-        ProxyMode::Tuned => {
+        ProxyMode::Tuned | ProxyMode::TunedPlain => {
+            let listen_line = if cfg.mode == ProxyMode::Tuned {
+                format!(
+                    "listen {listen} ssl http2;\n\
+                     \x20       ssl_certificate {d}/cert.pem;\n\
+                     \x20       ssl_certificate_key {d}/key.pem;\n\
+                     \x20       ssl_protocols TLSv1.2 TLSv1.3;\n\
+                     \x20       ssl_session_cache shared:lab:1m;"
+                )
+            } else {
+                format!("listen {listen};")
+            };
             c.push_str(&format!(
                 "    # Keep client connections (and their TLS sessions) for many requests.\n\
                  \x20   keepalive_timeout 300s;\n\
@@ -166,11 +181,7 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
                  \x20       keepalive_requests 100000;\n\
                  \x20   }}\n\
                  \x20   server {{\n\
-                 \x20       listen {listen} ssl http2;\n\
-                 \x20       ssl_certificate {d}/cert.pem;\n\
-                 \x20       ssl_certificate_key {d}/key.pem;\n\
-                 \x20       ssl_protocols TLSv1.2 TLSv1.3;\n\
-                 \x20       ssl_session_cache shared:lab:1m;\n\
+                 \x20       {listen_line}\n\
                  \x20       location / {{\n\
                  \x20           # HTTP/1.1 upstream with keep-alive; every token forwarded as it comes.\n\
                  \x20           proxy_http_version 1.1;\n\
@@ -311,7 +322,7 @@ impl NginxProxy {
     pub fn url(&self) -> String {
         match self.mode {
             ProxyMode::Tuned => format!("https://{}", self.addr),
-            ProxyMode::Untuned => format!("http://{}", self.addr),
+            ProxyMode::Untuned | ProxyMode::TunedPlain => format!("http://{}", self.addr),
         }
     }
 

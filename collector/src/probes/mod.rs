@@ -17,8 +17,8 @@ pub use preflight::tracefs_root;
 
 /// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
-/// Default payload bytes copied per I/O: a proxy's coalesced SSE writes fit.
-pub const DEFAULT_PAYLOAD_CAP: u32 = 8192;
+/// Default payload bytes copied per I/O: a buffering proxy's coalesced SSE writes fit.
+pub const DEFAULT_PAYLOAD_CAP: u32 = 16384;
 const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
 
 #[derive(Clone, Debug)]

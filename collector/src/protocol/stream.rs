@@ -32,6 +32,12 @@ enum Phase {
     },
     /// Unparsable or lost track; retried at the start of the next I/O.
     Lost,
+    /// Lost track inside an event stream's body (bytes went uncaptured). Writers put
+    /// each event (or chunk) at the start of a write, so the next I/O that starts
+    /// like one resumes the body.
+    LostSse {
+        chunked: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -50,8 +56,19 @@ impl StreamParser {
             fingerprint: fingerprint(captured),
             ..Default::default()
         };
-        if matches!(self.phase, Phase::Lost) {
-            self.phase = Phase::Idle; // resynchronise on a message or record boundary
+        match std::mem::take(&mut self.phase) {
+            Phase::Lost => {} // resynchronise on a message or record boundary
+            Phase::LostSse { chunked } => match resume_sse(captured, chunked) {
+                Some(state) => self.phase = Phase::Body(Box::new(state)),
+                None if http::starts_like_head(captured)
+                    || tls::parse_records(captured).is_some() => {}
+                None => {
+                    out.unparsed = true;
+                    self.phase = Phase::LostSse { chunked };
+                    return out;
+                }
+            },
+            other => self.phase = other,
         }
         let mut rest = captured;
         while !rest.is_empty() {
@@ -60,8 +77,8 @@ impl StreamParser {
                 Phase::Head(buf) => self.head(buf, rest, &mut out),
                 Phase::Body(state) => self.body(state, rest, &mut out),
                 Phase::Tls { skip, partial } => self.tls(skip, partial, rest, &mut out),
-                Phase::Lost => {
-                    self.phase = Phase::Lost;
+                lost @ (Phase::Lost | Phase::LostSse { .. }) => {
+                    self.phase = lost;
                     &[]
                 }
             };
@@ -273,7 +290,10 @@ impl StreamParser {
                 }
                 Err(_) => {
                     out.unparsed = true;
-                    self.phase = Phase::Lost;
+                    self.phase = match (&state.sse, &state.reader) {
+                        (Some(_), BodyReader::Chunked(_)) => Phase::LostSse { chunked: true },
+                        _ => Phase::Lost,
+                    };
                 }
             },
             Phase::Tls { skip, partial } if partial.is_empty() && skip >= n => {
@@ -288,6 +308,30 @@ impl StreamParser {
             }
         }
     }
+}
+
+/// A body that resumes at this I/O: a chunk-size line then an SSE field, or (unchunked)
+/// an SSE field at once.
+fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
+    let sse_start =
+        |b: &[u8]| b.starts_with(b"data:") || b.starts_with(b"event:") || b.starts_with(b":");
+    let reader = if chunked {
+        let line_end = captured.iter().take(18).position(|b| *b == b'\r')?;
+        let hex = &captured[..line_end];
+        let ok = !hex.is_empty()
+            && hex.iter().all(u8::is_ascii_hexdigit)
+            && captured.get(line_end + 1) == Some(&b'\n');
+        (ok && sse_start(&captured[line_end + 2..]))
+            .then(|| BodyReader::Chunked(Chunk::Size(Vec::new())))?
+    } else {
+        sse_start(captured).then_some(BodyReader::UntilClose)?
+    };
+    Some(BodyState {
+        reader,
+        sse: Some(SseSplitter::new()),
+        print: None,
+        seen: 0,
+    })
 }
 
 fn is_chunked(headers: &[crate::ingest::model::Header]) -> bool {

@@ -242,3 +242,30 @@ fn garbage_and_other_protocols_are_unparsed_never_panic() {
         let _ = p.feed(&stream[cut..], (stream.len() - cut) as u64 / 2);
     }
 }
+
+#[test]
+fn event_stream_resumes_after_an_uncaptured_tail() {
+    let stream = chunked_sse_response(40);
+    let head_end = stream.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut p = StreamParser::default();
+    p.feed(&stream[..head_end], head_end as u64);
+    // A 10-event write of which only the first 300 bytes were captured.
+    let ten: Vec<u8> = (0..10)
+        .flat_map(|i| {
+            let e = sse_event(i);
+            format!("{:x}\r\n{e}\r\n", e.len()).into_bytes()
+        })
+        .collect();
+    let s = p.feed(&ten[..300], ten.len() as u64);
+    assert!(s.unparsed, "the tail went uncaptured");
+    let one = {
+        let e = sse_event(10);
+        format!("{:x}\r\n{e}\r\n", e.len()).into_bytes()
+    };
+    let s = p.feed(&one, one.len() as u64);
+    assert_eq!(s.sse.len(), 1, "the next chunk resumes the event stream");
+    assert!(!s.unparsed);
+    let end = b"0\r\n\r\n";
+    let s = p.feed(end, 5);
+    assert!(s.message_end, "and it ends with the final chunk");
+}

@@ -57,7 +57,8 @@ fn peers(conns: &[Connection]) -> HashMap<usize, usize> {
 
 /// Inside each process, joins accepted exchanges to the upstream exchanges they caused.
 fn hops(conns: &[Connection], links: &mut Links) {
-    let mut by_pid: HashMap<u32, (Vec<End>, Vec<End>)> = HashMap::new();
+    // Ordered by pid so that replaying a recording always stitches it the same way.
+    let mut by_pid: std::collections::BTreeMap<u32, (Vec<End>, Vec<End>)> = Default::default();
     for c in conns.iter().filter(|c| c.pid != 0) {
         for i in 0..c.exchanges.len() {
             let (ins, outs) = by_pid.entry(c.pid).or_default();
@@ -76,6 +77,7 @@ fn hops(conns: &[Connection], links: &mut Links) {
         outs.sort_by_key(|&o| x(o).request_start_ns);
         let mut taken = vec![false; ins.len()];
         let mut unmatched = Vec::new();
+        let mut pairs: Vec<(End, End)> = Vec::new(); // this process's (accepted, upstream)
         for out in outs {
             let o = x(out);
             // The accepted request that most recently finished arriving before this one left.
@@ -92,6 +94,7 @@ fn hops(conns: &[Connection], links: &mut Links) {
                 Some((k, &i)) => {
                     taken[k] = true;
                     links.upstream.insert(i, out);
+                    pairs.push((i, out));
                 }
                 None => unmatched.push(out),
             }
@@ -101,14 +104,21 @@ fn hops(conns: &[Connection], links: &mut Links) {
         // (auth_request runs before the body is read); the latest arrival holds it.
         for out in unmatched {
             let t = x(out).request_start_ns;
-            let holder = links
-                .upstream
+            // Prefer a held request that has no sub-request yet: requests that arrive
+            // together each make their own auth_request.
+            let holder = pairs
                 .iter()
-                .filter(|(&i, &up)| {
-                    x(i).request_start_ns <= t && t <= x(up).request_start_ns && i.0 != out.0
+                .filter(|(i, up)| {
+                    x(*i).request_start_ns <= t && t <= x(*up).request_start_ns && i.0 != out.0
                 })
-                .max_by_key(|(&i, _)| x(i).request_start_ns);
-            if let Some((&i, _)) = holder {
+                .max_by_key(|(i, _)| {
+                    (
+                        !links.subrequests.contains_key(i),
+                        x(*i).request_start_ns,
+                        *i,
+                    )
+                });
+            if let Some(&(i, _)) = holder {
                 links.subrequests.entry(i).or_default().push(out);
             }
         }

@@ -40,6 +40,8 @@ pub struct IoStats {
     pub last_read_ns: AtomicU64,
     armed: AtomicBool,
     first_read_after_arm_ns: AtomicU64,
+    write_armed: AtomicBool,
+    first_write_after_arm_ns: AtomicU64,
 }
 
 impl IoStats {
@@ -47,6 +49,26 @@ impl IoStats {
     pub fn arm(&self) {
         self.first_read_after_arm_ns.store(0, Ordering::Relaxed);
         self.armed.store(true, Ordering::Release);
+        self.first_write_after_arm_ns.store(0, Ordering::Relaxed);
+        self.write_armed.store(true, Ordering::Release);
+    }
+
+    /// When the request's first byte was written: hyper writes from its connection
+    /// task, which may run a while after the request was handed over.
+    pub fn first_write_after_arm(&self) -> Option<u64> {
+        match self.first_write_after_arm_ns.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    fn wrote(&self, result: &Poll<io::Result<usize>>) {
+        if matches!(result, Poll::Ready(Ok(n)) if *n > 0)
+            && self.write_armed.swap(false, Ordering::AcqRel)
+        {
+            self.first_write_after_arm_ns
+                .store(monotonic_ns(), Ordering::Release);
+        }
     }
 
     pub fn first_read_after_arm(&self) -> Option<u64> {
@@ -93,7 +115,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.stats.wrote(&r);
+        r
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -106,7 +130,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.stats.wrote(&r);
+        r
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
@@ -126,6 +152,8 @@ pub struct Connection {
     pub connect_done_ns: u64,
     pub tls_done_ns: Option<u64>,
     pub http2: bool,
+    /// This end's port: what a profiler sees as the client's socket.
+    pub local_port: u16,
 }
 
 /// Accepts any server certificate: for the lab's self-signed nginx (--insecure).
@@ -210,6 +238,7 @@ pub async fn connect(
         .map_err(|e| BenchError::Connect(format!("{}:{}: {e}", target.host, target.port)))?;
     let connect_done_ns = monotonic_ns();
     let _ = tcp.set_nodelay(true);
+    let local_port = tcp.local_addr().map_or(0, |a| a.port());
     let stats = Arc::new(IoStats::default());
     match (target.tls, tls) {
         (true, Some(connector)) => {
@@ -238,6 +267,7 @@ pub async fn connect(
                 connect_done_ns,
                 tls_done_ns: Some(tls_done_ns),
                 http2: target.http2,
+                local_port,
             })
         }
         _ => {
@@ -254,6 +284,7 @@ pub async fn connect(
                 connect_done_ns,
                 tls_done_ns: None,
                 http2: target.http2,
+                local_port,
             })
         }
     }

@@ -384,6 +384,7 @@ async fn one_request(
         usage_completion_tokens: None,
         done_seen: false,
         response_id: None,
+        local_port: 0,
         events: Vec::new(),
     };
     if slot.is_none() {
@@ -396,6 +397,7 @@ async fn one_request(
         }
     }
     let conn = slot.as_mut().expect("connected above");
+    rec.local_port = conn.local_port;
     if rec.new_connection {
         rec.connect_start_ns = Some(conn.connect_start_ns);
         rec.connect_done_ns = Some(conn.connect_done_ns);
@@ -434,6 +436,10 @@ async fn one_request(
             return failed(rec, "timed out waiting for the response".into());
         }
     };
+    // The first request byte is when it reached the socket, not when hyper got it.
+    if let Some(t) = conn.stats.first_write_after_arm() {
+        rec.request_start_ns = t;
+    }
     rec.status = resp.status().as_u16();
     let closing = resp.version() == Version::HTTP_10
         || resp

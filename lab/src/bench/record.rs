@@ -42,6 +42,8 @@ pub struct RequestRecord {
     pub done_seen: bool,
     /// The response's `id` (e.g. `chatcmpl-lab-7`), to match the server's own records.
     pub response_id: Option<String>,
+    /// The local port of the connection that carried it (0 when it never connected).
+    pub local_port: u16,
     pub events: Vec<EventArrival>,
 }
 
@@ -241,6 +243,7 @@ mod tests {
             usage_completion_tokens: None,
             done_seen: true,
             response_id: None,
+            local_port: 0,
             events: vec![ev(1000, 1), ev(1000, 1), ev(1600, 2)],
         };
         assert_eq!(

@@ -15,7 +15,7 @@ const volatile __u32 cfg_filter_pids = 0; /* 1: only pids in PID_FILTER */
 const volatile __u32 cfg_n_ports = 0;     /* 0: every port */
 const volatile __u16 cfg_ports[TS_MAX_FILTER_PORTS] = {};
 /* Payload bytes copied per I/O (<= TS_PAYLOAD_MAX). */
-const volatile __u32 cfg_payload_cap = 8192;
+const volatile __u32 cfg_payload_cap = 16384;
 /* Wake the consumer only once this much is pending; it also drains on a timer. */
 const volatile __u64 cfg_wakeup_bytes = 65536;
 

@@ -1,0 +1,300 @@
+//! Privileged: stitching checked against ground truth. The lab engine behind
+//! real nginx, loaded by bench (whose own timestamps are the reference), while
+//! `tokenscope record` watches; then `tokenscope report --json` is compared
+//! with bench's per-request records.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
+use tokenscope_lab::proxy::{NginxProxy, ProxyConfig, ProxyMode};
+use tokenscope_lab::{Engine, EngineConfig};
+
+const MS: u64 = 1_000_000;
+
+/// Runs `load` through nginx in `mode` while recording; returns bench's records and the report.
+fn run(mode: ProxyMode, load: BenchConfig) -> (Vec<RequestRecord>, Value) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    rt.block_on(async {
+        let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("engine");
+        let proxy = NginxProxy::start(ProxyConfig::new(mode, engine.addr()))
+            .await
+            .expect("nginx");
+        let ports = [
+            engine.addr().port().to_string(),
+            proxy.addr().port().to_string(),
+        ];
+        let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
+        let outcome = bench::run(&BenchConfig {
+            url: proxy.url(),
+            ..load
+        })
+        .await
+        .expect("bench");
+        let path = rec.path.clone();
+        rec.stop();
+        drop(proxy);
+        engine.shutdown().await;
+        let report = report_json(&path);
+        if let Ok(keep) = std::env::var("TOKENSCOPE_KEEP_RECORDING") {
+            std::fs::copy(&path, keep).expect("keep the recording");
+        }
+        (outcome.records, report)
+    })
+}
+
+fn load(concurrency: usize, requests: u64, max_tokens: usize) -> BenchConfig {
+    BenchConfig {
+        concurrency,
+        requests: Some(requests),
+        prompt_tokens: 120,
+        shared_prefix: 100,
+        max_tokens,
+        progress: false,
+        timeout: Duration::from_secs(120),
+        ..BenchConfig::default()
+    }
+}
+
+fn ns(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("expected ns, got {v}"))
+}
+
+fn point<'a>(r: &'a Value, kind: &str) -> Option<&'a Value> {
+    r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+#[test]
+fn keep_alive_streams_through_nginx_match_the_bench_exactly_once() {
+    let (records, report) = run(ProxyMode::TunedPlain, load(32, 192, 24));
+    assert!(
+        records.iter().all(|r| r.ok),
+        "every bench request succeeded"
+    );
+    let requests: Vec<&Value> = report["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|r| r["path"] == "/v1/completions")
+        .collect();
+    assert_eq!(
+        requests.len(),
+        records.len(),
+        "every request the bench sent appears exactly once"
+    );
+
+    // Pair them: per client connection (bench's local port), in order.
+    let mut by_port: HashMap<u16, Vec<&Value>> = HashMap::new();
+    for r in &requests {
+        let port: u16 = r["client_addr"]
+            .as_str()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        by_port.entry(port).or_default().push(r);
+    }
+    let mut bench_by_port: HashMap<u16, Vec<&RequestRecord>> = HashMap::new();
+    for b in &records {
+        bench_by_port.entry(b.local_port).or_default().push(b);
+    }
+    assert_eq!(
+        by_port.len(),
+        bench_by_port.len(),
+        "one traced client connection per bench connection"
+    );
+    let (mut ttft_err, mut itl_err) = (Vec::new(), Vec::new());
+    for (port, mut bs) in bench_by_port {
+        let mut rs = by_port
+            .remove(&port)
+            .unwrap_or_else(|| panic!("bench connection :{port} is in the report"));
+        bs.sort_by_key(|b| b.request_start_ns);
+        rs.sort_by_key(|r| ns(&r["first_byte_ns"]));
+        assert_eq!(bs.len(), rs.len(), "requests on :{port}");
+        for (b, r) in bs.iter().zip(rs) {
+            let kinds: Vec<&str> = r["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["kind"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                kinds,
+                ["client_read", "proxy_write", "proxy_read", "engine_write"],
+                "request {} joined across nginx",
+                r["id"]
+            );
+            assert_eq!(
+                r["chunk_mismatches"], 0,
+                "no chunk of request {} belongs to another",
+                r["id"]
+            );
+            let client = point(r, "client_read").unwrap();
+            let tokens: Vec<u64> = client["token_ns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(ns)
+                .collect();
+            let bench_tokens = b.events.iter().filter(|e| e.choice).count();
+            assert_eq!(
+                tokens.len(),
+                bench_tokens,
+                "token count of request {}",
+                r["id"]
+            );
+            ttft_err.push(ns(&client["ttft_ns"]).abs_diff(b.ttft_ns().expect("bench ttft")));
+            let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
+            itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
+        }
+    }
+    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
+    let (t_ok, i_ok) = (within(&ttft_err), within(&itl_err));
+    let (t50, t99) = (
+        percentile(&mut ttft_err, 0.5),
+        percentile(&mut ttft_err, 0.99),
+    );
+    let (i50, i99) = (
+        percentile(&mut itl_err, 0.5),
+        percentile(&mut itl_err, 0.99),
+    );
+    println!("accuracy vs bench: TTFT |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)", itl_err.len());
+    assert!(
+        t_ok >= 0.99,
+        "TTFT within 1 ms for {:.1}% of requests (p99 error {t99} ns)",
+        t_ok * 100.0
+    );
+    assert!(
+        i_ok >= 0.99,
+        "ITL within 1 ms for {:.1}% of samples (p99 error {i99} ns)",
+        i_ok * 100.0
+    );
+}
+
+#[test]
+fn untuned_nginx_shows_forward_delay_and_coalescing_while_the_engine_stays_flat() {
+    let (records, report) = run(ProxyMode::Untuned, load(4, 8, 64));
+    assert!(records.iter().all(|r| r.ok));
+    let overall = &report["overall"];
+    let delay = &overall["forward"]["proxy read -> proxy write"];
+    let engine_itl = &overall["itl"]["engine_write"];
+    println!(
+        "untuned: proxy forward delay p50 {} p99 {} ns; engine ITL p50 {} p99 {} ns; coalesced {}",
+        delay["p50_ns"],
+        delay["p99_ns"],
+        engine_itl["p50_ns"],
+        engine_itl["p99_ns"],
+        overall["coalesced"]
+    );
+    assert!(
+        ns(&delay["p99_ns"]) > 20 * MS,
+        "buffering holds tokens at the proxy: {delay}"
+    );
+    assert!(
+        ns(&overall["coalesced"]) >= 4,
+        "most requests arrive coalesced: {}",
+        overall["coalesced"]
+    );
+    let requests = report["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"] == "/v1/completions");
+    for r in requests {
+        assert!(
+            ns(&point(r, "proxy_write").expect("proxy write")["max_tokens_per_io"]) > 1
+                || r["coalesced"] == true
+        );
+    }
+    assert!(
+        ns(&engine_itl["p99_ns"]) < 3 * ns(&engine_itl["p50_ns"]),
+        "the engine's own ITL stays flat: {engine_itl}"
+    );
+    let subrequests = &overall["stages"]["subrequests"];
+    assert!(
+        ns(&subrequests["count"]) >= 8,
+        "the auth_request hop is attributed as a sub-request: {subrequests} {:#}",
+        report["routes"]
+    );
+}
+
+#[test]
+fn tuned_nginx_forwards_every_token_within_a_millisecond() {
+    let (records, report) = run(ProxyMode::TunedPlain, load(4, 8, 64));
+    assert!(records.iter().all(|r| r.ok));
+    let delay = &report["overall"]["forward"]["proxy read -> proxy write"];
+    println!(
+        "tuned: proxy forward delay p50 {} p99 {} ns",
+        delay["p50_ns"], delay["p99_ns"]
+    );
+    assert!(
+        ns(&delay["count"]) >= 8 * 60,
+        "every token timed at the proxy: {delay}"
+    );
+    assert!(
+        ns(&delay["p99_ns"]) < MS,
+        "forward delay p99 < 1 ms: {delay}"
+    );
+}
+
+#[test]
+fn tls_and_http2_through_nginx_show_handshakes_and_record_timing() {
+    let cfg = BenchConfig {
+        http2: true,
+        insecure: true,
+        ..load(4, 8, 16)
+    };
+    let (records, report) = run(ProxyMode::Tuned, cfg);
+    assert!(records.iter().all(|r| r.ok));
+    let new_conns = records.iter().filter(|r| r.new_connection).count();
+    let tls: Vec<&Value> = report["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["tls"] == true)
+        .collect();
+    let with_handshake: Vec<u64> = tls
+        .iter()
+        .filter_map(|r| r["stages"]["tls_ns"].as_u64())
+        .collect();
+    assert_eq!(
+        with_handshake.len(),
+        new_conns,
+        "a TLS handshake time per new connection"
+    );
+    assert!(
+        with_handshake.iter().all(|t| *t > 0 && *t < 2_000_000_000),
+        "{with_handshake:?}"
+    );
+    // Without plaintext, exchanges are cut by direction: those that opened a connection
+    // (and so paid its handshake) carry the response's TLS records at the client.
+    let timed = tls
+        .iter()
+        .filter(|r| r["stages"]["tls_ns"].is_u64())
+        .filter(|r| {
+            point(r, "client_read").is_some_and(|p| !p["record_ns"].as_array().unwrap().is_empty())
+        })
+        .count();
+    assert_eq!(
+        timed, new_conns,
+        "responses are timed by TLS record at the client"
+    );
+}
