@@ -62,12 +62,13 @@ impl IoStats {
         }
     }
 
-    fn wrote(&self, result: &Poll<io::Result<usize>>) {
+    /// `started`: taken just before the write, so the stamp never follows the peer's read.
+    fn wrote(&self, result: &Poll<io::Result<usize>>, started: u64) {
         if matches!(result, Poll::Ready(Ok(n)) if *n > 0)
             && self.write_armed.swap(false, Ordering::AcqRel)
         {
             self.first_write_after_arm_ns
-                .store(monotonic_ns(), Ordering::Release);
+                .store(started, Ordering::Release);
         }
     }
 
@@ -115,8 +116,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        let started = monotonic_ns();
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.stats.wrote(&r);
+        self.stats.wrote(&r, started);
         r
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -130,8 +132,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let started = monotonic_ns();
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.stats.wrote(&r);
+        self.stats.wrote(&r, started);
         r
     }
     fn is_write_vectored(&self) -> bool {
