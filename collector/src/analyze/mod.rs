@@ -55,6 +55,8 @@ pub struct Stats {
     pub requests: usize,
     pub tokens: usize,
     pub new_connections: usize,
+    /// Requests seen only as TLS records.
+    pub encrypted: usize,
     pub coalesced: usize,
     pub truncated: usize,
     /// TTFT per observation point (from the request start).
@@ -83,6 +85,7 @@ pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
         s.requests += 1;
         s.tokens += r.tokens();
         s.new_connections += usize::from(r.new_connection);
+        s.encrypted += usize::from(r.encrypted);
         s.coalesced += usize::from(r.coalesced);
         s.truncated += usize::from(r.truncated);
         for p in &r.points {

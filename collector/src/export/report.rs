@@ -86,8 +86,8 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let r = &report.recording;
     writeln!(
         out,
-        "tokenscope report: {} requests ({} on new connections), {} tokens; {} events, {} dropped, {} unparsed I/Os",
-        o.requests, o.new_connections, o.tokens, r.events, r.dropped, report.unparsed_ios
+        "tokenscope report: {} requests ({} on new connections, {} seen only as TLS records), {} tokens; {} events, {} dropped, {} unparsed I/Os",
+        o.requests, o.new_connections, o.encrypted, o.tokens, r.events, r.dropped, report.unparsed_ios
     )?;
     if r.dropped > 0 {
         writeln!(

@@ -12,6 +12,9 @@ pub type End = (usize, usize);
 
 #[derive(Debug, Default)]
 pub struct Links {
+    /// Processes that accept requests and also send requests upstream (proxies):
+    /// their client ends are proxy reads, not client reads.
+    pub proxies: std::collections::BTreeSet<u32>,
     /// Connection id -> its peer's id (the other end of a loopback connection).
     pub peer: HashMap<usize, usize>,
     /// A proxy's accepted exchange -> the upstream exchange it opened for it.
@@ -70,10 +73,11 @@ fn hops(conns: &[Connection], links: &mut Links) {
         }
     }
     let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
-    for (ins, mut outs) in by_pid.into_values() {
+    for (pid, (ins, mut outs)) in by_pid {
         if ins.is_empty() || outs.is_empty() {
             continue;
         }
+        let mut joined = false;
         outs.sort_by_key(|&o| x(o).request_start_ns);
         let mut taken = vec![false; ins.len()];
         let mut unmatched = Vec::new();
@@ -95,9 +99,15 @@ fn hops(conns: &[Connection], links: &mut Links) {
                     taken[k] = true;
                     links.upstream.insert(i, out);
                     pairs.push((i, out));
+                    joined = true;
                 }
                 None => unmatched.push(out),
             }
+        }
+        // A process that joined a hop, or that takes encrypted requests and makes
+        // its own upstream ones, is a proxy.
+        if joined || ins.iter().any(|&i| x(i).encrypted) {
+            links.proxies.insert(pid);
         }
         // Unmatched upstream exchanges made while an accepted request was held
         // (between its first byte and its upstream request) are its sub-requests
@@ -126,13 +136,14 @@ fn hops(conns: &[Connection], links: &mut Links) {
 }
 
 /// The same request seen before and after a proxy: equal body prints when both
-/// have one, else the same method and path; an encrypted inbound request only by
-/// time. When both responses carry SSE events, the proxy forwarded the same
+/// have one, else the same method and path. When both responses carry SSE events, the proxy forwarded the same
 /// events: their first fingerprints must agree. That rules out a process that is
 /// both a server and an unrelated client (an engine that also runs the load).
 fn same_request(inbound: &Exchange, outbound: &Exchange) -> bool {
-    let requests_agree = inbound.encrypted
-        || match (inbound.body_print, outbound.body_print) {
+    // An encrypted inbound request has nothing to compare, and time alone is
+    // ambiguous under concurrency: such hops stay unjoined rather than guessed.
+    let requests_agree = !inbound.encrypted
+        && match (inbound.body_print, outbound.body_print) {
             (Some(a), Some(b)) => a == b,
             (None, None) => inbound.method == outbound.method && inbound.path == outbound.path,
             _ => false,

@@ -93,6 +93,8 @@ pub struct Request {
     pub end_ns: Option<u64>,
     pub new_connection: bool,
     pub tls: bool,
+    /// Seen only as TLS records (no plaintext): timed by record, without tokens.
+    pub encrypted: bool,
     pub coalesced: bool,
     /// The response ended without [DONE] or its framing's end where it was first seen.
     pub truncated: bool,
@@ -172,7 +174,7 @@ pub fn build(
         .map(|(i, &e)| {
             let c = &conns[e.0];
             let kind = match (c.role, i) {
-                (Role::Client, 0) => PointKind::ClientRead,
+                (Role::Client, 0) if !links.proxies.contains(&c.pid) => PointKind::ClientRead,
                 (Role::Client, _) => PointKind::ProxyRead,
                 (_, i) if i == last => PointKind::EngineWrite,
                 _ => PointKind::ProxyWrite,
@@ -254,8 +256,25 @@ pub fn build(
     Request {
         id,
         method: rx.method.clone(),
-        path: rx.path.clone(),
-        host: rx.host.clone(),
+        // Without plaintext there is no path; the route is the server it went to.
+        path: if rx.encrypted {
+            "(encrypted)".into()
+        } else {
+            rx.path.clone()
+        },
+        host: if rx.encrypted {
+            Some(
+                if rc.role == Role::Server {
+                    rc.local
+                } else {
+                    rc.remote
+                }
+                .to_string(),
+            )
+        } else {
+            rx.host.clone()
+        },
+        encrypted: rx.encrypted,
         status: rx
             .status
             .or_else(|| chain.iter().find_map(|&e| x(e).status)),
