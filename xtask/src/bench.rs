@@ -5,6 +5,8 @@
 //! (1) with no probes, (2) with `tokenscope record` attached but filtered to
 //! another port (the cost every unrelated process pays), (3) recording this
 //! socket. Throughput: events delivered per second of the flood, and drops.
+//! Replay: a recording of the lab engine under bench load, then the time
+//! `tokenscope report` takes to decode, stitch and analyze it (events/s).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

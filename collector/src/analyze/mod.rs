@@ -154,9 +154,23 @@ pub fn point_key(kind: PointKind) -> &'static str {
 
 /// Stats per route (host + path).
 pub fn by_route(requests: &[Request]) -> BTreeMap<String, Stats> {
+    group_by(requests, Request::route)
+}
+
+/// Stats per serving process (the last point of each request: its engine, or the
+/// furthest hop traced), keyed `comm/pid`.
+pub fn by_process(requests: &[Request]) -> BTreeMap<String, Stats> {
+    group_by(requests, |r| {
+        r.points
+            .last()
+            .map_or_else(|| "-".into(), |p| format!("{}/{}", p.comm, p.pid))
+    })
+}
+
+fn group_by(requests: &[Request], key: impl Fn(&Request) -> String) -> BTreeMap<String, Stats> {
     let mut groups: BTreeMap<String, Vec<&Request>> = BTreeMap::new();
     for r in requests {
-        groups.entry(r.route()).or_default().push(r);
+        groups.entry(key(r)).or_default().push(r);
     }
     groups.into_iter().map(|(k, v)| (k, stats(v))).collect()
 }

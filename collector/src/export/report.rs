@@ -23,6 +23,8 @@ pub struct Report {
     pub unparsed_ios: u64,
     pub overall: Stats,
     pub routes: BTreeMap<String, Stats>,
+    /// Keyed `comm/pid` of the process that served (the last point traced).
+    pub processes: BTreeMap<String, Stats>,
     pub windows: Vec<Window>,
     pub requests: Vec<Request>,
 }
@@ -68,6 +70,7 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
         unparsed_ios: timeline.unparsed_ios,
         overall: analyze::stats(&requests),
         routes: analyze::by_route(&requests),
+        processes: analyze::by_process(&requests),
         windows: analyze::by_window(&requests, WINDOW_NS)
             .into_iter()
             .map(|(start_ns, stats)| Window { start_ns, stats })
