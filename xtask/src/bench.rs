@@ -6,6 +6,8 @@
 //! another port (the cost every unrelated process pays), (3) recording this
 //! socket. Throughput: events delivered per second of the flood, and drops.
 //! Replay: a recording of the lab engine under bench load, then the time
+//! `tokenscope report` takes to read, stitch and analyze it (events/s).
+//! Replay: a recording of the lab engine under bench load, then the time
 //! `tokenscope report` takes to decode, stitch and analyze it (events/s).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -79,6 +81,62 @@ pub fn run() -> Result<()> {
             s.dropped
         );
     }
+    replay(&bin, &out)
+}
+
+/// Records the lab engine under bench load, then times `tokenscope report` on it.
+fn replay(bin: &Path, out: &Path) -> Result<()> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut engine = Command::new(bin)
+        .args(["lab", "engine", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("start the lab engine")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("the lab engine did not listen on {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rec = Recorder::start(bin, out, port)?;
+    let url = format!("http://127.0.0.1:{port}");
+    let load = [
+        "bench",
+        "--url",
+        &url,
+        "--concurrency",
+        "64",
+        "--requests",
+        "600",
+        "--max-tokens",
+        "64",
+        "--prompt-tokens",
+        "32",
+        "--no-progress",
+    ];
+    crate::run(Command::new(bin).args(load).stdout(Stdio::null()))?;
+    let summary = rec.stop()?;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
+    let _ = engine.wait();
+    let start = Instant::now();
+    let report = Command::new(bin)
+        .arg("report")
+        .arg(out)
+        .arg("--json")
+        .stdout(Stdio::null())
+        .status()?;
+    let took = start.elapsed();
+    let _ = std::fs::remove_file(out);
+    if !report.success() {
+        bail!("tokenscope report failed on the replay recording");
+    }
+    println!(
+        "replay: {} events read, stitched, analyzed and written as JSON in {took:.2?}: {:.0} events/s",
+        summary.delivered,
+        summary.delivered as f64 / took.as_secs_f64()
+    );
     Ok(())
 }
 
