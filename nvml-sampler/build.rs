@@ -3,7 +3,6 @@
 
 use std::env;
 use std::path::PathBuf;
-use std::process::Command;
 
 const STANDIN_SOURCE: &str = "standin/nvml_standin.c";
 /// The soname the real driver library carries, so loaders treat the stand-in alike.
