@@ -14,6 +14,11 @@ fn main() {
             "-O2",
             "-g",
             "-fno-inline-functions",
+            // A real driver's entry points start with a prologue; without frame
+            // pointers (and with shrink-wrapping) some would start with a `lock`
+            // instruction, which x86 uprobes refuse (ENOTSUPP).
+            "-fno-omit-frame-pointer",
+            "-fno-shrink-wrap",
             "-Wall",
             "-Wextra",
             "-Werror",

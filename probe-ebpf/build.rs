@@ -13,6 +13,7 @@ const SOURCES: &[&str] = &[
     "src/bpf/common.bpf.h",
     "src/bpf/conn.bpf.h",
     "src/bpf/io.bpf.h",
+    "src/bpf/gpu.bpf.h",
 ];
 
 fn main() {

@@ -106,12 +106,24 @@ struct RecordArgs {
     /// Ring buffer size in bytes (power of two). Small values make drops likely.
     #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
     ring_size: u32,
+    /// GPU probes: `auto` puts uprobes on every libcuda a traced process maps; `off` none.
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    gpu: GpuMode,
+    /// Put the libcuda uprobes on this file (repeatable; implies --gpu on).
+    #[arg(long, value_name = "PATH")]
+    libcuda: Vec<PathBuf>,
     /// Print the report (as `tokenscope report`) when the recording ends.
     #[arg(long)]
     report: bool,
     /// Payload bytes copied per socket send/receive (parsed, then dropped; at most 16384).
     #[arg(long, default_value_t = DEFAULT_PAYLOAD_CAP, value_name = "BYTES")]
     payload_cap: u32,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum GpuMode {
+    Auto,
+    Off,
 }
 
 #[derive(Args, Debug)]
@@ -150,10 +162,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-struct Progress;
+struct Progress {
+    gpu_note: Option<&'static str>,
+}
 
 impl RecordObserver for Progress {
     fn started(&mut self, probes: &Probes) {
+        if let Some(note) = self.gpu_note {
+            eprintln!("tokenscope: {note}");
+        }
         eprintln!(
             "tokenscope: recording: {} probes attached; Ctrl-C to stop",
             probes.attached.len()
@@ -165,17 +182,26 @@ impl RecordObserver for Progress {
 }
 
 fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    // Uprobes cost microseconds per call (tens in VMs): say where they go, or why not.
+    let libcuda = match (args.gpu, args.libcuda.is_empty()) {
+        (GpuMode::Off, _) => Vec::new(),
+        (GpuMode::Auto, false) => args.libcuda.clone(),
+        (GpuMode::Auto, true) => collector::probes::find_libcuda(&args.pids),
+    };
+    let gpu_note = (args.gpu == GpuMode::Auto && libcuda.is_empty())
+        .then_some("GPU probes off: no traced process maps libcuda.so (use --libcuda PATH)");
     let opts = RecordOptions {
         probes: ProbeConfig {
             pids: args.pids,
             ports: args.ports,
             ring_bytes: args.ring_size,
             payload_cap: args.payload_cap,
+            libcuda,
         },
         duration: args.duration,
         output: args.output.clone(),
     };
-    let header = collector::record::run(&opts, &mut Progress).context("record")?;
+    let header = collector::record::run(&opts, &mut Progress { gpu_note }).context("record")?;
     let c = header.counters.unwrap_or_default();
     eprintln!(
         "tokenscope: wrote {}: {} events (submitted {}, delivered {}, dropped {}, undecodable {})",

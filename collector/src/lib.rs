@@ -4,6 +4,7 @@
 
 pub mod analyze;
 pub mod export;
+pub mod gpu;
 pub mod ingest;
 pub mod probes;
 pub mod protocol;

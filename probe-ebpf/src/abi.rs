@@ -12,6 +12,18 @@ pub const EV_STATE: u32 = 1;
 pub const EV_IO: u32 = 2;
 pub const EV_ACCEPT: u32 = 3;
 pub const EV_RETRANSMIT: u32 = 4;
+pub const EV_CUDA: u32 = 5;
+
+pub const CU_LAUNCH_KERNEL: u32 = 1;
+pub const CU_LAUNCH_KERNEL_EX: u32 = 2;
+pub const CU_GRAPH_LAUNCH: u32 = 3;
+pub const CU_MEMCPY_DTOH_ASYNC: u32 = 4;
+pub const CU_MEMCPY_DTOH: u32 = 5;
+pub const CU_STREAM_SYNCHRONIZE: u32 = 6;
+pub const CU_CTX_SYNCHRONIZE: u32 = 7;
+pub const CU_EVENT_SYNCHRONIZE: u32 = 8;
+pub const CUDA_ENTRY: u32 = 1;
+pub const CUDA_RETURN: u32 = 2;
 
 pub const DIR_SEND: u32 = 1;
 pub const DIR_RECV: u32 = 2;
@@ -100,7 +112,19 @@ pub struct TsIoEventHead {
     pub _pad: u32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TsCudaEvent {
+    pub hdr: TsHeader,
+    pub call: u32,
+    pub phase: u32,
+    pub stream: u64,
+    pub bytes: u64,
+    pub result: i64,
+}
+
 pub const HEADER_SIZE: usize = 40;
+pub const CUDA_EVENT_SIZE: usize = 72;
 pub const SOCK_SIZE: usize = 48;
 pub const STATE_EVENT_SIZE: usize = 96;
 pub const IO_EVENT_HEAD_SIZE: usize = 120;
@@ -115,6 +139,7 @@ const _: () = assert!(size_of::<TsIoEventHead>() == IO_EVENT_HEAD_SIZE);
 const _: () = assert!(offset_of!(TsIoEventHead, bytes) == 104);
 const _: () = assert!(offset_of!(TsStateEvent, sock) == HEADER_SIZE);
 const _: () = assert!(PAYLOAD_MAX.is_power_of_two());
+const _: () = assert!(size_of::<TsCudaEvent>() == CUDA_EVENT_SIZE);
 
 /// Types that may be read from any byte pattern of their size (plain integers and arrays).
 ///
@@ -127,6 +152,7 @@ unsafe impl Plain for TsStateEvent {}
 unsafe impl Plain for TsAcceptEvent {}
 unsafe impl Plain for TsRetransmitEvent {}
 unsafe impl Plain for TsIoEventHead {}
+unsafe impl Plain for TsCudaEvent {}
 
 /// Reads a `T` from the front of `bytes`, or `None` when there are too few.
 pub fn read_prefix<T: Plain>(bytes: &[u8]) -> Option<T> {

@@ -219,6 +219,22 @@ pub const TRACEPOINTS: &[Tracepoint] = &[
 /// 1 when build.rs found no clang and embedded an empty object.
 pub const STUB_BUILD: u8 = if cfg!(tokenscope_probes_stub) { 1 } else { 0 };
 
+/// The uprobe programs for libcuda calls; the attach cookie is the call (`abi::CU_*`).
+pub const UPROBE_CUDA_ENTRY: &str = "up_cuda_entry";
+pub const UPROBE_CUDA_RETURN: &str = "up_cuda_return";
+
+/// libcuda symbols probed, with the cookie each attachment carries.
+pub const CUDA_SYMBOLS: &[(&str, u32)] = &[
+    ("cuLaunchKernel", abi::CU_LAUNCH_KERNEL),
+    ("cuLaunchKernelEx", abi::CU_LAUNCH_KERNEL_EX),
+    ("cuGraphLaunch", abi::CU_GRAPH_LAUNCH),
+    ("cuMemcpyDtoHAsync_v2", abi::CU_MEMCPY_DTOH_ASYNC),
+    ("cuMemcpyDtoH_v2", abi::CU_MEMCPY_DTOH),
+    ("cuStreamSynchronize", abi::CU_STREAM_SYNCHRONIZE),
+    ("cuCtxSynchronize", abi::CU_CTX_SYNCHRONIZE),
+    ("cuEventSynchronize", abi::CU_EVENT_SYNCHRONIZE),
+];
+
 #[repr(C, align(8))]
 struct Aligned<B: ?Sized>(B);
 

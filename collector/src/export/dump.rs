@@ -161,6 +161,23 @@ pub fn event_line(ev: &Event) -> String {
                 s.push_str(&stream_text(sn));
             }
         }
+        Some(Body::Cuda(c)) => {
+            let _ = write!(
+                s,
+                "cuda {} {}",
+                c.api().symbol(),
+                if c.entry { "entry" } else { "return" }
+            );
+            if c.stream != 0 {
+                let _ = write!(s, " stream {:#x}", c.stream);
+            }
+            if c.bytes != 0 {
+                let _ = write!(s, " {} B", c.bytes);
+            }
+            if !c.entry && c.result != 0 {
+                let _ = write!(s, " CUresult {}", c.result);
+            }
+        }
         None => s.push_str("(empty event)"),
     }
     s

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use probe_ebpf::abi::{self, read_prefix, TsHeader, TsSock};
 
 use super::model::{
-    event::Body, Accept, Direction, Event, Retransmit, Sock, SockIo, StateChange, Syscall, TcpState,
+    event::Body, Accept, CudaApi, CudaCall, Direction, Event, Retransmit, Sock, SockIo,
+    StateChange, Syscall, TcpState,
 };
 use crate::protocol::stream::StreamParser;
 
@@ -85,6 +86,17 @@ impl Decoder {
                 Body::Retransmit(Retransmit {
                     sock: Some(sock(&e.sock)),
                     state: state(e.state),
+                })
+            }
+            abi::EV_CUDA => {
+                exact(abi::CUDA_EVENT_SIZE)?;
+                let e: abi::TsCudaEvent = read_prefix(raw).expect("length checked");
+                Body::Cuda(CudaCall {
+                    api: CudaApi::try_from(e.call as i32).unwrap_or(CudaApi::Unknown) as i32,
+                    entry: e.phase == abi::CUDA_ENTRY,
+                    stream: e.stream,
+                    bytes: e.bytes,
+                    result: e.result,
                 })
             }
             abi::EV_IO => {

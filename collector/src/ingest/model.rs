@@ -23,7 +23,7 @@ pub struct Event {
     pub cpu: u32,
     #[prost(string, tag = "5")]
     pub comm: String,
-    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13")]
+    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14")]
     pub body: Option<event::Body>,
 }
 
@@ -38,6 +38,8 @@ pub mod event {
         Accept(super::Accept),
         #[prost(message, tag = "13")]
         Retransmit(super::Retransmit),
+        #[prost(message, tag = "14")]
+        Cuda(super::CudaCall),
     }
 }
 
@@ -81,6 +83,55 @@ pub struct Retransmit {
     pub sock: Option<Sock>,
     #[prost(enumeration = "TcpState", tag = "2")]
     pub state: i32,
+}
+
+/// A libcuda call's entry or return, seen by a uprobe.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CudaCall {
+    #[prost(enumeration = "CudaApi", tag = "1")]
+    pub api: i32,
+    /// Entry (true) or return (false).
+    #[prost(bool, tag = "2")]
+    pub entry: bool,
+    /// CUstream (CUevent for cuEventSynchronize); 0 when none.
+    #[prost(uint64, tag = "3")]
+    pub stream: u64,
+    /// Device-to-host copies: bytes.
+    #[prost(uint64, tag = "4")]
+    pub bytes: u64,
+    /// Returns: the CUresult.
+    #[prost(int64, tag = "5")]
+    pub result: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum CudaApi {
+    Unknown = 0,
+    LaunchKernel = 1,
+    LaunchKernelEx = 2,
+    GraphLaunch = 3,
+    MemcpyDtoHAsync = 4,
+    MemcpyDtoH = 5,
+    StreamSynchronize = 6,
+    CtxSynchronize = 7,
+    EventSynchronize = 8,
+}
+
+impl CudaApi {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CudaApi::Unknown => "?",
+            CudaApi::LaunchKernel => "cuLaunchKernel",
+            CudaApi::LaunchKernelEx => "cuLaunchKernelEx",
+            CudaApi::GraphLaunch => "cuGraphLaunch",
+            CudaApi::MemcpyDtoHAsync => "cuMemcpyDtoHAsync_v2",
+            CudaApi::MemcpyDtoH => "cuMemcpyDtoH_v2",
+            CudaApi::StreamSynchronize => "cuStreamSynchronize",
+            CudaApi::CtxSynchronize => "cuCtxSynchronize",
+            CudaApi::EventSynchronize => "cuEventSynchronize",
+        }
+    }
 }
 
 /// One send or receive on a TCP socket.
@@ -353,6 +404,7 @@ impl Event {
             event::Body::Io(s) => s.sock.as_ref(),
             event::Body::Accept(s) => s.sock.as_ref(),
             event::Body::Retransmit(s) => s.sock.as_ref(),
+            event::Body::Cuda(_) => None,
         }
     }
     pub fn io(&self) -> Option<&SockIo> {

@@ -5,11 +5,13 @@
 mod preflight;
 
 use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::trace_point::TracePointLinkId;
-use aya::programs::TracePoint;
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::{TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use probe_ebpf::{abi, Tracepoint, TRACEPOINTS};
 
@@ -32,6 +34,8 @@ pub struct ProbeConfig {
     pub ring_bytes: u32,
     /// Payload bytes copied per socket I/O (at most `abi::PAYLOAD_MAX`).
     pub payload_cap: u32,
+    /// libcuda files to put uprobes on (empty: no GPU probes).
+    pub libcuda: Vec<PathBuf>,
 }
 
 impl Default for ProbeConfig {
@@ -41,6 +45,7 @@ impl Default for ProbeConfig {
             ports: Vec::new(),
             ring_bytes: DEFAULT_RING_BYTES,
             payload_cap: DEFAULT_PAYLOAD_CAP,
+            libcuda: Vec::new(),
         }
     }
 }
@@ -74,6 +79,7 @@ pub struct Probes {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
     links: Vec<(&'static str, TracePointLinkId)>,
+    uprobe_links: Vec<(&'static str, UProbeLinkId)>,
     /// `category:name` of each attached tracepoint.
     pub attached: Vec<String>,
     /// `category:name: reason` of each tracepoint the kernel lacked.
@@ -167,6 +173,7 @@ impl Probes {
             }
         }
 
+        let uprobe_links = attach_cuda(&mut ebpf, &cfg.libcuda, &mut attached, &mut skipped)?;
         let map = ebpf
             .take_map(probe_ebpf::MAP_EVENTS)
             .ok_or_else(|| missing_map(probe_ebpf::MAP_EVENTS))?;
@@ -175,6 +182,7 @@ impl Probes {
             ebpf,
             ring,
             links,
+            uprobe_links,
             attached,
             skipped,
         })
@@ -223,6 +231,15 @@ impl Probes {
                 let _ = tp.detach(id);
             }
         }
+        for (program, id) in self.uprobe_links.drain(..) {
+            if let Some(up) = self
+                .ebpf
+                .program_mut(program)
+                .and_then(|p| <&mut UProbe>::try_from(p).ok())
+            {
+                let _ = up.detach(id);
+            }
+        }
     }
 
     /// `(submitted, dropped)` summed over CPUs.
@@ -241,6 +258,83 @@ impl Probes {
         };
         Ok((sum(abi::CNT_SUBMITTED)?, sum(abi::CNT_DROPPED)?))
     }
+}
+
+/// Uprobes on every probed libcuda symbol of each file (entry and return). A symbol
+/// a library lacks is skipped with a line; the GPU probes are optional as a whole.
+fn attach_cuda(
+    ebpf: &mut Ebpf,
+    libs: &[PathBuf],
+    attached: &mut Vec<String>,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<(&'static str, UProbeLinkId)>, ProbeError> {
+    let mut links = Vec::new();
+    if libs.is_empty() {
+        return Ok(links);
+    }
+    for program in [
+        probe_ebpf::UPROBE_CUDA_ENTRY,
+        probe_ebpf::UPROBE_CUDA_RETURN,
+    ] {
+        let up: &mut UProbe = ebpf
+            .program_mut(program)
+            .ok_or_else(|| ProbeError::Load(format!("program {program} missing from the object")))?
+            .try_into()
+            .map_err(|e| ProbeError::Load(format!("{program}: {e}")))?;
+        up.load().map_err(|e| ProbeError::Attach {
+            probe: program.into(),
+            reason: error_chain(&e),
+        })?;
+        for lib in libs {
+            for &(symbol, call) in probe_ebpf::CUDA_SYMBOLS {
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::Symbol(symbol),
+                    cookie: Some(u64::from(call)),
+                };
+                let label = format!("uprobe:{symbol}@{}", lib.display());
+                match up.attach(point, lib, UProbeScope::AllProcesses) {
+                    Ok(id) => {
+                        links.push((program, id));
+                        if program == probe_ebpf::UPROBE_CUDA_ENTRY {
+                            attached.push(label);
+                        }
+                    }
+                    Err(e) if program == probe_ebpf::UPROBE_CUDA_ENTRY => {
+                        skipped.push(format!("{label}: {}", error_chain(&e)))
+                    }
+                    Err(_) => {} // the entry attempt already said why
+                }
+            }
+        }
+    }
+    Ok(links)
+}
+
+/// libcuda files mapped by `pids` (every process when empty), for `--gpu auto`.
+pub fn find_libcuda(pids: &[u32]) -> Vec<PathBuf> {
+    let pids: Vec<u32> = if pids.is_empty() {
+        std::fs::read_dir("/proc")
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        pids.to_vec()
+    };
+    let mut found = std::collections::BTreeSet::new();
+    for pid in pids {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            if name.starts_with("libcuda.so") {
+                found.insert(PathBuf::from(path));
+            }
+        }
+    }
+    found.into_iter().collect()
 }
 
 fn attach(ebpf: &mut Ebpf, t: &Tracepoint) -> Result<TracePointLinkId, String> {

@@ -116,6 +116,11 @@ struct task_struct {
 	struct files_struct *files;
 };
 
+/* x86-64 registers at a uprobe (kernel names). */
+struct pt_regs {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+
 #pragma clang attribute pop
 
 /* Syscall tracepoints have a fixed layout: 8 bytes of common fields, the

@@ -4,9 +4,11 @@
  * their own headers (they share maps, so they share one compilation unit):
  *   conn.bpf.h  TCP state changes, accepts, retransmits
  *   io.bpf.h    every TCP send/receive with a bounded payload prefix
+ *   gpu.bpf.h   libcuda calls (uprobes, optional)
  */
 #include "common.bpf.h"
 #include "conn.bpf.h"
 #include "io.bpf.h"
+#include "gpu.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -23,7 +23,23 @@ enum ts_event_kind {
 	TS_EV_IO = 2,         /* struct ts_io_event: one send or receive on a TCP socket */
 	TS_EV_ACCEPT = 3,     /* struct ts_accept_event: accept()/accept4() returned a TCP socket */
 	TS_EV_RETRANSMIT = 4, /* struct ts_retransmit_event: tcp:tcp_retransmit_skb */
+	TS_EV_CUDA = 5,       /* struct ts_cuda_event: a libcuda call's entry or return (uprobes) */
 };
+
+/* The libcuda entry points probed; the uprobe's attach cookie says which one fired. */
+enum ts_cuda_call {
+	TS_CU_LAUNCH_KERNEL = 1,
+	TS_CU_LAUNCH_KERNEL_EX = 2,
+	TS_CU_GRAPH_LAUNCH = 3,
+	TS_CU_MEMCPY_DTOH_ASYNC = 4,
+	TS_CU_MEMCPY_DTOH = 5,
+	TS_CU_STREAM_SYNCHRONIZE = 6,
+	TS_CU_CTX_SYNCHRONIZE = 7,
+	TS_CU_EVENT_SYNCHRONIZE = 8,
+};
+
+#define TS_CUDA_ENTRY 1
+#define TS_CUDA_RETURN 2
 
 enum ts_io_dir {
 	TS_DIR_SEND = 1,
@@ -109,7 +125,17 @@ struct ts_io_event {
 	__u8 payload[TS_PAYLOAD_MAX];
 };
 
+struct ts_cuda_event {
+	struct ts_header hdr;
+	__u32 call;   /* enum ts_cuda_call */
+	__u32 phase;  /* TS_CUDA_ENTRY or TS_CUDA_RETURN */
+	__u64 stream; /* CUstream (or CUevent for cuEventSynchronize); 0 when none */
+	__u64 bytes;  /* device-to-host copies: ByteCount */
+	__s64 result; /* returns: the CUresult */
+};
+
 #define TS_HEADER_SIZE 40
+#define TS_CUDA_EVENT_SIZE 72
 #define TS_SOCK_SIZE 48
 #define TS_STATE_EVENT_SIZE 96
 #define TS_IO_EVENT_HEAD_SIZE 120
@@ -121,6 +147,7 @@ _Static_assert(sizeof(struct ts_state_event) == TS_STATE_EVENT_SIZE, "ts_state_e
 _Static_assert(sizeof(struct ts_accept_event) == TS_STATE_EVENT_SIZE, "ts_accept_event layout");
 _Static_assert(sizeof(struct ts_retransmit_event) == TS_STATE_EVENT_SIZE, "ts_retransmit_event layout");
 _Static_assert(sizeof(struct ts_io_event) == TS_IO_EVENT_SIZE, "ts_io_event layout");
+_Static_assert(sizeof(struct ts_cuda_event) == TS_CUDA_EVENT_SIZE, "ts_cuda_event layout");
 _Static_assert(__builtin_offsetof(struct ts_io_event, payload) == TS_IO_EVENT_HEAD_SIZE, "payload offset");
 
 #endif

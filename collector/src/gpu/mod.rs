@@ -1,0 +1,5 @@
+//! The GPU side: libcuda calls (uprobes) grouped into steps. Pure, like stitch.
+
+pub mod steps;
+
+pub use steps::{steps, GpuStep, StepKind};
