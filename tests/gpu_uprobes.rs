@@ -92,3 +92,106 @@ fn recorded_steps_match_the_engine_step_log() {
         steps.len()
     );
 }
+
+#[test]
+fn a_decode_stall_names_the_request_whose_prefill_caused_it() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = rt.block_on(async {
+        // Chunked prefill off: a long prompt's prefill runs as one step that stalls every decode.
+        let engine = Engine::start(EngineConfig::untuned(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("engine");
+        let lib = engine.libcuda_path().to_path_buf();
+        let port = engine.addr().port().to_string();
+        let rec = Recorder::start(
+            dir.path(),
+            &["--port", &port, "--libcuda", lib.to_str().unwrap()],
+        );
+        let load = BenchConfig {
+            url: engine.base_url(),
+            concurrency: 4,
+            requests: Some(8),
+            prompt_tokens: 40,
+            shared_prefix: 0,
+            long_prompt_every: 4,
+            long_prompt_tokens: 3000,
+            max_tokens: 80,
+            progress: false,
+            timeout: Duration::from_secs(60),
+            ..BenchConfig::default()
+        };
+        let out = bench::run(&load).await.expect("bench");
+        assert!(out.records.iter().all(|r| r.ok));
+        let path = rec.path.clone();
+        rec.stop();
+        engine.shutdown().await;
+        path
+    });
+    let report = report_json(&path);
+    let requests = report["requests"].as_array().expect("requests");
+    let prefill = |r: &serde_json::Value| r["gpu"]["prefill_ns"].as_u64().unwrap_or(0);
+    let long = requests
+        .iter()
+        .max_by_key(|r| prefill(r))
+        .expect("a request");
+    let long_id = long["id"].as_u64().unwrap();
+    assert!(
+        prefill(long) >= 500_000_000,
+        "the 3,000-word prompt prefills for ~600 ms: {}",
+        long["gpu"]
+    );
+    let stalls: Vec<&serde_json::Value> = requests
+        .iter()
+        .filter(|r| r["id"] != long["id"])
+        .flat_map(|r| {
+            r["gpu"]["stalled_by"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |s| (r, s))
+        })
+        .filter(|(_, s)| {
+            s["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c.as_u64() == Some(long_id))
+        })
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        !stalls.is_empty(),
+        "some running stream's gap is blamed on request {long_id}: {:#}",
+        report["gpu"]
+    );
+    for r in &stalls {
+        for s in r["gpu"]["stalled_by"].as_array().unwrap() {
+            if s["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c.as_u64() == Some(long_id))
+            {
+                let (gap, step) = (
+                    s["gap_ns"].as_u64().unwrap(),
+                    s["step_ns"].as_u64().unwrap(),
+                );
+                assert!(
+                    gap >= step,
+                    "the gap ({gap} ns) spans the prefill step ({step} ns)"
+                );
+            }
+        }
+    }
+    println!(
+        "request {long_id} (prefill {} ms) stalled {} other requests",
+        prefill(long) / 1_000_000,
+        stalls.len()
+    );
+}

@@ -26,7 +26,18 @@ pub struct Report {
     /// Keyed `comm/pid` of the process that served (the last point traced).
     pub processes: BTreeMap<String, Stats>,
     pub windows: Vec<Window>,
+    pub gpu: GpuSummary,
     pub requests: Vec<Request>,
+}
+
+/// GPU steps rebuilt from libcuda calls (all zero without GPU probes).
+#[derive(Debug, Default, Serialize)]
+pub struct GpuSummary {
+    pub steps: usize,
+    /// Step durations by kind: prefill, decode, mixed.
+    pub step_ns: BTreeMap<&'static str, Summary>,
+    /// Decode gaps stalled by other requests' prefill, over all requests.
+    pub stalls: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -52,6 +63,7 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
     let c = header.counters.unwrap_or_default();
     let timeline = stitch::stitch(events, c.dropped > 0);
     let requests = timeline.requests;
+    let gpu = gpu_summary(&timeline.steps, &requests);
     Report {
         schema: SCHEMA,
         recording: RecordingInfo {
@@ -71,11 +83,36 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
         overall: analyze::stats(&requests),
         routes: analyze::by_route(&requests),
         processes: analyze::by_process(&requests),
+        gpu,
         windows: analyze::by_window(&requests, WINDOW_NS)
             .into_iter()
             .map(|(start_ns, stats)| Window { start_ns, stats })
             .collect(),
         requests,
+    }
+}
+
+fn gpu_summary(steps: &[crate::gpu::GpuStep], requests: &[Request]) -> GpuSummary {
+    let mut by_kind: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    for s in steps {
+        let kind = match s.kind {
+            crate::gpu::StepKind::Prefill => "prefill",
+            crate::gpu::StepKind::Decode => "decode",
+            crate::gpu::StepKind::Mixed => "mixed",
+        };
+        by_kind.entry(kind).or_default().push(s.end_ns - s.start_ns);
+    }
+    GpuSummary {
+        steps: steps.len(),
+        step_ns: by_kind
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, analyze::summarize(&v)?)))
+            .collect(),
+        stalls: requests
+            .iter()
+            .filter_map(|r| r.gpu.as_ref())
+            .map(|g| g.stalled_by.len())
+            .sum(),
     }
 }
 
@@ -106,11 +143,61 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
     write_stats(o, out)?;
+    write_gpu(report, out)?;
     if report.routes.len() > 1 {
         for (route, s) in &report.routes {
             writeln!(out, "\nroute {route}: {} requests", s.requests)?;
             write_stats(s, out)?;
         }
+    }
+    Ok(())
+}
+
+fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let g = &report.gpu;
+    if g.steps == 0 {
+        return Ok(());
+    }
+    writeln!(out, "GPU steps (from libcuda calls): {}", g.steps)?;
+    for (kind, v) in &g.step_ns {
+        writeln!(
+            out,
+            "  {kind:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            v.count,
+            ms(v.p50_ns),
+            ms(v.p90_ns),
+            ms(v.p95_ns),
+            ms(v.p99_ns),
+            ms(v.p999_ns),
+            ms(v.max_ns)
+        )?;
+    }
+    // Whose prefill stalled others the most: culprit id -> (stalls, longest gap).
+    let mut culprits: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
+    for r in &report.requests {
+        for stall in r.gpu.iter().flat_map(|g| &g.stalled_by) {
+            for &c in &stall.requests {
+                let e = culprits.entry(c).or_default();
+                e.0 += 1;
+                e.1 = e.1.max(stall.gap_ns);
+            }
+        }
+    }
+    let mut top: Vec<_> = culprits.into_iter().collect();
+    top.sort_by_key(|(_, (n, gap))| std::cmp::Reverse((*gap, *n)));
+    for (id, (n, gap)) in top.into_iter().take(5) {
+        let prefill = report
+            .requests
+            .iter()
+            .find(|r| r.id == id)
+            .and_then(|r| r.gpu.as_ref())
+            .map_or(0, |g| g.prefill_ns);
+        writeln!(
+            out,
+            "  request {id} (prefill {} ms) stalled {n} decode gaps of other requests, up to {} ms",
+            ms(prefill),
+            ms(gap)
+        )?;
     }
     Ok(())
 }

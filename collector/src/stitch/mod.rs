@@ -15,6 +15,8 @@ use crate::ingest::Event;
 pub struct Timeline {
     pub connections: Vec<Connection>,
     pub requests: Vec<Request>,
+    /// GPU steps rebuilt from libcuda calls (empty without GPU probes).
+    pub steps: Vec<crate::gpu::GpuStep>,
     /// Socket I/Os whose bytes were neither HTTP nor TLS, or that lost their stream.
     pub unparsed_ios: u64,
 }
@@ -26,15 +28,18 @@ pub fn stitch(events: &[Event], dropped: bool) -> Timeline {
     sorted.sort_by_key(|e| e.ts_ns);
     let connections = conn::connections(&sorted);
     let links = chain::link(&connections);
-    let requests = chain::chains(&connections, &links)
+    let mut requests: Vec<Request> = chain::chains(&connections, &links)
         .iter()
         .enumerate()
         .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
         .collect();
+    let steps = crate::gpu::steps(events);
+    crate::gpu::attribution::attribute(&mut requests, &steps);
     let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
     Timeline {
         connections,
         requests,
+        steps,
         unparsed_ios,
     }
 }

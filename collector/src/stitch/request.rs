@@ -103,6 +103,10 @@ pub struct Request {
     /// Token events whose fingerprint differs between points at the same position.
     pub chunk_mismatches: u32,
     pub stages: Stages,
+    /// When the engine end had the whole request (its arrival at the engine).
+    pub engine_received_ns: Option<u64>,
+    /// GPU steps this request took part in, when the engine's libcuda was probed.
+    pub gpu: Option<crate::gpu::attribution::GpuShare>,
     /// Client side first, engine last.
     pub points: Vec<Point>,
     pub forward: Vec<Forward>,
@@ -295,6 +299,9 @@ pub fn build(
         events_dropped: dropped,
         chunk_mismatches,
         stages,
+        engine_received_ns: (conns[chain[last].0].role == Role::Server)
+            .then(|| engine.request_end_ns.unwrap_or(engine.request_start_ns)),
+        gpu: None,
         points,
         forward,
     }
