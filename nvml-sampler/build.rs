@@ -35,5 +35,8 @@ fn main() {
         status.success(),
         "compiling the NVML stand-in ({STANDIN_SOURCE}) failed: {status}"
     );
-    println!("cargo:rustc-env=TOKENSCOPE_NVML_STANDIN={}", output.display());
+    println!(
+        "cargo:rustc-env=TOKENSCOPE_NVML_STANDIN={}",
+        output.display()
+    );
 }

@@ -5,9 +5,7 @@ use nvml_wrapper::error::NvmlError as WrapperError;
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlError {
     /// The library could not be opened, or it is not NVML: there is no NVIDIA driver.
-    #[error(
-        "NVML not available: libnvidia-ml.so.1 could not be loaded (no NVIDIA driver?): {0}"
-    )]
+    #[error("NVML not available: libnvidia-ml.so.1 could not be loaded (no NVIDIA driver?): {0}")]
     NotAvailable(String),
     /// The library loaded but nvmlInit refused: kernel module missing, no permission, ...
     #[error("driver not loaded / NVML init failed: {0}")]

@@ -53,7 +53,11 @@ impl Sampler {
             .map_err(NvmlError::query("device count"))?;
         // A device NVML will not hand out is left out; the others are still sampled.
         let devices: Vec<DeviceInfo> = (0..count)
-            .filter_map(|index| nvml.device_by_index(index).ok().map(|d| describe(index, &d)))
+            .filter_map(|index| {
+                nvml.device_by_index(index)
+                    .ok()
+                    .map(|d| describe(index, &d))
+            })
             .collect();
 
         let (sample_tx, sample_rx) = mpsc::sync_channel(capacity.max(1));
@@ -183,3 +187,8 @@ fn read(index: u32, device: &Device<'_>) -> NvmlSample {
     }
 }
 
+// The recorder drives the sampler from async tasks and shares it across threads.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Sampler>();
+};

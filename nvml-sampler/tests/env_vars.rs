@@ -24,7 +24,12 @@ fn script_and_fail_init_come_from_the_environment() {
     };
     sampler.stop();
     assert_eq!(
-        (first.gpu_util_pct, first.mem_used_bytes, first.throttle_reasons, first.pcie_rx_kbps),
+        (
+            first.gpu_util_pct,
+            first.mem_used_bytes,
+            first.throttle_reasons,
+            first.pcie_rx_kbps
+        ),
         (Some(1), Some(5), Some(8), Some(10)),
         "values from {SCRIPT_ENV}"
     );
@@ -34,7 +39,10 @@ fn script_and_fail_init_come_from_the_environment() {
         .err()
         .expect("init fails under the switch");
     assert!(
-        matches!(err, NvmlError::InitFailed(nvml_wrapper::error::NvmlError::DriverNotLoaded)),
+        matches!(
+            err,
+            NvmlError::InitFailed(nvml_wrapper::error::NvmlError::DriverNotLoaded)
+        ),
         "DRIVER_NOT_LOADED, got {err:?}"
     );
 }

@@ -48,29 +48,24 @@ fn row(device: u32, v: [Option<u64>; 10]) -> NvmlSample {
 }
 
 /// TWO_DEVICES as the sampler must record it (ts_ns left 0).
+#[rustfmt::skip]
 fn expected_rows() -> BTreeMap<u32, Vec<NvmlSample>> {
     let s = Some;
     let n = None;
-    let mut rows = BTreeMap::new();
-    rows.insert(
-        0,
-        vec![
-            row(0, [s(10), s(5), s(1980), s(2619), s(1 << 30), s(410_000), s(41), s(0), s(1200), s(3400)]),
-            row(0, [s(95), s(60), s(1965), s(2619), s(70_000_000_000), s(652_000), s(63), s(4), s(88_000), s(1000)]),
-            row(0, [s(97), s(61), s(1755), s(2619), s(70_000_000_512), s(700_123), s(71), s(0x44), n, n]),
-            row(0, [s(0), s(0), s(345), s(2619), s(70_000_000_512), s(98_000), s(55), s(1), s(0), s(7)]),
-        ],
-    );
-    rows.insert(
-        1,
-        vec![
-            row(1, [n, n, s(2040), s(6251), s(4096), n, s(38), s(0), s(10), s(20)]),
-            row(1, [s(50), s(30), s(2040), s(6251), s(8192), s(71_000), n, n, s(30), s(40)]),
-            row(1, [s(51), s(31), s(2010), s(6251), s(16384), s(72_000), s(39), s(0x20), s(50), s(60)]),
-            row(1, [s(52), s(32), n, n, n, s(73_000), s(40), s(0x100), s(70), s(80)]),
-        ],
-    );
-    rows
+    BTreeMap::from([
+        (0, vec![
+            row(0, [s(10), s(5),  s(1980), s(2619), s(1 << 30),         s(410_000), s(41), s(0),    s(1200),   s(3400)]),
+            row(0, [s(95), s(60), s(1965), s(2619), s(70_000_000_000),  s(652_000), s(63), s(0x4),  s(88_000), s(1000)]),
+            row(0, [s(97), s(61), s(1755), s(2619), s(70_000_000_512),  s(700_123), s(71), s(0x44), n,         n]),
+            row(0, [s(0),  s(0),  s(345),  s(2619), s(70_000_000_512),  s(98_000),  s(55), s(0x1),  s(0),      s(7)]),
+        ]),
+        (1, vec![
+            row(1, [n,     n,     s(2040), s(6251), s(4096),            n,          s(38), s(0),     s(10), s(20)]),
+            row(1, [s(50), s(30), s(2040), s(6251), s(8192),            s(71_000),  n,     n,        s(30), s(40)]),
+            row(1, [s(51), s(31), s(2010), s(6251), s(16384),           s(72_000),  s(39), s(0x20),  s(50), s(60)]),
+            row(1, [s(52), s(32), n,       n,       n,                  s(73_000),  s(40), s(0x100), s(70), s(80)]),
+        ]),
+    ])
 }
 
 /// Drains until every device has at least `per_device` samples; panics after PATIENCE.
@@ -85,7 +80,10 @@ fn collect(sampler: &Sampler, per_device: usize) -> BTreeMap<u32, Vec<NvmlSample
         assert!(
             Instant::now() < deadline,
             "expected {per_device} samples per device within {PATIENCE:?}, got {:?}",
-            by_device.iter().map(|(d, s)| (*d, s.len())).collect::<Vec<_>>()
+            by_device
+                .iter()
+                .map(|(d, s)| (*d, s.len()))
+                .collect::<Vec<_>>()
         );
         for sample in sampler.drain() {
             by_device
@@ -136,7 +134,12 @@ fn records_exactly_the_scripted_values_for_two_devices() {
                 ts_ns: sample.ts_ns,
                 ..expected[k.min(expected.len() - 1)]
             };
-            assert_eq!(*sample, want, "device {device} sample {k} is scripted row {}", k.min(3));
+            assert_eq!(
+                *sample,
+                want,
+                "device {device} sample {k} is scripted row {}",
+                k.min(3)
+            );
             assert!(
                 (before..=after).contains(&sample.ts_ns),
                 "device {device} sample {k}: ts {} is CLOCK_MONOTONIC within the run [{before}, {after}]",
@@ -181,7 +184,11 @@ fn full_queue_drops_and_counts_without_blocking() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let held = sampler.drain();
-    assert!(held.len() <= 3, "the queue held {} samples, capacity 3", held.len());
+    assert!(
+        held.len() <= 3,
+        "the queue held {} samples, capacity 3",
+        held.len()
+    );
     assert_eq!(held[0].device, 0, "the oldest samples are kept");
     sampler.stop();
 }
@@ -193,7 +200,10 @@ fn refused_init_is_one_driver_not_loaded_line() {
     let err = Sampler::start(Some(&lib), Duration::from_millis(10))
         .err()
         .expect("nvmlInit_v2 returning DRIVER_NOT_LOADED fails the start");
-    assert!(matches!(err, NvmlError::InitFailed(_)), "init failure, got {err:?}");
+    assert!(
+        matches!(err, NvmlError::InitFailed(_)),
+        "init failure, got {err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "driver not loaded / NVML init failed: NVIDIA driver is not loaded"
@@ -208,7 +218,10 @@ fn missing_library_is_one_not_available_line() {
         .err()
         .expect("no library, no sampler");
     let line = err.to_string();
-    assert!(matches!(err, NvmlError::NotAvailable(_)), "not available, got {err:?}");
+    assert!(
+        matches!(err, NvmlError::NotAvailable(_)),
+        "not available, got {err:?}"
+    );
     assert!(
         line.starts_with(
             "NVML not available: libnvidia-ml.so.1 could not be loaded (no NVIDIA driver?): "
@@ -225,7 +238,8 @@ fn a_library_that_is_not_nvml_is_not_available() {
         .err()
         .expect("libm is not NVML");
     assert!(
-        err.to_string().starts_with("NVML not available: ") && err.to_string().contains("nvmlInit_v2"),
+        err.to_string().starts_with("NVML not available: ")
+            && err.to_string().contains("nvmlInit_v2"),
         "names the missing entry point, got {err}"
     );
 }
