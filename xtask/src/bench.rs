@@ -81,7 +81,78 @@ pub fn run() -> Result<()> {
             s.dropped
         );
     }
-    replay(&bin, &out)
+    replay(&bin, &out)?;
+    uprobe_cost(&bin, &out)
+}
+
+/// Cost of a libcuda uprobe hit: N calls to the lab's stand-in cuGraphLaunch on a
+/// null graph (it returns CUDA_ERROR_INVALID_HANDLE at once) with and without the
+/// GPU probes (entry and return each fire).
+fn uprobe_cost(bin: &Path, out: &Path) -> Result<()> {
+    const CALLS: u32 = 20_000;
+    let dir = std::env::temp_dir().join(format!("tokenscope-bench-cuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let lib = dir.join("libcuda.so.1");
+    // `lab engine --libcuda PATH` writes the stand-in there when it is missing.
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut engine = Command::new(bin)
+        .args([
+            "lab",
+            "engine",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--libcuda",
+        ])
+        .arg(&lib)
+        .stdout(Stdio::null())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
+    let _ = engine.wait();
+    let script = format!(
+        "import ctypes,time\nl=ctypes.CDLL('{}')\nassert l.cuInit(0)==0\nt=time.perf_counter_ns()\n\
+         for _ in range({CALLS}): l.cuGraphLaunch(None, None)\nprint(time.perf_counter_ns()-t)\n",
+        lib.display()
+    );
+    let run = || -> Result<f64> {
+        let o = Command::new("python3").arg("-c").arg(&script).output()?;
+        let ns: f64 = String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .context("timing from python")?;
+        Ok(ns / f64::from(CALLS))
+    };
+    let base = run()?;
+    let mut rec = Command::new(bin)
+        .args(["record", "--port", "1", "--libcuda"])
+        .arg(&lib)
+        .arg("-o")
+        .arg(out)
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut err = BufReader::new(rec.stderr.take().expect("piped"));
+    let mut line = String::new();
+    while !line.contains("recording:") {
+        line.clear();
+        if err.read_line(&mut line)? == 0 {
+            bail!("tokenscope record exited before attaching");
+        }
+    }
+    let probed = run()?;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let _ = rec.wait();
+    let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "libcuda uprobes: {CALLS} cuGraphLaunch calls: {base:.0} ns/call without, {probed:.0} ns/call with (entry + return probes): +{:.1} us per call",
+        (probed - base) / 1e3
+    );
+    Ok(())
 }
 
 /// Records the lab engine under bench load, then times `tokenscope report` on it.
