@@ -27,11 +27,12 @@ pub fn host_bin() -> PathBuf {
     p
 }
 
-/// The cdylib cargo built beside this test binary (target/<profile>/).
+/// The cdylib cargo built for this test run: target/<profile>/deps/ (the uplifted copy in
+/// target/<profile>/ is only refreshed by `cargo build`).
 pub fn hook_so() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
-    let p = profile_dir.join("libtokenscope_cupti_hook.so");
+    let deps = exe.parent().expect("target/<profile>/deps/<test>");
+    let p = deps.join("libtokenscope_cupti_hook.so");
     assert!(p.exists(), "hook cdylib not found at {}", p.display());
     p
 }
