@@ -6,11 +6,19 @@ use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for f in ["csrc/standin_cupti.c", "csrc/standin_records.h", "csrc/host.c"] {
+    for f in [
+        "csrc/standin_cupti.c",
+        "csrc/standin_records.h",
+        "csrc/host.c",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
     let jobs: [(&str, &[&str], &str); 2] = [
-        ("csrc/standin_cupti.c", &["-shared", "-fPIC", "-pthread"], "libcupti_standin.so"),
+        (
+            "csrc/standin_cupti.c",
+            &["-shared", "-fPIC", "-pthread"],
+            "libcupti_standin.so",
+        ),
         ("csrc/host.c", &["-ldl", "-pthread"], "cupti_host"),
     ];
     for (src, flags, name) in jobs {

@@ -58,11 +58,8 @@ pub type ActivityRegisterCallbacksFn =
     unsafe extern "C" fn(requested: BufferRequestedFn, completed: BufferCompletedFn) -> CuptiResult;
 pub type ActivityRegisterTimestampCallbackFn =
     unsafe extern "C" fn(timestamp: TimestampFn) -> CuptiResult;
-pub type ActivityGetNextRecordFn = unsafe extern "C" fn(
-    buffer: *mut u8,
-    valid_size: usize,
-    record: *mut *mut u8,
-) -> CuptiResult;
+pub type ActivityGetNextRecordFn =
+    unsafe extern "C" fn(buffer: *mut u8, valid_size: usize, record: *mut *mut u8) -> CuptiResult;
 pub type ActivityFlushAllFn = unsafe extern "C" fn(flag: u32) -> CuptiResult;
 pub type ActivityGetNumDroppedRecordsFn =
     unsafe extern "C" fn(context: *mut c_void, stream_id: u32, dropped: *mut usize) -> CuptiResult;
@@ -181,59 +178,176 @@ const _: () = assert!(size_of::<ActivityMarker2>() == 56);
 /// (C struct.field, Rust offset) for every field the hook reads, plus sizes.
 pub const RECORD_LAYOUT: &[(&str, usize)] = &[
     ("CUpti_ActivityKernel9.sizeof", size_of::<ActivityKernel9>()),
-    ("CUpti_ActivityKernel9.kind", offset_of!(ActivityKernel9, kind)),
-    ("CUpti_ActivityKernel9.start", offset_of!(ActivityKernel9, start)),
-    ("CUpti_ActivityKernel9.end", offset_of!(ActivityKernel9, end)),
-    ("CUpti_ActivityKernel9.deviceId", offset_of!(ActivityKernel9, device_id)),
-    ("CUpti_ActivityKernel9.contextId", offset_of!(ActivityKernel9, context_id)),
-    ("CUpti_ActivityKernel9.streamId", offset_of!(ActivityKernel9, stream_id)),
-    ("CUpti_ActivityKernel9.gridX", offset_of!(ActivityKernel9, grid)),
-    ("CUpti_ActivityKernel9.blockX", offset_of!(ActivityKernel9, block)),
-    ("CUpti_ActivityKernel9.correlationId", offset_of!(ActivityKernel9, correlation_id)),
-    ("CUpti_ActivityKernel9.name", offset_of!(ActivityKernel9, name)),
-    ("CUpti_ActivityKernel9.graphId", offset_of!(ActivityKernel9, graph_id)),
-    ("CUpti_ActivityKernel9.clusterX", offset_of!(ActivityKernel9, cluster)),
-    ("CUpti_ActivityKernel9.maxActiveClusters", offset_of!(ActivityKernel9, max_active_clusters)),
+    (
+        "CUpti_ActivityKernel9.kind",
+        offset_of!(ActivityKernel9, kind),
+    ),
+    (
+        "CUpti_ActivityKernel9.start",
+        offset_of!(ActivityKernel9, start),
+    ),
+    (
+        "CUpti_ActivityKernel9.end",
+        offset_of!(ActivityKernel9, end),
+    ),
+    (
+        "CUpti_ActivityKernel9.deviceId",
+        offset_of!(ActivityKernel9, device_id),
+    ),
+    (
+        "CUpti_ActivityKernel9.contextId",
+        offset_of!(ActivityKernel9, context_id),
+    ),
+    (
+        "CUpti_ActivityKernel9.streamId",
+        offset_of!(ActivityKernel9, stream_id),
+    ),
+    (
+        "CUpti_ActivityKernel9.gridX",
+        offset_of!(ActivityKernel9, grid),
+    ),
+    (
+        "CUpti_ActivityKernel9.blockX",
+        offset_of!(ActivityKernel9, block),
+    ),
+    (
+        "CUpti_ActivityKernel9.correlationId",
+        offset_of!(ActivityKernel9, correlation_id),
+    ),
+    (
+        "CUpti_ActivityKernel9.name",
+        offset_of!(ActivityKernel9, name),
+    ),
+    (
+        "CUpti_ActivityKernel9.graphId",
+        offset_of!(ActivityKernel9, graph_id),
+    ),
+    (
+        "CUpti_ActivityKernel9.clusterX",
+        offset_of!(ActivityKernel9, cluster),
+    ),
+    (
+        "CUpti_ActivityKernel9.maxActiveClusters",
+        offset_of!(ActivityKernel9, max_active_clusters),
+    ),
     ("CUpti_ActivityMemcpy6.sizeof", size_of::<ActivityMemcpy6>()),
-    ("CUpti_ActivityMemcpy6.copyKind", offset_of!(ActivityMemcpy6, copy_kind)),
-    ("CUpti_ActivityMemcpy6.bytes", offset_of!(ActivityMemcpy6, bytes)),
-    ("CUpti_ActivityMemcpy6.start", offset_of!(ActivityMemcpy6, start)),
-    ("CUpti_ActivityMemcpy6.end", offset_of!(ActivityMemcpy6, end)),
-    ("CUpti_ActivityMemcpy6.deviceId", offset_of!(ActivityMemcpy6, device_id)),
-    ("CUpti_ActivityMemcpy6.streamId", offset_of!(ActivityMemcpy6, stream_id)),
-    ("CUpti_ActivityMemcpy6.correlationId", offset_of!(ActivityMemcpy6, correlation_id)),
-    ("CUpti_ActivityMemcpy6.graphId", offset_of!(ActivityMemcpy6, graph_id)),
-    ("CUpti_ActivityMemcpy6.copyCount", offset_of!(ActivityMemcpy6, copy_count)),
-    ("CUpti_ActivityGraphTrace2.sizeof", size_of::<ActivityGraphTrace2>()),
-    ("CUpti_ActivityGraphTrace2.correlationId", offset_of!(ActivityGraphTrace2, correlation_id)),
-    ("CUpti_ActivityGraphTrace2.start", offset_of!(ActivityGraphTrace2, start)),
-    ("CUpti_ActivityGraphTrace2.end", offset_of!(ActivityGraphTrace2, end)),
-    ("CUpti_ActivityGraphTrace2.deviceId", offset_of!(ActivityGraphTrace2, device_id)),
-    ("CUpti_ActivityGraphTrace2.graphId", offset_of!(ActivityGraphTrace2, graph_id)),
-    ("CUpti_ActivityGraphTrace2.streamId", offset_of!(ActivityGraphTrace2, stream_id)),
+    (
+        "CUpti_ActivityMemcpy6.copyKind",
+        offset_of!(ActivityMemcpy6, copy_kind),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.bytes",
+        offset_of!(ActivityMemcpy6, bytes),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.start",
+        offset_of!(ActivityMemcpy6, start),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.end",
+        offset_of!(ActivityMemcpy6, end),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.deviceId",
+        offset_of!(ActivityMemcpy6, device_id),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.streamId",
+        offset_of!(ActivityMemcpy6, stream_id),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.correlationId",
+        offset_of!(ActivityMemcpy6, correlation_id),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.graphId",
+        offset_of!(ActivityMemcpy6, graph_id),
+    ),
+    (
+        "CUpti_ActivityMemcpy6.copyCount",
+        offset_of!(ActivityMemcpy6, copy_count),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.sizeof",
+        size_of::<ActivityGraphTrace2>(),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.correlationId",
+        offset_of!(ActivityGraphTrace2, correlation_id),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.start",
+        offset_of!(ActivityGraphTrace2, start),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.end",
+        offset_of!(ActivityGraphTrace2, end),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.deviceId",
+        offset_of!(ActivityGraphTrace2, device_id),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.graphId",
+        offset_of!(ActivityGraphTrace2, graph_id),
+    ),
+    (
+        "CUpti_ActivityGraphTrace2.streamId",
+        offset_of!(ActivityGraphTrace2, stream_id),
+    ),
     ("CUpti_ActivityMarker2.sizeof", size_of::<ActivityMarker2>()),
-    ("CUpti_ActivityMarker2.flags", offset_of!(ActivityMarker2, flags)),
-    ("CUpti_ActivityMarker2.timestamp", offset_of!(ActivityMarker2, timestamp)),
+    (
+        "CUpti_ActivityMarker2.flags",
+        offset_of!(ActivityMarker2, flags),
+    ),
+    (
+        "CUpti_ActivityMarker2.timestamp",
+        offset_of!(ActivityMarker2, timestamp),
+    ),
     ("CUpti_ActivityMarker2.id", offset_of!(ActivityMarker2, id)),
-    ("CUpti_ActivityMarker2.name", offset_of!(ActivityMarker2, name)),
-    ("CUpti_ActivityMarker2.domain", offset_of!(ActivityMarker2, domain)),
+    (
+        "CUpti_ActivityMarker2.name",
+        offset_of!(ActivityMarker2, name),
+    ),
+    (
+        "CUpti_ActivityMarker2.domain",
+        offset_of!(ActivityMarker2, domain),
+    ),
 ];
 
 /// (C enumerator, value) for every constant above that CUPTI defines.
 pub const CONSTANTS: &[(&str, u32)] = &[
     ("CUPTI_SUCCESS", CUPTI_SUCCESS),
-    ("CUPTI_ERROR_INVALID_PARAMETER", CUPTI_ERROR_INVALID_PARAMETER),
-    ("CUPTI_ERROR_MAX_LIMIT_REACHED", CUPTI_ERROR_MAX_LIMIT_REACHED),
+    (
+        "CUPTI_ERROR_INVALID_PARAMETER",
+        CUPTI_ERROR_INVALID_PARAMETER,
+    ),
+    (
+        "CUPTI_ERROR_MAX_LIMIT_REACHED",
+        CUPTI_ERROR_MAX_LIMIT_REACHED,
+    ),
     ("CUPTI_ERROR_NOT_COMPATIBLE", CUPTI_ERROR_NOT_COMPATIBLE),
     ("CUPTI_ERROR_NOT_INITIALIZED", CUPTI_ERROR_NOT_INITIALIZED),
     ("CUPTI_ERROR_NOT_SUPPORTED", CUPTI_ERROR_NOT_SUPPORTED),
-    ("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES", CUPTI_ERROR_INSUFFICIENT_PRIVILEGES),
-    ("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED),
+    (
+        "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES",
+        CUPTI_ERROR_INSUFFICIENT_PRIVILEGES,
+    ),
+    (
+        "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED",
+        CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+    ),
     ("CUPTI_ACTIVITY_KIND_MEMCPY", KIND_MEMCPY),
-    ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", KIND_CONCURRENT_KERNEL),
+    (
+        "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
+        KIND_CONCURRENT_KERNEL,
+    ),
     ("CUPTI_ACTIVITY_KIND_MARKER", KIND_MARKER),
     ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", KIND_GRAPH_TRACE),
-    ("CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS", FLAG_MARKER_INSTANTANEOUS),
+    (
+        "CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS",
+        FLAG_MARKER_INSTANTANEOUS,
+    ),
     ("CUPTI_ACTIVITY_FLAG_MARKER_START", FLAG_MARKER_START),
     ("CUPTI_ACTIVITY_FLAG_MARKER_END", FLAG_MARKER_END),
 ];

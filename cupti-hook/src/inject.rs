@@ -29,6 +29,21 @@ const BUFFER_ALIGN: usize = 8;
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 const LOG_PREFIX: &str = "tokenscope-cupti-hook";
 
+/// Every CUPTI entry point the hook looks up (tests check libcupti.so.12 exports them all).
+pub const CUPTI_SYMBOLS: &[&str] = &[
+    "cuptiGetVersion",
+    "cuptiGetResultString",
+    "cuptiSubscribe",
+    "cuptiUnsubscribe",
+    "cuptiActivityEnable",
+    "cuptiActivityRegisterCallbacks",
+    "cuptiActivityRegisterTimestampCallback",
+    "cuptiGetTimestamp",
+    "cuptiActivityGetNextRecord",
+    "cuptiActivityFlushAll",
+    "cuptiActivityGetNumDroppedRecords",
+];
+
 struct CuptiApi {
     activity_get_next_record: b::ActivityGetNextRecordFn,
     activity_flush_all: b::ActivityFlushAllFn,
@@ -85,7 +100,11 @@ fn initialize() {
     };
     match start_cupti() {
         Ok((api, hello, offset_ns)) => {
-            let hook = Hook { api, sender, parser: Mutex::new(BufferParser::new(offset_ns)) };
+            let hook = Hook {
+                api,
+                sender,
+                parser: Mutex::new(BufferParser::new(offset_ns)),
+            };
             let hook = HOOK.get_or_init(|| hook);
             hook.sender.control(Body::Hello(hello), EXIT_FLUSH);
             // SAFETY: at_exit is a plain extern "C" fn with no captured state.
@@ -123,9 +142,14 @@ fn start_cupti() -> Result<(CuptiApi, wire::Hello, i64), wire::HookError> {
     let subscribe = need!("cuptiSubscribe", b::SubscribeFn);
     let unsubscribe = need!("cuptiUnsubscribe", b::UnsubscribeFn);
     let activity_enable = need!("cuptiActivityEnable", b::ActivityEnableFn);
-    let register_callbacks = need!("cuptiActivityRegisterCallbacks", b::ActivityRegisterCallbacksFn);
-    let register_timestamp =
-        want!("cuptiActivityRegisterTimestampCallback", b::ActivityRegisterTimestampCallbackFn);
+    let register_callbacks = need!(
+        "cuptiActivityRegisterCallbacks",
+        b::ActivityRegisterCallbacksFn
+    );
+    let register_timestamp = want!(
+        "cuptiActivityRegisterTimestampCallback",
+        b::ActivityRegisterTimestampCallbackFn
+    );
     let get_timestamp = need!("cuptiGetTimestamp", b::GetTimestampFn);
     let api = CuptiApi {
         activity_get_next_record: need!("cuptiActivityGetNextRecord", b::ActivityGetNextRecordFn),
@@ -167,7 +191,10 @@ fn start_cupti() -> Result<(CuptiApi, wire::Hello, i64), wire::HookError> {
         for kind in [b::KIND_CONCURRENT_KERNEL, b::KIND_MEMCPY, b::KIND_MARKER] {
             let r = activity_enable(kind);
             if r != b::CUPTI_SUCCESS {
-                return Err(fail(&format!("cuptiActivityEnable({})", kind_name(kind)), r));
+                return Err(fail(
+                    &format!("cuptiActivityEnable({})", kind_name(kind)),
+                    r,
+                ));
             }
             enabled.push(kind);
         }
@@ -268,7 +295,10 @@ fn open_libcupti() -> Result<Library, wire::HookError> {
         // SAFETY: plain dlopen of a path; RTLD_NOW so a broken library fails here, not later.
         let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if !handle.is_null() {
-            return Ok(Library { handle, path: path.clone() });
+            return Ok(Library {
+                handle,
+                path: path.clone(),
+            });
         }
         // SAFETY: dlerror returns a thread-local string or null.
         let e = unsafe { libc::dlerror() };
@@ -288,7 +318,10 @@ fn open_libcupti() -> Result<Library, wire::HookError> {
 
 /// CLOCK_MONOTONIC in ns: the clock every tokenscope source shares (DESIGN.md section 7).
 pub fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid timespec out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

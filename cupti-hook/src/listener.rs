@@ -16,10 +16,22 @@ use crate::wire::{self, activity::Record, hook_message::Body, HookMessage};
 /// Timestamps are CLOCK_MONOTONIC ns; kernel names are always resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GpuActivity {
-    Kernel { pid: u32, kernel: wire::KernelRecord },
-    Memcpy { pid: u32, memcpy: wire::MemcpyRecord },
-    Graph { pid: u32, graph: wire::GraphRecord },
-    Marker { pid: u32, marker: wire::MarkerRecord },
+    Kernel {
+        pid: u32,
+        kernel: wire::KernelRecord,
+    },
+    Memcpy {
+        pid: u32,
+        memcpy: wire::MemcpyRecord,
+    },
+    Graph {
+        pid: u32,
+        graph: wire::GraphRecord,
+    },
+    Marker {
+        pid: u32,
+        marker: wire::MarkerRecord,
+    },
 }
 
 impl GpuActivity {
@@ -172,8 +184,10 @@ fn serve_connection(conn_id: u64, stream: UnixStream, shared: &(Mutex<Shared>, C
             Some(Body::Error(err)) => s.stats.errors.push(err),
             Some(Body::Batch(batch)) => {
                 s.stats.records_received += batch.records.len() as u64;
-                let (old_dropped, old_cupti) =
-                    s.dropped_by_conn.insert(conn_id, (batch.dropped_total, batch.cupti_dropped_total)).unwrap_or((0, 0));
+                let (old_dropped, old_cupti) = s
+                    .dropped_by_conn
+                    .insert(conn_id, (batch.dropped_total, batch.cupti_dropped_total))
+                    .unwrap_or((0, 0));
                 s.stats.records_dropped += batch.dropped_total.saturating_sub(old_dropped);
                 s.stats.cupti_dropped += batch.cupti_dropped_total.saturating_sub(old_cupti);
                 for a in batch.records {
@@ -181,7 +195,8 @@ fn serve_connection(conn_id: u64, stream: UnixStream, shared: &(Mutex<Shared>, C
                     let activity = match record {
                         Record::Kernel(mut kernel) => {
                             if kernel.name.is_empty() {
-                                kernel.name = names.get(&kernel.name_hash).cloned().unwrap_or_default();
+                                kernel.name =
+                                    names.get(&kernel.name_hash).cloned().unwrap_or_default();
                             } else {
                                 names.insert(kernel.name_hash, kernel.name.clone());
                             }
@@ -201,7 +216,9 @@ fn serve_connection(conn_id: u64, stream: UnixStream, shared: &(Mutex<Shared>, C
     });
     let mut s = lock(&shared.0);
     if let Err(e) = result {
-        s.stats.decode_errors.push(format!("hook connection {conn_id}: {e}"));
+        s.stats
+            .decode_errors
+            .push(format!("hook connection {conn_id}: {e}"));
     }
     s.stats.closed += 1;
     drop(s);
@@ -222,7 +239,11 @@ pub fn read_hook_stream(reader: impl Read, mut sink: impl FnMut(HookMessage)) ->
             if h.wire_version != wire::WIRE_VERSION {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("hook speaks wire version {}, this collector {}", h.wire_version, wire::WIRE_VERSION),
+                    format!(
+                        "hook speaks wire version {}, this collector {}",
+                        h.wire_version,
+                        wire::WIRE_VERSION
+                    ),
                 ));
             }
         }
@@ -248,5 +269,8 @@ fn read_varint(r: &mut impl Read) -> io::Result<Option<u64>> {
             return Ok(Some(value));
         }
     }
-    Err(io::Error::new(io::ErrorKind::InvalidData, "length varint too long"))
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        "length varint too long",
+    ))
 }

@@ -33,7 +33,11 @@ pub struct BufferParser {
 
 impl BufferParser {
     pub fn new(offset_ns: i64) -> Self {
-        BufferParser { offset_ns, names: HashMap::new(), open_ranges: HashMap::new() }
+        BufferParser {
+            offset_ns,
+            names: HashMap::new(),
+            open_ranges: HashMap::new(),
+        }
     }
 
     fn ts(&self, t: u64) -> u64 {
@@ -128,7 +132,11 @@ impl BufferParser {
             });
         }
         if flags & b::FLAG_MARKER_START != 0 {
-            let open = OpenRange { start_ns: at, name: cstr(m.name), domain: cstr(m.domain) };
+            let open = OpenRange {
+                start_ns: at,
+                name: cstr(m.name),
+                domain: cstr(m.domain),
+            };
             self.open_ranges.insert(id, open);
             return None;
         }

@@ -117,10 +117,14 @@ fn socket_loop(stream: UnixStream, rx: Receiver<Outgoing>, counters: &Counters) 
                     if names_sent.insert(kernel.name_hash) {
                         kernel.name = name.to_string();
                     }
-                    batch.push(wire::Activity { record: Some(Record::Kernel(kernel)) });
+                    batch.push(wire::Activity {
+                        record: Some(Record::Kernel(kernel)),
+                    });
                 }
                 Outgoing::Record(QueuedRecord::Other(record)) => {
-                    batch.push(wire::Activity { record: Some(record) });
+                    batch.push(wire::Activity {
+                        record: Some(record),
+                    });
                 }
                 Outgoing::Control(body) => {
                     flush_batch(&mut batch, counters, &mut out);
@@ -141,11 +145,12 @@ fn socket_loop(stream: UnixStream, rx: Receiver<Outgoing>, counters: &Counters) 
             // A flush always sends a batch, even empty, so the final drop count arrives.
             force_batch(&mut batch, counters, &mut out);
         }
-        if !out.is_empty() && !counters.dead.load(Ordering::Relaxed) {
-            if send_all(&stream, &out).is_err() {
-                // The collector is gone: the host runs on, we stop sending.
-                counters.dead.store(true, Ordering::Relaxed);
-            }
+        // A failed send means the collector is gone: the host runs on, we stop sending.
+        if !out.is_empty()
+            && !counters.dead.load(Ordering::Relaxed)
+            && send_all(&stream, &out).is_err()
+        {
+            counters.dead.store(true, Ordering::Relaxed);
         }
         out.clear();
         for ack in acks {
@@ -161,7 +166,9 @@ fn flush_batch(batch: &mut Vec<wire::Activity>, counters: &Counters, out: &mut V
 }
 
 fn force_batch(batch: &mut Vec<wire::Activity>, counters: &Counters, out: &mut Vec<u8>) {
-    counters.sent.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    counters
+        .sent
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let msg = HookMessage {
         body: Some(Body::Batch(wire::Batch {
             records: std::mem::take(batch),

@@ -17,13 +17,21 @@ pub fn standin_dir() -> PathBuf {
 
 pub fn standin_lib() -> PathBuf {
     let p = standin_dir().join("libcupti_standin.so");
-    assert!(p.exists(), "stand-in libcupti not built at {} (build.rs needs gcc)", p.display());
+    assert!(
+        p.exists(),
+        "stand-in libcupti not built at {} (build.rs needs gcc)",
+        p.display()
+    );
     p
 }
 
 pub fn host_bin() -> PathBuf {
     let p = standin_dir().join("cupti_host");
-    assert!(p.exists(), "cupti_host not built at {} (build.rs needs gcc)", p.display());
+    assert!(
+        p.exists(),
+        "cupti_host not built at {} (build.rs needs gcc)",
+        p.display()
+    );
     p
 }
 
@@ -76,7 +84,11 @@ pub fn spawn_host(cupti_lib: &Path, socket: &Path, env: &[(&str, &str)], steps: 
         let _ = stderr.read_to_string(&mut s);
         s
     });
-    Host { child, lines, stderr: Some(stderr) }
+    Host {
+        child,
+        lines,
+        stderr: Some(stderr),
+    }
 }
 
 impl Host {
@@ -96,12 +108,17 @@ impl Host {
         let status = self.child.wait().expect("wait for host");
         let rest: Vec<String> = self.lines.iter().collect();
         let stderr = self.stderr.take().unwrap().join().unwrap_or_default();
-        let code = status.code().unwrap_or_else(|| panic!("host killed by a signal: {status:?}; stderr: {stderr}"));
+        let code = status
+            .code()
+            .unwrap_or_else(|| panic!("host killed by a signal: {status:?}; stderr: {stderr}"));
         (code, rest, stderr)
     }
 }
 
 /// Lines the hook printed (its prefix), from a host's stderr.
 pub fn hook_lines(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.starts_with("tokenscope-cupti-hook:")).collect()
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("tokenscope-cupti-hook:"))
+        .collect()
 }
