@@ -4,7 +4,8 @@
  *   STANDIN_CUPTI_SUBSCRIBER=taken      cuptiSubscribe -> MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
  *   STANDIN_CUPTI_NO_TS_CALLBACK=1      no timestamp callback: records in CLOCK_REALTIME ns,
  *                                       so the hook must fall back to paired readings
- *   STANDIN_CUPTI_GRAPH_TRACE=incompatible  enabling GRAPH_TRACE -> NOT_COMPATIBLE */
+ *   STANDIN_CUPTI_GRAPH_TRACE=exclusive graph-level and kernel/memcpy tracing exclude each
+ *                                       other: whichever is enabled second -> NOT_COMPATIBLE */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +74,12 @@ int cuptiUnsubscribe(void *subscriber) {
 }
 
 int cuptiActivityEnable(uint32_t kind) {
-  if (kind == SI_KIND_GRAPH_TRACE && env_is("STANDIN_CUPTI_GRAPH_TRACE", "incompatible"))
-    return SI_ERROR_NOT_COMPATIBLE;
+  if (env_is("STANDIN_CUPTI_GRAPH_TRACE", "exclusive")) {
+    uint64_t node_level = (1ull << SI_KIND_CONCURRENT_KERNEL) | (1ull << SI_KIND_MEMCPY);
+    if (kind == SI_KIND_GRAPH_TRACE && (enabled_kinds & node_level)) return SI_ERROR_NOT_COMPATIBLE;
+    if ((1ull << kind) & node_level && (enabled_kinds >> SI_KIND_GRAPH_TRACE) & 1)
+      return SI_ERROR_NOT_COMPATIBLE;
+  }
   if (kind >= 64) return SI_ERROR_INVALID_PARAMETER;
   enabled_kinds |= 1ull << kind;
   return SI_SUCCESS;

@@ -22,6 +22,9 @@ pub const ENV_CUPTI_LIB: &str = "TOKENSCOPE_CUPTI_LIB";
 /// Records the queue holds before the hook drops (default `DEFAULT_QUEUE_RECORDS`).
 pub const ENV_QUEUE_RECORDS: &str = "TOKENSCOPE_CUPTI_QUEUE";
 pub const DEFAULT_QUEUE_RECORDS: usize = 65_536;
+/// "kernel" (default: kernels, memcpy, NVTX; graph traces if CUPTI combines them) or "graph"
+/// (graph launches and NVTX first; kernels and memcpy if CUPTI combines them).
+pub const ENV_MODE: &str = "TOKENSCOPE_CUPTI_MODE";
 /// Activity buffer handed to CUPTI (CUPTI's samples use 8 MiB; 4 MiB ~ 20k kernels).
 const BUFFER_BYTES: usize = 4 << 20;
 const BUFFER_ALIGN: usize = 8;
@@ -51,12 +54,14 @@ struct CuptiApi {
 }
 
 struct Hook {
-    api: CuptiApi,
     sender: ActivitySender,
     parser: Mutex<BufferParser>,
 }
 
+/// Set once the socket thread runs; CUPTI's entry points once resolved, before any
+/// callback is registered, so no completed buffer can find either missing.
 static HOOK: OnceLock<Hook> = OnceLock::new();
+static API: OnceLock<CuptiApi> = OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// The entry point CUDA calls after loading CUDA_INJECTION64_PATH. Returns 1 always: a
@@ -98,28 +103,26 @@ fn initialize() {
             return;
         }
     };
-    match start_cupti() {
-        Ok((api, hello, offset_ns)) => {
-            let hook = Hook {
-                api,
-                sender,
-                parser: Mutex::new(BufferParser::new(offset_ns)),
-            };
-            let hook = HOOK.get_or_init(|| hook);
+    let hook = HOOK.get_or_init(|| Hook {
+        sender,
+        parser: Mutex::new(BufferParser::new(0)),
+    });
+    match start_cupti(hook) {
+        Ok(hello) => {
             hook.sender.control(Body::Hello(hello), EXIT_FLUSH);
             // SAFETY: at_exit is a plain extern "C" fn with no captured state.
             unsafe { libc::atexit(at_exit) };
         }
         Err(err) => {
             eprintln!("{}", err.message);
-            sender.control(Body::Error(err), EXIT_FLUSH);
-            sender.flush(EXIT_FLUSH);
+            hook.sender.control(Body::Error(err), EXIT_FLUSH);
+            hook.sender.flush(EXIT_FLUSH);
         }
     }
 }
 
 /// Sets CUPTI up; on the first refusal returns the one line to report.
-fn start_cupti() -> Result<(CuptiApi, wire::Hello, i64), wire::HookError> {
+fn start_cupti(hook: &Hook) -> Result<wire::Hello, wire::HookError> {
     let lib = open_libcupti()?;
     let sym = |name: &str| lib.symbol(name);
     macro_rules! need {
@@ -182,30 +185,39 @@ fn start_cupti() -> Result<(CuptiApi, wire::Hello, i64), wire::HookError> {
             Some(b::CUPTI_SUCCESS) => ("timestamp-callback", 0),
             _ => ("paired-readings", paired_offset(get_timestamp)),
         };
+        if let Ok(mut parser) = hook.parser.lock() {
+            parser.set_offset(offset_ns);
+        }
+        let _ = API.set(api);
         let r = register_callbacks(buffer_requested, buffer_completed);
         if r != b::CUPTI_SUCCESS {
             return Err(fail("cuptiActivityRegisterCallbacks", r));
         }
         let mut enabled = Vec::new();
         let mut notes = Vec::new();
-        for kind in [b::KIND_CONCURRENT_KERNEL, b::KIND_MEMCPY, b::KIND_MARKER] {
+        let (required, optional) = activity_plan();
+        for &kind in required {
             let r = activity_enable(kind);
             if r != b::CUPTI_SUCCESS {
-                return Err(fail(
-                    &format!("cuptiActivityEnable({})", kind_name(kind)),
-                    r,
-                ));
+                let call = format!("cuptiActivityEnable({})", kind_name(kind));
+                return Err(fail(&call, r));
             }
             enabled.push(kind);
         }
-        // Graph-level traces exist since CUPTI 11.7 and may not combine with kernel records;
-        // kernels still carry their graph id, so a refusal here is only a note.
-        match activity_enable(b::KIND_GRAPH_TRACE) {
-            b::CUPTI_SUCCESS => enabled.push(b::KIND_GRAPH_TRACE),
-            r => notes.push(format!(
-                "GRAPH_TRACE not enabled ({}); graph kernels carry graph_id",
-                b::result_name(r)
-            )),
+        for &kind in optional {
+            match activity_enable(kind) {
+                b::CUPTI_SUCCESS => enabled.push(kind),
+                r => notes.push(format!(
+                    "{} not enabled ({}){}",
+                    kind_name(kind),
+                    b::result_name(r),
+                    if kind == b::KIND_GRAPH_TRACE {
+                        "; graph kernels carry graph_id"
+                    } else {
+                        ""
+                    }
+                )),
+            }
         }
         let hello = wire::Hello {
             wire_version: wire::WIRE_VERSION,
@@ -217,7 +229,22 @@ fn start_cupti() -> Result<(CuptiApi, wire::Hello, i64), wire::HookError> {
             notes,
         };
         std::mem::forget(lib); // CUPTI stays loaded for the life of the process.
-        Ok((api, hello, offset_ns))
+        Ok(hello)
+    }
+}
+
+/// (must enable, try to enable). Graph-level traces (CUPTI 11.7+) may refuse to combine with
+/// kernel records (CUPTI_ERROR_NOT_COMPATIBLE); `TOKENSCOPE_CUPTI_MODE=graph` puts them first.
+fn activity_plan() -> (&'static [b::ActivityKind], &'static [b::ActivityKind]) {
+    match std::env::var(ENV_MODE).as_deref() {
+        Ok("graph") => (
+            &[b::KIND_GRAPH_TRACE, b::KIND_MARKER],
+            &[b::KIND_CONCURRENT_KERNEL, b::KIND_MEMCPY],
+        ),
+        _ => (
+            &[b::KIND_CONCURRENT_KERNEL, b::KIND_MEMCPY, b::KIND_MARKER],
+            &[b::KIND_GRAPH_TRACE],
+        ),
     }
 }
 
@@ -364,13 +391,13 @@ unsafe extern "C" fn buffer_completed(
     if buffer.is_null() {
         return;
     }
-    if let Some(hook) = HOOK.get() {
+    if let (Some(hook), Some(api)) = (HOOK.get(), API.get()) {
         let result = std::panic::catch_unwind(|| {
             if let Ok(mut parser) = hook.parser.lock() {
-                let next = hook.api.activity_get_next_record;
+                let next = api.activity_get_next_record;
                 parser.parse(next, buffer, valid, &mut |r| hook.sender.push(r));
             }
-            if let Some(get_dropped) = hook.api.activity_get_num_dropped_records {
+            if let Some(get_dropped) = api.activity_get_num_dropped_records {
                 let mut dropped = 0usize;
                 if get_dropped(context, stream_id, &mut dropped) == b::CUPTI_SUCCESS {
                     hook.sender
@@ -390,9 +417,9 @@ unsafe extern "C" fn buffer_completed(
 }
 
 extern "C" fn at_exit() {
-    if let Some(hook) = HOOK.get() {
-        // SAFETY: CUPTI is loaded and initialised (HOOK is set only after enable succeeded).
-        unsafe { (hook.api.activity_flush_all)(b::FLUSH_FORCED) };
+    if let (Some(hook), Some(api)) = (HOOK.get(), API.get()) {
+        // SAFETY: CUPTI is loaded and initialised (at_exit is registered after enable succeeded).
+        unsafe { (api.activity_flush_all)(b::FLUSH_FORCED) };
         hook.sender.flush(EXIT_FLUSH);
     }
 }
@@ -401,12 +428,12 @@ extern "C" fn at_exit() {
 /// dlsym; CUDA never does). Returns 1 when everything queued was written within 2 s.
 #[no_mangle]
 pub extern "C" fn tokenscope_cupti_flush() -> i32 {
-    match HOOK.get() {
-        Some(hook) => {
-            // SAFETY: as in at_exit.
-            unsafe { (hook.api.activity_flush_all)(b::FLUSH_FORCED) };
+    match (HOOK.get(), API.get()) {
+        (Some(hook), Some(api)) => {
+            // SAFETY: CUPTI is loaded; flushing before any activity is harmless.
+            unsafe { (api.activity_flush_all)(b::FLUSH_FORCED) };
             i32::from(hook.sender.flush(EXIT_FLUSH))
         }
-        None => 0,
+        _ => 0,
     }
 }

@@ -183,6 +183,7 @@ fn serve_connection(conn_id: u64, stream: UnixStream, shared: &(Mutex<Shared>, C
             }
             Some(Body::Error(err)) => s.stats.errors.push(err),
             Some(Body::Batch(batch)) => {
+                pid = batch.pid;
                 s.stats.records_received += batch.records.len() as u64;
                 let (old_dropped, old_cupti) = s
                     .dropped_by_conn

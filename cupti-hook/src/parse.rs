@@ -40,6 +40,10 @@ impl BufferParser {
         }
     }
 
+    pub fn set_offset(&mut self, offset_ns: i64) {
+        self.offset_ns = offset_ns;
+    }
+
     fn ts(&self, t: u64) -> u64 {
         t.saturating_add_signed(self.offset_ns)
     }

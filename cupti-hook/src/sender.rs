@@ -174,6 +174,7 @@ fn force_batch(batch: &mut Vec<wire::Activity>, counters: &Counters, out: &mut V
             records: std::mem::take(batch),
             dropped_total: counters.dropped.load(Ordering::Relaxed),
             cupti_dropped_total: counters.cupti_dropped.load(Ordering::Relaxed),
+            pid: std::process::id(),
         })),
     };
     wire::encode_message(&msg, out);

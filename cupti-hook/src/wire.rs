@@ -75,6 +75,9 @@ pub struct Batch {
     /// Records CUPTI itself reported dropped (cuptiActivityGetNumDroppedRecords), cumulative.
     #[prost(uint64, tag = "3")]
     pub cupti_dropped_total: u64,
+    /// The hooked process (also in Hello; here so records never wait on it).
+    #[prost(uint32, tag = "4")]
+    pub pid: u32,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -213,6 +216,7 @@ mod tests {
                 }],
                 dropped_total: 3,
                 cupti_dropped_total: 0,
+                pid: 42,
             })),
         };
         let mut buf = Vec::new();

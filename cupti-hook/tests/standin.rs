@@ -346,7 +346,7 @@ fn graph_traces_refused_leave_kernels_flowing_with_a_note() {
     let listener = listener(&dir);
     run_host(
         &listener,
-        &[("STANDIN_CUPTI_GRAPH_TRACE", "incompatible")],
+        &[("STANDIN_CUPTI_GRAPH_TRACE", "exclusive")],
         &["emit", "8", "0", "1", "0"],
     );
     let hello = only_hello(&listener);
@@ -367,5 +367,43 @@ fn graph_traces_refused_leave_kernels_flowing_with_a_note() {
         all.iter()
             .all(|a| matches!(a, GpuActivity::Kernel { kernel, .. } if kernel.graph_id >= 40)),
         "kernels keep their graph id"
+    );
+}
+
+#[test]
+fn graph_mode_puts_graph_launches_first_when_cupti_will_not_combine_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = listener(&dir);
+    let env = [
+        ("STANDIN_CUPTI_GRAPH_TRACE", "exclusive"),
+        ("TOKENSCOPE_CUPTI_MODE", "graph"),
+    ];
+    run_host(&listener, &env, &["emit", "8", "1", "1", "1"]);
+    let hello = only_hello(&listener);
+    assert_eq!(
+        hello.enabled_kinds,
+        vec![b::KIND_GRAPH_TRACE, b::KIND_MARKER],
+        "graph mode: {hello:?}"
+    );
+    assert!(
+        hello
+            .notes
+            .iter()
+            .any(|n| n.starts_with("CONCURRENT_KERNEL not enabled (CUPTI_ERROR_NOT_COMPATIBLE)")),
+        "a note says kernels were refused: {hello:?}"
+    );
+    let all = listener.drain();
+    let graphs = all
+        .iter()
+        .filter(|a| matches!(a, GpuActivity::Graph { .. }))
+        .count();
+    let markers = all
+        .iter()
+        .filter(|a| matches!(a, GpuActivity::Marker { .. }))
+        .count();
+    assert_eq!(
+        (graphs, markers, all.len()),
+        (8, 8, 16),
+        "graph launches and NVTX ranges only: {all:?}"
     );
 }
