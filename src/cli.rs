@@ -112,6 +112,15 @@ struct RecordArgs {
     /// Put the libcuda uprobes on this file (repeatable; implies --gpu on).
     #[arg(long, value_name = "PATH")]
     libcuda: Vec<PathBuf>,
+    /// NVML device counters: `auto` samples when a driver is there (one line when not).
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    nvml: GpuMode,
+    /// Use this NVML library instead of the system's libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    nvml_lib: Option<PathBuf>,
+    /// How often NVML is sampled.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "D")]
+    nvml_interval: Duration,
     /// Print the report (as `tokenscope report`) when the recording ends.
     #[arg(long)]
     report: bool,
@@ -167,6 +176,10 @@ struct Progress {
 }
 
 impl RecordObserver for Progress {
+    fn note(&mut self, line: &str) {
+        eprintln!("tokenscope: {line}");
+    }
+
     fn started(&mut self, probes: &Probes) {
         if let Some(note) = self.gpu_note {
             eprintln!("tokenscope: {note}");
@@ -200,6 +213,10 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         },
         duration: args.duration,
         output: args.output.clone(),
+        nvml: (args.nvml == GpuMode::Auto).then(|| collector::record::NvmlOptions {
+            lib: args.nvml_lib.clone(),
+            interval: args.nvml_interval,
+        }),
     };
     let header = collector::record::run(&opts, &mut Progress { gpu_note }).context("record")?;
     let c = header.counters.unwrap_or_default();

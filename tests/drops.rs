@@ -54,9 +54,9 @@ fn forced_drops_are_counted_exactly() {
         "submitted = delivered + dropped: {c:?}"
     );
     assert_eq!(
-        c.delivered,
+        c.delivered + c.gpu_samples,
         c.written + c.decode_errors,
-        "every delivered record is written or counted: {c:?}"
+        "every delivered record (and NVML sample) is written or counted: {c:?}"
     );
     assert_eq!(
         c.written,

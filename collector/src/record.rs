@@ -19,9 +19,18 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub probes: ProbeConfig,
+    /// NVML sampling (None: off).
+    pub nvml: Option<NvmlOptions>,
     /// Stop after this long; `None` runs until SIGINT/SIGTERM.
     pub duration: Option<Duration>,
     pub output: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+pub struct NvmlOptions {
+    /// The NVML library (default: the system's libnvidia-ml.so.1).
+    pub lib: Option<PathBuf>,
+    pub interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +49,8 @@ pub trait RecordObserver {
     fn started(&mut self, probes: &Probes);
     /// Called per decoded event, before it is written.
     fn event(&mut self, _event: &Event) {}
+    /// A line about an optional source (e.g. NVML on or off, and why).
+    fn note(&mut self, _line: &str) {}
 }
 
 impl RecordObserver for () {
@@ -64,6 +75,7 @@ pub fn run(
         h.start_monotonic_ns = monotonic_ns();
     })?;
     observer.started(&probes);
+    let sampler = start_nvml(opts.nvml.as_ref(), &mut writer, observer)?;
 
     let started = Instant::now();
     let mut counters = Counters::default();
@@ -79,6 +91,10 @@ pub fn run(
             &mut counters,
             observer,
         ) {
+            failure = Some(e);
+            break;
+        }
+        if let Err(e) = drain_nvml(sampler.as_ref(), &mut writer, &mut counters) {
             failure = Some(e);
             break;
         }
@@ -114,7 +130,80 @@ pub fn run(
         probes.wait(Duration::from_millis(1));
     }
     drop(probes);
+    if let Some(sampler) = sampler {
+        drain_nvml(Some(&sampler), &mut writer, &mut counters)?;
+        let dropped = sampler.dropped();
+        sampler.stop();
+        writer.update_header(|h| h.nvml_dropped = dropped)?;
+    }
     Ok(writer.finish(counters, monotonic_ns())?)
+}
+
+/// Starts NVML sampling when asked; without a driver that is a note, not a failure.
+fn start_nvml(
+    opts: Option<&NvmlOptions>,
+    writer: &mut RecordWriter,
+    observer: &mut dyn RecordObserver,
+) -> Result<Option<nvml_sampler::Sampler>, RecordError> {
+    let Some(opts) = opts else { return Ok(None) };
+    match nvml_sampler::Sampler::start(opts.lib.as_deref(), opts.interval) {
+        Ok(sampler) => {
+            let devices: Vec<String> = sampler
+                .devices()
+                .iter()
+                .map(|d| format!("{}: {} ({})", d.index, d.name, d.uuid))
+                .collect();
+            observer.note(&format!(
+                "NVML: sampling {} GPU(s) every {:?}",
+                devices.len(),
+                opts.interval
+            ));
+            writer.update_header(|h| h.gpu_devices = devices)?;
+            Ok(Some(sampler))
+        }
+        Err(e) => {
+            let line = e.to_string();
+            observer.note(&format!("NVML off: {line}"));
+            writer.update_header(|h| h.nvml_note = line)?;
+            Ok(None)
+        }
+    }
+}
+
+fn drain_nvml(
+    sampler: Option<&nvml_sampler::Sampler>,
+    writer: &mut RecordWriter,
+    counters: &mut Counters,
+) -> Result<(), RecordError> {
+    let Some(sampler) = sampler else {
+        return Ok(());
+    };
+    for s in sampler.drain() {
+        counters.gpu_samples += 1;
+        writer.push(Event {
+            ts_ns: s.ts_ns,
+            pid: 0,
+            tid: 0,
+            cpu: 0,
+            comm: String::new(),
+            body: Some(crate::ingest::model::event::Body::Nvml(
+                crate::ingest::model::NvmlSample {
+                    device: s.device,
+                    gpu_util_pct: s.gpu_util_pct,
+                    mem_util_pct: s.mem_util_pct,
+                    sm_clock_mhz: s.sm_clock_mhz,
+                    mem_clock_mhz: s.mem_clock_mhz,
+                    mem_used_bytes: s.mem_used_bytes,
+                    power_mw: s.power_mw,
+                    temperature_c: s.temperature_c,
+                    throttle_reasons: s.throttle_reasons,
+                    pcie_tx_kbps: s.pcie_tx_kbps,
+                    pcie_rx_kbps: s.pcie_rx_kbps,
+                },
+            )),
+        })?;
+    }
+    Ok(())
 }
 
 fn drain_into(

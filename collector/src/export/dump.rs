@@ -80,6 +80,17 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
     if !h.probes_skipped.is_empty() {
         writeln!(out, "# probes skipped: {}", h.probes_skipped.join("; "))?;
     }
+    if !h.gpu_devices.is_empty() {
+        writeln!(
+            out,
+            "# GPUs (NVML): {}; samples dropped {}",
+            h.gpu_devices.join("; "),
+            h.nvml_dropped
+        )?;
+    }
+    if !h.nvml_note.is_empty() {
+        writeln!(out, "# NVML off: {}", h.nvml_note)?;
+    }
     if !h.filter_pids.is_empty() || !h.filter_ports.is_empty() {
         writeln!(
             out,
@@ -178,7 +189,35 @@ pub fn event_line(ev: &Event) -> String {
                 let _ = write!(s, " CUresult {}", c.result);
             }
         }
+        Some(Body::Nvml(n)) => s.push_str(&nvml_text(n)),
         None => s.push_str("(empty event)"),
+    }
+    s
+}
+
+/// `nvml gpu0 util 55% mem 20% sm 1410 MHz ...`, fields NVML refused left out.
+fn nvml_text(n: &crate::ingest::model::NvmlSample) -> String {
+    let mut s = format!("nvml gpu{}", n.device);
+    let fields: [(&str, Option<u64>, &str); 10] = [
+        ("util", n.gpu_util_pct.map(u64::from), "%"),
+        ("mem-util", n.mem_util_pct.map(u64::from), "%"),
+        ("sm", n.sm_clock_mhz.map(u64::from), " MHz"),
+        ("mem-clock", n.mem_clock_mhz.map(u64::from), " MHz"),
+        ("mem-used", n.mem_used_bytes.map(|b| b >> 20), " MiB"),
+        ("power", n.power_mw.map(|p| u64::from(p) / 1000), " W"),
+        ("temp", n.temperature_c.map(u64::from), " C"),
+        ("throttle", n.throttle_reasons, ""),
+        ("pcie-tx", n.pcie_tx_kbps.map(u64::from), " KB/s"),
+        ("pcie-rx", n.pcie_rx_kbps.map(u64::from), " KB/s"),
+    ];
+    for (name, v, unit) in fields {
+        if let Some(v) = v {
+            let _ = if name == "throttle" {
+                write!(s, " {name} {v:#x}")
+            } else {
+                write!(s, " {name} {v}{unit}")
+            };
+        }
     }
     s
 }

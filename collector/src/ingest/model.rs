@@ -23,7 +23,7 @@ pub struct Event {
     pub cpu: u32,
     #[prost(string, tag = "5")]
     pub comm: String,
-    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14")]
+    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14, 15")]
     pub body: Option<event::Body>,
 }
 
@@ -40,6 +40,8 @@ pub mod event {
         Retransmit(super::Retransmit),
         #[prost(message, tag = "14")]
         Cuda(super::CudaCall),
+        #[prost(message, tag = "15")]
+        Nvml(super::NvmlSample),
     }
 }
 
@@ -83,6 +85,34 @@ pub struct Retransmit {
     pub sock: Option<Sock>,
     #[prost(enumeration = "TcpState", tag = "2")]
     pub state: i32,
+}
+
+/// One NVML reading of one device (a point of each counter series). Fields NVML
+/// refused for the device are absent.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NvmlSample {
+    #[prost(uint32, tag = "1")]
+    pub device: u32,
+    #[prost(uint32, optional, tag = "2")]
+    pub gpu_util_pct: Option<u32>,
+    #[prost(uint32, optional, tag = "3")]
+    pub mem_util_pct: Option<u32>,
+    #[prost(uint32, optional, tag = "4")]
+    pub sm_clock_mhz: Option<u32>,
+    #[prost(uint32, optional, tag = "5")]
+    pub mem_clock_mhz: Option<u32>,
+    #[prost(uint64, optional, tag = "6")]
+    pub mem_used_bytes: Option<u64>,
+    #[prost(uint32, optional, tag = "7")]
+    pub power_mw: Option<u32>,
+    #[prost(uint32, optional, tag = "8")]
+    pub temperature_c: Option<u32>,
+    #[prost(uint64, optional, tag = "9")]
+    pub throttle_reasons: Option<u64>,
+    #[prost(uint32, optional, tag = "10")]
+    pub pcie_tx_kbps: Option<u32>,
+    #[prost(uint32, optional, tag = "11")]
+    pub pcie_rx_kbps: Option<u32>,
 }
 
 /// A libcuda call's entry or return, seen by a uprobe.
@@ -404,7 +434,7 @@ impl Event {
             event::Body::Io(s) => s.sock.as_ref(),
             event::Body::Accept(s) => s.sock.as_ref(),
             event::Body::Retransmit(s) => s.sock.as_ref(),
-            event::Body::Cuda(_) => None,
+            event::Body::Cuda(_) | event::Body::Nvml(_) => None,
         }
     }
     pub fn io(&self) -> Option<&SockIo> {

@@ -61,6 +61,15 @@ pub struct FileHeader {
     /// Payload bytes the probes copied per I/O at most.
     #[prost(uint32, tag = "15")]
     pub payload_cap: u32,
+    /// GPUs NVML reported, as `index: name (uuid)`.
+    #[prost(string, repeated, tag = "16")]
+    pub gpu_devices: Vec<String>,
+    /// Why NVML sampling was off, when it was.
+    #[prost(string, tag = "17")]
+    pub nvml_note: String,
+    /// NVML samples the sampler's queue had no room for.
+    #[prost(uint64, tag = "18")]
+    pub nvml_dropped: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
@@ -77,9 +86,12 @@ pub struct Counters {
     /// Delivered records that failed to decode (counted, not written).
     #[prost(uint64, tag = "4")]
     pub decode_errors: u64,
-    /// Events written to the file.
+    /// Events written to the file: delivered - decode_errors + gpu_samples.
     #[prost(uint64, tag = "5")]
     pub written: u64,
+    /// NVML samples written (they do not come through the ring buffer).
+    #[prost(uint64, tag = "6")]
+    pub gpu_samples: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
