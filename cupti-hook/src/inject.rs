@@ -219,6 +219,12 @@ fn start_cupti(hook: &Hook) -> Result<wire::Hello, wire::HookError> {
                 )),
             }
         }
+        let cupti_path = loaded_path(get_version as *const c_void).unwrap_or(lib.path.clone());
+        if std::env::var_os(ENV_NVTX_INJECTION).is_none_or(|v| v.is_empty()) {
+            notes.push(format!(
+                "NVTX ranges need {ENV_NVTX_INJECTION}={cupti_path} in the engine's environment"
+            ));
+        }
         let hello = wire::Hello {
             wire_version: wire::WIRE_VERSION,
             pid: std::process::id(),
@@ -227,6 +233,7 @@ fn start_cupti(hook: &Hook) -> Result<wire::Hello, wire::HookError> {
             cupti_version: version,
             enabled_kinds: enabled,
             notes,
+            cupti_path,
         };
         std::mem::forget(lib); // CUPTI stays loaded for the life of the process.
         Ok(hello)
@@ -295,6 +302,24 @@ fn missing_symbol(name: &str, path: &str) -> wire::HookError {
         cupti_result: 0,
         call: "dlsym".into(),
     }
+}
+
+/// NVTX hands its calls to the library this names; CUPTI records NVTX only when it is libcupti.
+pub const ENV_NVTX_INJECTION: &str = "NVTX_INJECTION64_PATH";
+
+/// The file a loaded symbol came from (dladdr), e.g. the libcupti the search found.
+fn loaded_path(symbol: *const c_void) -> Option<String> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address; info is a valid out-pointer.
+    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 struct Library {

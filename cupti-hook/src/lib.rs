@@ -12,7 +12,7 @@ mod sender;
 pub mod wire;
 
 pub use inject::{
-    InitializeInjection, DEFAULT_QUEUE_RECORDS, ENV_CUPTI_LIB, ENV_MODE, ENV_QUEUE_RECORDS,
-    ENV_SOCKET,
+    InitializeInjection, DEFAULT_QUEUE_RECORDS, ENV_CUPTI_LIB, ENV_MODE, ENV_NVTX_INJECTION,
+    ENV_QUEUE_RECORDS, ENV_SOCKET,
 };
 pub use listener::{read_hook_stream, GpuActivity, HookListener, HookStats};

@@ -275,3 +275,39 @@ fn read_varint(r: &mut impl Read) -> io::Result<Option<u64>> {
         "length varint too long",
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(wire_version: u32) -> HookMessage {
+        HookMessage {
+            body: Some(Body::Hello(wire::Hello {
+                wire_version,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn a_hook_of_another_wire_version_is_refused() {
+        let mut bytes = Vec::new();
+        wire::encode_message(&hello(wire::WIRE_VERSION + 1), &mut bytes);
+        let err = read_hook_stream(bytes.as_slice(), |_| {}).expect_err("other version refused");
+        assert!(err.to_string().contains("wire version"), "says why: {err}");
+    }
+
+    #[test]
+    fn a_stream_cut_mid_message_is_an_error_and_a_clean_end_is_not() {
+        let mut bytes = Vec::new();
+        wire::encode_message(&hello(wire::WIRE_VERSION), &mut bytes);
+        let mut seen = 0;
+        read_hook_stream(bytes.as_slice(), |_| seen += 1).expect("clean end");
+        assert_eq!(seen, 1, "one message decoded");
+        let cut = &bytes[..bytes.len() - 1];
+        assert!(
+            read_hook_stream(cut, |_| {}).is_err(),
+            "a truncated message must not pass"
+        );
+    }
+}

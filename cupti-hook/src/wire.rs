@@ -50,6 +50,9 @@ pub struct Hello {
     /// One line per kind that could not be enabled, and why.
     #[prost(string, repeated, tag = "7")]
     pub notes: Vec<String>,
+    /// The libcupti the hook loaded (for NVTX_INJECTION64_PATH and bug reports).
+    #[prost(string, tag = "8")]
+    pub cupti_path: String,
 }
 
 /// The hook gave up; `message` is the same line it printed on stderr.

@@ -46,7 +46,11 @@ fn scripted_records_reach_the_listener_in_monotonic_time_with_their_fields() {
     let listener = listener(&dir);
     let rounds = 50u32;
     let before = monotonic_ns();
-    let stderr = run_host(&listener, &[], &["emit", "50", "1", "1", "1"]);
+    let stderr = run_host(
+        &listener,
+        &[("NVTX_INJECTION64_PATH", "")],
+        &["emit", "50", "1", "1", "1"],
+    );
     let after = monotonic_ns();
     assert!(
         hook_lines(&stderr).is_empty(),
@@ -57,6 +61,18 @@ fn scripted_records_reach_the_listener_in_monotonic_time_with_their_fields() {
     assert_eq!(hello.clock, "CLOCK_MONOTONIC");
     assert_eq!(hello.clock_source, "timestamp-callback");
     assert_eq!(hello.cupti_version, 28, "the stand-in reports CUPTI API 28");
+    assert_eq!(
+        hello.cupti_path,
+        standin_lib().to_string_lossy(),
+        "hello names the libcupti loaded"
+    );
+    assert!(
+        hello
+            .notes
+            .iter()
+            .any(|n| n.starts_with("NVTX ranges need NVTX_INJECTION64_PATH=")),
+        "without NVTX_INJECTION64_PATH the hello says NVTX needs it: {hello:?}"
+    );
     for kind in [
         b::KIND_CONCURRENT_KERNEL,
         b::KIND_MEMCPY,
