@@ -31,6 +31,9 @@ const BUFFER_ALIGN: usize = 8;
 /// Longest the host's exit waits for the last records to leave.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 const LOG_PREFIX: &str = "tokenscope-cupti-hook";
+/// cuptiGetVersion values whose record layouts bindings.rs is meant for: CUDA 12.0 (19)
+/// through 12.9 Update 1 (28, the headers tests/layout.rs checks against).
+const CHECKED_CUPTI_VERSIONS: std::ops::RangeInclusive<u32> = 19..=28;
 
 /// Every CUPTI entry point the hook looks up (tests check libcupti.so.12 exports them all).
 pub const CUPTI_SYMBOLS: &[&str] = &[
@@ -218,6 +221,13 @@ fn start_cupti(hook: &Hook) -> Result<wire::Hello, wire::HookError> {
                     }
                 )),
             }
+        }
+        if !(CHECKED_CUPTI_VERSIONS).contains(&version) {
+            notes.push(format!(
+                "CUPTI API version {version} is outside the layouts checked ({}..={}, CUDA 12.x); records may be misread",
+                CHECKED_CUPTI_VERSIONS.start(),
+                CHECKED_CUPTI_VERSIONS.end()
+            ));
         }
         let cupti_path = loaded_path(get_version as *const c_void).unwrap_or(lib.path.clone());
         if std::env::var_os(ENV_NVTX_INJECTION).is_none_or(|v| v.is_empty()) {
