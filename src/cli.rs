@@ -121,6 +121,11 @@ struct RecordArgs {
     /// How often NVML is sampled.
     #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "D")]
     nvml_interval: Duration,
+    /// Listen here for the CUPTI hook: start the engine with
+    /// CUDA_INJECTION64_PATH=<dir of tokenscope>/libtokenscope_cupti_hook.so and
+    /// TOKENSCOPE_CUPTI_SOCKET=<this path> for exact kernel and copy spans.
+    #[arg(long, value_name = "PATH")]
+    cupti_socket: Option<PathBuf>,
     /// Print the report (as `tokenscope report`) when the recording ends.
     #[arg(long)]
     report: bool,
@@ -213,6 +218,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         },
         duration: args.duration,
         output: args.output.clone(),
+        cupti_socket: args.cupti_socket.clone(),
         nvml: (args.nvml == GpuMode::Auto).then(|| collector::record::NvmlOptions {
             lib: args.nvml_lib.clone(),
             interval: args.nvml_interval,

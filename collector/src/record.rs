@@ -21,6 +21,8 @@ pub struct RecordOptions {
     pub probes: ProbeConfig,
     /// NVML sampling (None: off).
     pub nvml: Option<NvmlOptions>,
+    /// Listen here for the CUPTI hook (engines started with CUDA_INJECTION64_PATH).
+    pub cupti_socket: Option<PathBuf>,
     /// Stop after this long; `None` runs until SIGINT/SIGTERM.
     pub duration: Option<Duration>,
     pub output: PathBuf,
@@ -39,6 +41,8 @@ pub enum RecordSessionError {
     Probe(#[from] ProbeError),
     #[error(transparent)]
     Record(#[from] RecordError),
+    #[error("CUPTI socket {0}: {1}")]
+    Cupti(PathBuf, std::io::Error),
     #[error("installing signal handlers: {0}")]
     Signal(std::io::Error),
 }
@@ -76,6 +80,7 @@ pub fn run(
     })?;
     observer.started(&probes);
     let sampler = start_nvml(opts.nvml.as_ref(), &mut writer, observer)?;
+    let cupti = start_cupti(opts.cupti_socket.as_deref(), observer)?;
 
     let started = Instant::now();
     let mut counters = Counters::default();
@@ -91,6 +96,10 @@ pub fn run(
             &mut counters,
             observer,
         ) {
+            failure = Some(e);
+            break;
+        }
+        if let Err(e) = drain_cupti(cupti.as_ref(), &mut writer, &mut counters) {
             failure = Some(e);
             break;
         }
@@ -130,6 +139,16 @@ pub fn run(
         probes.wait(Duration::from_millis(1));
     }
     drop(probes);
+    if let Some(listener) = &cupti {
+        // Hooks that already hung up may still have bytes in flight to the listener.
+        listener.wait_until(Duration::from_millis(500), |s| s.closed >= s.connections);
+        drain_cupti(Some(listener), &mut writer, &mut counters)?;
+        let stats = listener.stats();
+        writer.update_header(|h| {
+            h.cupti_received = stats.records_received;
+            h.cupti_dropped = stats.records_dropped;
+        })?;
+    }
     if let Some(sampler) = sampler {
         drain_nvml(Some(&sampler), &mut writer, &mut counters)?;
         let dropped = sampler.dropped();
@@ -168,6 +187,109 @@ fn start_nvml(
             Ok(None)
         }
     }
+}
+
+/// Binds the socket the CUPTI hook streams to, and says how to start an engine with it.
+fn start_cupti(
+    socket: Option<&std::path::Path>,
+    observer: &mut dyn RecordObserver,
+) -> Result<Option<tokenscope_cupti_hook::HookListener>, RecordSessionError> {
+    let Some(socket) = socket else {
+        return Ok(None);
+    };
+    let listener = tokenscope_cupti_hook::HookListener::bind(socket)
+        .map_err(|e| RecordSessionError::Cupti(socket.to_path_buf(), e))?;
+    let hook = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("libtokenscope_cupti_hook.so")))
+        .map_or_else(
+            || "libtokenscope_cupti_hook.so".into(),
+            |p| p.display().to_string(),
+        );
+    observer.note(&format!(
+        "CUPTI: listening on {}; start the engine with CUDA_INJECTION64_PATH={hook} TOKENSCOPE_CUPTI_SOCKET={}",
+        socket.display(),
+        socket.display()
+    ));
+    Ok(Some(listener))
+}
+
+fn drain_cupti(
+    listener: Option<&tokenscope_cupti_hook::HookListener>,
+    writer: &mut RecordWriter,
+    counters: &mut Counters,
+) -> Result<(), RecordError> {
+    use crate::ingest::model::{event::Body, GpuActivity, GpuActivityKind};
+    use tokenscope_cupti_hook::GpuActivity as Hook;
+    let Some(listener) = listener else {
+        return Ok(());
+    };
+    for a in listener.drain() {
+        let (pid, g) = match a {
+            Hook::Kernel { pid, kernel: k } => (
+                pid,
+                GpuActivity {
+                    kind: GpuActivityKind::Kernel as i32,
+                    start_ns: k.start_ns,
+                    end_ns: k.end_ns,
+                    device: k.device_id,
+                    stream: k.stream_id,
+                    correlation_id: k.correlation_id,
+                    name: k.name,
+                    bytes: 0,
+                    graph_id: k.graph_id,
+                },
+            ),
+            Hook::Memcpy { pid, memcpy: m } => (
+                pid,
+                GpuActivity {
+                    kind: GpuActivityKind::Memcpy as i32,
+                    start_ns: m.start_ns,
+                    end_ns: m.end_ns,
+                    device: m.device_id,
+                    stream: m.stream_id,
+                    correlation_id: m.correlation_id,
+                    name: String::new(),
+                    bytes: m.bytes,
+                    graph_id: m.graph_id,
+                },
+            ),
+            Hook::Graph { pid, graph: g } => (
+                pid,
+                GpuActivity {
+                    kind: GpuActivityKind::Graph as i32,
+                    start_ns: g.start_ns,
+                    end_ns: g.end_ns,
+                    device: g.device_id,
+                    stream: g.stream_id,
+                    correlation_id: g.correlation_id,
+                    name: String::new(),
+                    bytes: 0,
+                    graph_id: g.graph_id,
+                },
+            ),
+            Hook::Marker { pid, marker: m } => (
+                pid,
+                GpuActivity {
+                    kind: GpuActivityKind::Marker as i32,
+                    start_ns: m.start_ns,
+                    end_ns: m.end_ns,
+                    name: m.name,
+                    ..Default::default()
+                },
+            ),
+        };
+        counters.gpu_samples += 1;
+        writer.push(Event {
+            ts_ns: g.start_ns,
+            pid,
+            tid: 0,
+            cpu: 0,
+            comm: String::new(),
+            body: Some(Body::Gpu(g)),
+        })?;
+    }
+    Ok(())
 }
 
 fn drain_nvml(

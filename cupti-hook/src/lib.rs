@@ -16,3 +16,9 @@ pub use inject::{
     ENV_QUEUE_RECORDS, ENV_SOCKET,
 };
 pub use listener::{read_hook_stream, GpuActivity, HookListener, HookStats};
+
+/// Where build.rs put the stand-in libcupti (`libcupti_standin.so`) and the host
+/// program that loads the hook like CUDA does (`cupti_host`), for tests.
+pub fn standin_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CUPTI_STANDIN_DIR"))
+}

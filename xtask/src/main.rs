@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod gpu;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,8 @@ tasks:
   test    setup, build once, run unit tests, then privileged end-to-end tests one at a time
   demo    setup, then run `tokenscope demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios)
-  lint    cargo fmt --check and clippy with warnings denied";
+  lint    cargo fmt --check and clippy with warnings denied
+  gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload";
 
 fn main() {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -29,6 +31,7 @@ fn main() {
         "demo" => demo::run(),
         "bench" => bench::run(),
         "lint" => lint(),
+        "gpu-check" => gpu::run(),
         "" | "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

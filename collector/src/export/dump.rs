@@ -88,6 +88,13 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
             h.nvml_dropped
         )?;
     }
+    if h.cupti_received > 0 || h.cupti_dropped > 0 {
+        writeln!(
+            out,
+            "# CUPTI hook records received {} dropped by the hooks {}",
+            h.cupti_received, h.cupti_dropped
+        )?;
+    }
     if !h.nvml_note.is_empty() {
         writeln!(out, "# NVML off: {}", h.nvml_note)?;
     }
@@ -190,6 +197,21 @@ pub fn event_line(ev: &Event) -> String {
             }
         }
         Some(Body::Nvml(n)) => s.push_str(&nvml_text(n)),
+        Some(Body::Gpu(g)) => {
+            let _ = write!(
+                s,
+                "cupti {:?} {} dev {} stream {} corr {} {:.1} us",
+                g.kind(),
+                g.name,
+                g.device,
+                g.stream,
+                g.correlation_id,
+                g.end_ns.saturating_sub(g.start_ns) as f64 / 1e3
+            );
+            if g.bytes > 0 {
+                let _ = write!(s, " {} B", g.bytes);
+            }
+        }
         None => s.push_str("(empty event)"),
     }
     s

@@ -23,7 +23,7 @@ pub struct Event {
     pub cpu: u32,
     #[prost(string, tag = "5")]
     pub comm: String,
-    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14, 15")]
+    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14, 15, 16")]
     pub body: Option<event::Body>,
 }
 
@@ -42,6 +42,8 @@ pub mod event {
         Cuda(super::CudaCall),
         #[prost(message, tag = "15")]
         Nvml(super::NvmlSample),
+        #[prost(message, tag = "16")]
+        Gpu(super::GpuActivity),
     }
 }
 
@@ -113,6 +115,42 @@ pub struct NvmlSample {
     pub pcie_tx_kbps: Option<u32>,
     #[prost(uint32, optional, tag = "11")]
     pub pcie_rx_kbps: Option<u32>,
+}
+
+/// A GPU activity record from the CUPTI hook (device time, CLOCK_MONOTONIC).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GpuActivity {
+    #[prost(enumeration = "GpuActivityKind", tag = "1")]
+    pub kind: i32,
+    #[prost(uint64, tag = "2")]
+    pub start_ns: u64,
+    #[prost(uint64, tag = "3")]
+    pub end_ns: u64,
+    #[prost(uint32, tag = "4")]
+    pub device: u32,
+    #[prost(uint32, tag = "5")]
+    pub stream: u32,
+    #[prost(uint32, tag = "6")]
+    pub correlation_id: u32,
+    /// Kernel or NVTX range name (kernel names are code, not user data).
+    #[prost(string, tag = "7")]
+    pub name: String,
+    /// Memcpy: bytes.
+    #[prost(uint64, tag = "8")]
+    pub bytes: u64,
+    /// The CUDA graph it belongs to (0: none).
+    #[prost(uint32, tag = "9")]
+    pub graph_id: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum GpuActivityKind {
+    Unknown = 0,
+    Kernel = 1,
+    Memcpy = 2,
+    Graph = 3,
+    Marker = 4,
 }
 
 /// A libcuda call's entry or return, seen by a uprobe.
@@ -434,7 +472,7 @@ impl Event {
             event::Body::Io(s) => s.sock.as_ref(),
             event::Body::Accept(s) => s.sock.as_ref(),
             event::Body::Retransmit(s) => s.sock.as_ref(),
-            event::Body::Cuda(_) | event::Body::Nvml(_) => None,
+            event::Body::Cuda(_) | event::Body::Nvml(_) | event::Body::Gpu(_) => None,
         }
     }
     pub fn io(&self) -> Option<&SockIo> {

@@ -70,6 +70,11 @@ pub struct FileHeader {
     /// NVML samples the sampler's queue had no room for.
     #[prost(uint64, tag = "18")]
     pub nvml_dropped: u64,
+    /// CUPTI hook records received, and those the hooks dropped (their queue was full).
+    #[prost(uint64, tag = "19")]
+    pub cupti_received: u64,
+    #[prost(uint64, tag = "20")]
+    pub cupti_dropped: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
@@ -89,7 +94,7 @@ pub struct Counters {
     /// Events written to the file: delivered - decode_errors + gpu_samples.
     #[prost(uint64, tag = "5")]
     pub written: u64,
-    /// NVML samples written (they do not come through the ring buffer).
+    /// NVML samples and CUPTI records written (they do not come through the ring buffer).
     #[prost(uint64, tag = "6")]
     pub gpu_samples: u64,
 }

@@ -157,7 +157,7 @@ pub fn connections(events: &[&Event]) -> Vec<Connection> {
             }
             Some(Body::Retransmit(_)) => c.retransmits.push(ev.ts_ns),
             Some(Body::Io(_)) => c.io(ev),
-            Some(Body::Cuda(_) | Body::Nvml(_)) | None => {} // no socket: never reaches here
+            Some(Body::Cuda(_) | Body::Nvml(_) | Body::Gpu(_)) | None => {} // no socket: never reaches here
         }
     }
     conns
