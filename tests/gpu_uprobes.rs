@@ -1,26 +1,38 @@
 //! Privileged: libcuda uprobes on the lab engine's stand-in driver. The steps
-//! tokenscope rebuilds from the calls must match the engine's own step log.
+//! tokenscope rebuilds from the calls, and each request's prefill time, must
+//! match the engine's own logs; a decode stall must name the request whose
+//! prefill caused it.
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use collector::gpu::{self, StepKind};
 use common::*;
+use serde_json::Value;
 use tokenscope_lab::bench::{self, BenchConfig};
+use tokenscope_lab::engine::requests::ServedRequest;
 use tokenscope_lab::engine::StepKind as LabKind;
-use tokenscope_lab::{Engine, EngineConfig};
+use tokenscope_lab::{Engine, EngineConfig, Step};
 
-#[test]
-fn recorded_steps_match_the_engine_step_log() {
+struct Run {
+    log: Vec<Step>,
+    served: Vec<ServedRequest>,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Records the lab engine (uprobes on its stand-in libcuda) under `load`.
+fn record_engine(config: EngineConfig, load: BenchConfig) -> Run {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
-    let (log, path) = rt.block_on(async {
-        let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())
+    let (log, served, path) = rt.block_on(async {
+        let engine = Engine::start(config, "127.0.0.1:0".parse().unwrap())
             .await
             .expect("engine");
         let lib = engine.libcuda_path().to_path_buf();
@@ -31,24 +43,44 @@ fn recorded_steps_match_the_engine_step_log() {
         );
         let load = BenchConfig {
             url: engine.base_url(),
-            concurrency: 4,
-            requests: Some(16),
-            prompt_tokens: 300,
-            shared_prefix: 0,
-            max_tokens: 16,
             progress: false,
             timeout: Duration::from_secs(60),
-            ..BenchConfig::default()
+            ..load
         };
         let out = bench::run(&load).await.expect("bench");
-        assert!(out.records.iter().all(|r| r.ok));
-        let log = engine.step_log().snapshot();
+        assert!(out.records.iter().all(|r| r.ok), "every request succeeded");
+        let (log, served) = (
+            engine.step_log().snapshot(),
+            engine.request_log().snapshot(),
+        );
         let path = rec.path.clone();
         rec.stop();
         engine.shutdown().await;
-        (log, path)
+        (log, served, path)
     });
-    let (header, events) = read_recording(&path);
+    Run {
+        log,
+        served,
+        path,
+        _dir: dir,
+    }
+}
+
+fn load(concurrency: usize, requests: u64, prompt: usize, max_tokens: usize) -> BenchConfig {
+    BenchConfig {
+        concurrency,
+        requests: Some(requests),
+        prompt_tokens: prompt,
+        shared_prefix: 0,
+        max_tokens,
+        ..BenchConfig::default()
+    }
+}
+
+#[test]
+fn recorded_steps_match_the_engine_step_log() {
+    let run = record_engine(EngineConfig::default(), load(4, 16, 300, 16));
+    let (header, events) = read_recording(&run.path);
     assert!(
         header
             .probes
@@ -58,7 +90,11 @@ fn recorded_steps_match_the_engine_step_log() {
         header.probes
     );
     let steps = gpu::steps(&events);
-    assert_eq!(steps.len(), log.len(), "one recorded step per engine step");
+    assert_eq!(
+        steps.len(),
+        run.log.len(),
+        "one recorded step per engine step"
+    );
     let kind = |k: LabKind| match k {
         LabKind::Prefill => StepKind::Prefill,
         LabKind::Decode => StepKind::Decode,
@@ -66,7 +102,7 @@ fn recorded_steps_match_the_engine_step_log() {
     };
     let mut close = 0;
     let mut worst = 0u64;
-    for (s, l) in steps.iter().zip(&log) {
+    for (s, l) in steps.iter().zip(&run.log) {
         assert_eq!(s.kind, kind(l.kind), "step {} kind", l.index);
         assert_eq!(
             (s.kernel_launches, s.graph_launches),
@@ -81,11 +117,14 @@ fn recorded_steps_match_the_engine_step_log() {
         worst = worst.max(err);
         close += usize::from(err <= 500_000);
     }
-    println!("{} steps ({} prefill, {} decode, {} mixed); start/end within 0.5 ms for {close}; worst {worst} ns",
+    let count = |k: StepKind| steps.iter().filter(|s| s.kind == k).count();
+    println!(
+        "{} steps ({} prefill, {} decode, {} mixed); start/end within 0.5 ms for {close}; worst {worst} ns",
         steps.len(),
-        steps.iter().filter(|s| s.kind == StepKind::Prefill).count(),
-        steps.iter().filter(|s| s.kind == StepKind::Decode).count(),
-        steps.iter().filter(|s| s.kind == StepKind::Mixed).count());
+        count(StepKind::Prefill),
+        count(StepKind::Decode),
+        count(StepKind::Mixed)
+    );
     assert!(
         close * 100 >= steps.len() * 99,
         "start/end within 0.5 ms for >= 99% of steps ({close} of {})",
@@ -93,48 +132,73 @@ fn recorded_steps_match_the_engine_step_log() {
     );
 }
 
+/// |reported - logged| prefill time per request, matched by the first token's time.
+fn prefill_errors(run: &Run, report: &Value) -> Vec<u64> {
+    let requests = report["requests"].as_array().expect("requests");
+    run.served
+        .iter()
+        .map(|served| {
+            let logged: u64 = run
+                .log
+                .iter()
+                .filter(|s| {
+                    s.requests
+                        .iter()
+                        .any(|r| r.request_id == served.request_id && r.prefill_tokens > 0)
+                })
+                .map(|s| s.end_ns - s.start_ns)
+                .sum();
+            let first = served.token_ns[0];
+            let r = requests
+                .iter()
+                .min_by_key(|r| {
+                    let engine = r["points"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|p| p["kind"] == "engine_write");
+                    engine
+                        .and_then(|p| p["token_ns"][0].as_u64())
+                        .map_or(u64::MAX, |t| t.abs_diff(first))
+                })
+                .expect("a reported request");
+            r["gpu"]["prefill_ns"]
+                .as_u64()
+                .expect("a prefill time")
+                .abs_diff(logged)
+        })
+        .collect()
+}
+
+#[test]
+fn each_request_prefill_time_matches_the_log_with_whole_prompt_prefills() {
+    // Chunked prefill off: each prompt prefills in one step, as many engines run today.
+    let run = record_engine(EngineConfig::untuned(), load(4, 16, 200, 16));
+    let report = report_json(&run.path);
+    let errors = prefill_errors(&run, &report);
+    let worst = errors.iter().max().copied().unwrap_or(0);
+    println!(
+        "prefill time vs the engine log, chunked prefill off: {} requests, worst error {worst} ns",
+        errors.len()
+    );
+    assert!(
+        errors.iter().all(|e| *e <= 1_000_000),
+        "every request within 1 ms: {errors:?}"
+    );
+}
+
 #[test]
 fn a_decode_stall_names_the_request_whose_prefill_caused_it() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = rt.block_on(async {
-        // Chunked prefill off: a long prompt's prefill runs as one step that stalls every decode.
-        let engine = Engine::start(EngineConfig::untuned(), "127.0.0.1:0".parse().unwrap())
-            .await
-            .expect("engine");
-        let lib = engine.libcuda_path().to_path_buf();
-        let port = engine.addr().port().to_string();
-        let rec = Recorder::start(
-            dir.path(),
-            &["--port", &port, "--libcuda", lib.to_str().unwrap()],
-        );
-        let load = BenchConfig {
-            url: engine.base_url(),
-            concurrency: 4,
-            requests: Some(8),
-            prompt_tokens: 40,
-            shared_prefix: 0,
-            long_prompt_every: 4,
-            long_prompt_tokens: 3000,
-            max_tokens: 80,
-            progress: false,
-            timeout: Duration::from_secs(60),
-            ..BenchConfig::default()
-        };
-        let out = bench::run(&load).await.expect("bench");
-        assert!(out.records.iter().all(|r| r.ok));
-        let path = rec.path.clone();
-        rec.stop();
-        engine.shutdown().await;
-        path
-    });
-    let report = report_json(&path);
+    // Chunked prefill off: a long prompt's prefill runs as one step that stalls every decode.
+    let cfg = BenchConfig {
+        long_prompt_every: 4,
+        long_prompt_tokens: 3000,
+        ..load(4, 8, 40, 80)
+    };
+    let run = record_engine(EngineConfig::untuned(), cfg);
+    let report = report_json(&run.path);
     let requests = report["requests"].as_array().expect("requests");
-    let prefill = |r: &serde_json::Value| r["gpu"]["prefill_ns"].as_u64().unwrap_or(0);
+    let prefill = |r: &Value| r["gpu"]["prefill_ns"].as_u64().unwrap_or(0);
     let long = requests
         .iter()
         .max_by_key(|r| prefill(r))
@@ -145,53 +209,40 @@ fn a_decode_stall_names_the_request_whose_prefill_caused_it() {
         "the 3,000-word prompt prefills for ~600 ms: {}",
         long["gpu"]
     );
-    let stalls: Vec<&serde_json::Value> = requests
-        .iter()
-        .filter(|r| r["id"] != long["id"])
-        .flat_map(|r| {
-            r["gpu"]["stalled_by"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .map(move |s| (r, s))
-        })
-        .filter(|(_, s)| {
-            s["requests"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c.as_u64() == Some(long_id))
-        })
-        .map(|(r, _)| r)
-        .collect();
+    let blames = |s: &Value| {
+        s["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_u64() == Some(long_id))
+    };
+    let mut stalled = 0;
+    for r in requests.iter().filter(|r| r["id"] != long["id"]) {
+        for s in r["gpu"]["stalled_by"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| blames(s))
+        {
+            let (gap, step) = (
+                s["gap_ns"].as_u64().unwrap(),
+                s["step_ns"].as_u64().unwrap(),
+            );
+            assert!(
+                gap >= step,
+                "the gap ({gap} ns) spans the prefill step ({step} ns)"
+            );
+            stalled += 1;
+        }
+    }
     assert!(
-        !stalls.is_empty(),
+        stalled > 0,
         "some running stream's gap is blamed on request {long_id}: {:#}",
         report["gpu"]
     );
-    for r in &stalls {
-        for s in r["gpu"]["stalled_by"].as_array().unwrap() {
-            if s["requests"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c.as_u64() == Some(long_id))
-            {
-                let (gap, step) = (
-                    s["gap_ns"].as_u64().unwrap(),
-                    s["step_ns"].as_u64().unwrap(),
-                );
-                assert!(
-                    gap >= step,
-                    "the gap ({gap} ns) spans the prefill step ({step} ns)"
-                );
-            }
-        }
-    }
     println!(
-        "request {long_id} (prefill {} ms) stalled {} other requests",
-        prefill(long) / 1_000_000,
-        stalls.len()
+        "request {long_id} (prefill {} ms) stalled {stalled} decode gaps",
+        prefill(long) / 1_000_000
     );
 }

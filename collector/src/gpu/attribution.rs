@@ -11,9 +11,9 @@ use crate::stitch::{PointKind, Request};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuShare {
-    /// Arrival at the engine -> the first step with prefill work that started after it.
+    /// Arrival at the engine -> the first step that prefilled it.
     pub queue_ns: Option<u64>,
-    /// Steps with prefill work while this request waited for its first token, and their time.
+    /// Steps that prefilled it (see `attribute`), and their time.
     pub prefill_steps: u32,
     pub prefill_ns: u64,
     /// Steps between its first and last token.
@@ -55,7 +55,7 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
         return;
     }
     let windows: Vec<Option<Window>> = requests.iter().map(window).collect();
-    let prefilling = |pid: u32, s: &GpuStep| -> Vec<usize> {
+    let waiting = |pid: u32, s: &GpuStep| -> Vec<usize> {
         windows
             .iter()
             .enumerate()
@@ -66,27 +66,52 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             })
             .collect()
     };
+    // Which requests each step with prefill work served. The requests whose first
+    // token follows the step (before the engine's next step) had their last prefill
+    // chunk in it; when none did, the oldest waiting request was being chunked
+    // (first come, first served). A step that also starts another prompt credits
+    // only the first: a known limit without request ids in the GPU calls.
+    let mut served: Vec<Vec<&GpuStep>> = vec![Vec::new(); requests.len()];
+    for (k, s) in steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind != StepKind::Decode)
+    {
+        let next_start = steps[k + 1..]
+            .iter()
+            .find(|n| n.pid == s.pid)
+            .map_or(u64::MAX, |n| n.start_ns);
+        let candidates = waiting(s.pid, s);
+        let finishing: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&i| windows[i].as_ref().is_some_and(|w| w.first <= next_start))
+            .collect();
+        let chosen = if finishing.is_empty() {
+            candidates
+                .iter()
+                .copied()
+                .min_by_key(|&i| windows[i].as_ref().map_or(u64::MAX, |w| w.arrived))
+                .into_iter()
+                .collect()
+        } else {
+            finishing
+        };
+        for i in chosen {
+            served[i].push(s);
+        }
+    }
     for (i, w) in windows.iter().enumerate() {
         let Some(w) = w else { continue };
         let mine: Vec<&GpuStep> = steps.iter().filter(|s| s.pid == w.pid).collect();
-        let with_prefill = |s: &&&GpuStep| s.kind != StepKind::Decode;
         let mut share = GpuShare {
-            queue_ns: mine
-                .iter()
-                .filter(with_prefill)
-                .find(|s| s.start_ns >= w.arrived)
-                .map(|s| s.start_ns - w.arrived),
+            queue_ns: served[i]
+                .first()
+                .map(|s| s.start_ns.saturating_sub(w.arrived)),
+            prefill_steps: served[i].len() as u32,
+            prefill_ns: served[i].iter().map(|s| s.end_ns - s.start_ns).sum(),
             ..Default::default()
         };
-        for s in mine
-            .iter()
-            .filter(|s| s.start_ns >= w.arrived && s.end_ns <= w.first)
-        {
-            if s.kind != StepKind::Decode {
-                share.prefill_steps += 1;
-                share.prefill_ns += s.end_ns - s.start_ns;
-            }
-        }
         let last = *w.tokens.last().unwrap_or(&w.first);
         share.decode_steps = mine
             .iter()
@@ -96,15 +121,11 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             let (a, b) = (pair[0], pair[1]);
             let Some(s) = mine
                 .iter()
-                .filter(with_prefill)
-                .find(|s| s.start_ns >= a && s.end_ns <= b)
+                .find(|s| s.kind != StepKind::Decode && s.start_ns >= a && s.end_ns <= b)
             else {
                 continue;
             };
-            let culprits: Vec<usize> = prefilling(w.pid, s)
-                .into_iter()
-                .filter(|&j| j != i)
-                .collect();
+            let culprits: Vec<usize> = waiting(w.pid, s).into_iter().filter(|&j| j != i).collect();
             if !culprits.is_empty() {
                 share.stalled_by.push(Stall {
                     gap_ns: b - a,
