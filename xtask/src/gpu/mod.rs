@@ -59,6 +59,8 @@ pub fn run() -> Result<()> {
     let status = Command::new("python3")
         .arg(&workload)
         .arg(STEPS.to_string())
+        .env("CUDA_INJECTION64_PATH", &hook)
+        .env("TOKENSCOPE_CUPTI_SOCKET", &socket)
         .status()?;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
