@@ -38,6 +38,8 @@ pub struct GpuSummary {
     pub step_ns: BTreeMap<&'static str, Summary>,
     /// Decode gaps stalled by other requests' prefill, over all requests.
     pub stalls: usize,
+    /// CUPTI hook spans by kind (kernel, memcpy, graph, marker): device-time durations.
+    pub cupti_ns: BTreeMap<&'static str, Summary>,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,7 +65,8 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
     let c = header.counters.unwrap_or_default();
     let timeline = stitch::stitch(events, c.dropped > 0);
     let requests = timeline.requests;
-    let gpu = gpu_summary(&timeline.steps, &requests);
+    let mut gpu = gpu_summary(&timeline.steps, &requests);
+    gpu.cupti_ns = cupti_summary(events);
     Report {
         schema: SCHEMA,
         recording: RecordingInfo {
@@ -92,6 +95,30 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
     }
 }
 
+fn cupti_summary(events: &[Event]) -> BTreeMap<&'static str, Summary> {
+    use crate::ingest::model::{event::Body, GpuActivityKind};
+    let mut by_kind: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    for e in events {
+        if let Some(Body::Gpu(g)) = &e.body {
+            let kind = match g.kind() {
+                GpuActivityKind::Kernel => "kernel",
+                GpuActivityKind::Memcpy => "memcpy",
+                GpuActivityKind::Graph => "graph",
+                GpuActivityKind::Marker => "marker",
+                GpuActivityKind::Unknown => continue,
+            };
+            by_kind
+                .entry(kind)
+                .or_default()
+                .push(g.end_ns.saturating_sub(g.start_ns));
+        }
+    }
+    by_kind
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, analyze::summarize(&v)?)))
+        .collect()
+}
+
 fn gpu_summary(steps: &[crate::gpu::GpuStep], requests: &[Request]) -> GpuSummary {
     let mut by_kind: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     for s in steps {
@@ -113,6 +140,7 @@ fn gpu_summary(steps: &[crate::gpu::GpuStep], requests: &[Request]) -> GpuSummar
             .filter_map(|r| r.gpu.as_ref())
             .map(|g| g.stalled_by.len())
             .sum(),
+        cupti_ns: BTreeMap::new(),
     }
 }
 
@@ -155,6 +183,22 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 
 fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let g = &report.gpu;
+    if !g.cupti_ns.is_empty() {
+        writeln!(out, "GPU activity (CUPTI hook, device time)")?;
+        for (kind, v) in &g.cupti_ns {
+            writeln!(
+                out,
+                "  {kind:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+                v.count,
+                ms(v.p50_ns),
+                ms(v.p90_ns),
+                ms(v.p95_ns),
+                ms(v.p99_ns),
+                ms(v.p999_ns),
+                ms(v.max_ns)
+            )?;
+        }
+    }
     if g.steps == 0 {
         return Ok(());
     }
