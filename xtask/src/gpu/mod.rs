@@ -18,7 +18,16 @@ pub fn run() -> Result<()> {
         bail!("no NVIDIA GPU here (/dev/nvidia0 missing, no nvidia-smi): gpu-check needs one");
     }
     crate::setup::run()?;
-    crate::cargo(&["build", "--release", "--bin", "tokenscope", "-p", "tokenscope", "-p", "tokenscope-cupti-hook"])?;
+    crate::cargo(&[
+        "build",
+        "--release",
+        "--bin",
+        "tokenscope",
+        "-p",
+        "tokenscope",
+        "-p",
+        "tokenscope-cupti-hook",
+    ])?;
     let hook = crate::root().join("target/release/libtokenscope_cupti_hook.so");
     let bin = crate::root().join("target/release/tokenscope");
     let dir = std::env::temp_dir().join(format!("tokenscope-gpu-check-{}", std::process::id()));
@@ -41,7 +50,14 @@ pub fn run() -> Result<()> {
     let out = dir.join("gpu.tsrec");
     let socket = dir.join("cupti.sock");
     let mut rec = Command::new(&bin)
-        .args(["record", "--port", "1", "--libcuda", &libcuda, "--cupti-socket"])
+        .args([
+            "record",
+            "--port",
+            "1",
+            "--libcuda",
+            &libcuda,
+            "--cupti-socket",
+        ])
         .arg(&socket)
         .arg("-o")
         .arg(&out)
