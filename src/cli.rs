@@ -39,6 +39,10 @@ Examples:
   tokenscope record -o run.tsrec                       # everything, until Ctrl-C
   tokenscope record -p $(pgrep -d' -p ' nginx) -o n.tsrec --duration 30s
   tokenscope record --port 8000 --port 443 -o api.tsrec
+  tokenscope record --port 8000 --libcuda /usr/lib/x86_64-linux-gnu/libcuda.so.1 -o gpu.tsrec
+  tokenscope record --port 8000 --cupti-socket /tmp/ts-cupti.sock -o gpu.tsrec
+      # ...and start the engine with CUDA_INJECTION64_PATH=<tokenscope dir>/libtokenscope_cupti_hook.so
+      #     TOKENSCOPE_CUPTI_SOCKET=/tmp/ts-cupti.sock
 
 Filters: -p limits socket I/O and accepts to those processes; TCP state changes and
 retransmits run in the kernel's softirq, outside any process, so only --port filters them.
@@ -109,7 +113,7 @@ struct RecordArgs {
     /// GPU probes: `auto` puts uprobes on every libcuda a traced process maps; `off` none.
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     gpu: GpuMode,
-    /// Put the libcuda uprobes on this file (repeatable; implies --gpu on).
+    /// Put the libcuda uprobes on this file (repeatable) instead of searching for it.
     #[arg(long, value_name = "PATH")]
     libcuda: Vec<PathBuf>,
     /// NVML device counters: `auto` samples when a driver is there (one line when not).
