@@ -1,0 +1,374 @@
+//! The written trace decoded back (rust-protobuf, perfetto_protos' Trace) and
+//! checked for what Perfetto needs: sequence ids, incremental state, interning,
+//! time order, balanced and nested slices, complete flows.
+
+use std::collections::{BTreeSet, HashMap};
+
+use perfetto_protos::trace::Trace;
+use perfetto_protos::trace_packet::trace_packet::SequenceFlags;
+use perfetto_protos::track_event::track_event::Type;
+use protobuf::Message;
+
+use super::*;
+use crate::ingest::model::{event::Body, CudaApi, CudaCall, GpuActivity, NvmlSample};
+use crate::ingest::record::Counters;
+use crate::stitch::testnet::{proxied, Net, ENGINE, MS};
+
+/// What a trace shows, counted while checking it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    request_tracks: usize,
+    token_instants: usize,
+    gpu_steps: usize,
+    flows: usize,
+    kernels: usize,
+    counter_tracks: usize,
+}
+
+/// Checks every invariant; the first broken one is the error.
+fn check(trace: &Trace) -> Result<Counts, String> {
+    let mut c = Counts::default();
+    let first = trace.packet.first().ok_or("no packets")?;
+    if first.sequence_flags() & SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32 == 0 {
+        return Err("the first packet does not clear incremental state".into());
+    }
+    let default_clock = first
+        .trace_packet_defaults
+        .as_ref()
+        .map(|d| d.timestamp_clock_id());
+    let mut names: HashMap<(u32, u64), String> = HashMap::new();
+    let mut cats: HashMap<(u32, u64), String> = HashMap::new();
+    let mut last_ts: HashMap<u32, u64> = HashMap::new();
+    let mut tracks: HashMap<u64, String> = HashMap::new();
+    let mut counter_tracks: BTreeSet<u64> = BTreeSet::new();
+    let mut open: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut track_ts: HashMap<u64, u64> = HashMap::new();
+    let mut flow_starts: HashMap<u64, u64> = HashMap::new();
+    let mut flow_ends: HashMap<u64, (u64, usize)> = HashMap::new();
+    for (i, p) in trace.packet.iter().enumerate() {
+        let seq = p.trusted_packet_sequence_id();
+        if seq == 0 {
+            return Err(format!("packet {i} has no sequence id"));
+        }
+        if p.has_timestamp() {
+            let clock = if p.has_timestamp_clock_id() {
+                Some(p.timestamp_clock_id())
+            } else {
+                default_clock
+            };
+            if clock != Some(CLOCK_MONOTONIC) {
+                return Err(format!(
+                    "packet {i} is timed on clock {clock:?}, not MONOTONIC"
+                ));
+            }
+            let prev = last_ts.insert(seq, p.timestamp()).unwrap_or(0);
+            if p.timestamp() < prev {
+                return Err(format!(
+                    "packet {i}: time goes back on sequence {seq}: {} < {prev}",
+                    p.timestamp()
+                ));
+            }
+        }
+        if let Some(d) = p.interned_data.as_ref() {
+            for n in &d.event_names {
+                if names.insert((seq, n.iid()), n.name().into()).is_some() {
+                    return Err(format!(
+                        "packet {i}: event name iid {} defined twice",
+                        n.iid()
+                    ));
+                }
+            }
+            for n in &d.event_categories {
+                if cats.insert((seq, n.iid()), n.name().into()).is_some() {
+                    return Err(format!(
+                        "packet {i}: category iid {} defined twice",
+                        n.iid()
+                    ));
+                }
+            }
+        }
+        if p.has_track_descriptor() {
+            let d = p.track_descriptor();
+            let name = d
+                .process
+                .as_ref()
+                .map_or(d.name().to_string(), |pd| pd.process_name().to_string());
+            if d.has_parent_uuid() && !tracks.contains_key(&d.parent_uuid()) {
+                return Err(format!("track {} comes before its parent", d.uuid()));
+            }
+            if tracks.insert(d.uuid(), name.clone()).is_some() {
+                return Err(format!("track uuid {} described twice", d.uuid()));
+            }
+            if d.counter.is_some() {
+                counter_tracks.insert(d.uuid());
+                c.counter_tracks += 1;
+            }
+            if name.starts_with("request ") && d.process.is_none() {
+                c.request_tracks += 1;
+            }
+        }
+        if !p.has_track_event() {
+            continue;
+        }
+        let e = p.track_event();
+        let track = e.track_uuid();
+        if !tracks.contains_key(&track) {
+            return Err(format!("packet {i}: event on undescribed track {track}"));
+        }
+        let prev = track_ts.insert(track, p.timestamp()).unwrap_or(0);
+        if p.timestamp() < prev {
+            return Err(format!("packet {i}: time goes back on track {track}"));
+        }
+        let name = if e.has_name_iid() {
+            names.get(&(seq, e.name_iid())).cloned().ok_or(format!(
+                "packet {i}: name iid {} used before it is defined",
+                e.name_iid()
+            ))?
+        } else {
+            e.name().to_string()
+        };
+        let mut cat = String::new();
+        for iid in &e.category_iids {
+            cat = cats.get(&(seq, *iid)).cloned().ok_or(format!(
+                "packet {i}: category iid {iid} used before it is defined"
+            ))?;
+        }
+        let uses_state = e.has_name_iid() || !e.category_iids.is_empty();
+        if uses_state && p.sequence_flags() & SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32 == 0
+        {
+            return Err(format!(
+                "packet {i} uses interned data without SEQ_NEEDS_INCREMENTAL_STATE"
+            ));
+        }
+        let stack = open.entry(track).or_default();
+        match e.type_() {
+            Type::TYPE_SLICE_BEGIN => {
+                stack.push(p.timestamp());
+                if cat == "gpu" {
+                    c.gpu_steps += 1;
+                }
+                if cat == "kernel" {
+                    c.kernels += 1;
+                }
+            }
+            Type::TYPE_SLICE_END => {
+                let begin = stack
+                    .pop()
+                    .ok_or(format!("packet {i}: end without a begin on track {track}"))?;
+                if p.timestamp() < begin {
+                    return Err(format!("packet {i}: slice ends before it begins"));
+                }
+            }
+            Type::TYPE_INSTANT => {
+                if name == "token" {
+                    c.token_instants += 1;
+                }
+            }
+            Type::TYPE_COUNTER => {
+                if !counter_tracks.contains(&track) {
+                    return Err(format!("packet {i}: counter value on a slice track"));
+                }
+            }
+            Type::TYPE_UNSPECIFIED => return Err(format!("packet {i}: event without a type")),
+        }
+        for id in &e.flow_ids {
+            flow_starts.entry(*id).or_insert(p.timestamp());
+        }
+        for id in &e.terminating_flow_ids {
+            let end = flow_ends.entry(*id).or_insert((p.timestamp(), 0));
+            end.1 += 1;
+        }
+    }
+    for (track, stack) in &open {
+        if !stack.is_empty() {
+            return Err(format!("track {track}: {} slices never end", stack.len()));
+        }
+    }
+    for (id, start) in &flow_starts {
+        let (end, n) = flow_ends
+            .get(id)
+            .ok_or(format!("flow {id} starts but never ends"))?;
+        if *n != 1 || end < start {
+            return Err(format!("flow {id} ends {n} times, or before it starts"));
+        }
+    }
+    if let Some(id) = flow_ends.keys().find(|id| !flow_starts.contains_key(id)) {
+        return Err(format!("flow {id} ends without a start"));
+    }
+    c.flows = flow_starts.len();
+    Ok(c)
+}
+
+fn cuda(net: &mut Net, ts: u64, api: CudaApi, entry: bool) {
+    let call = CudaCall {
+        api: api as i32,
+        entry,
+        ..Default::default()
+    };
+    net.ev(ts, ENGINE, "engine", Body::Cuda(call));
+}
+
+/// Eight concurrent requests through a proxy, with the engine's GPU steps, CUPTI
+/// kernels and NVML samples underneath.
+fn synthetic() -> (FileHeader, Vec<Event>) {
+    let mut net = Net::default();
+    for k in 0..8u16 {
+        let t0 = 1_000 * MS + u64::from(k) * 7 * MS;
+        proxied(&mut net, t0, 41000 + k, 51000 + k, &format!("req-{k}"));
+    }
+    // A step every 10 ms while the engine streams: prefill first, then decode.
+    for s in 0..40u64 {
+        let t = 1_030 * MS + s * 10 * MS;
+        let launch = if s < 4 {
+            CudaApi::LaunchKernel
+        } else {
+            CudaApi::GraphLaunch
+        };
+        cuda(&mut net, t, launch, true);
+        cuda(&mut net, t + 10_000, launch, false);
+        cuda(&mut net, t + 20_000, CudaApi::MemcpyDtoHAsync, true);
+        cuda(&mut net, t + 30_000, CudaApi::StreamSynchronize, true);
+        cuda(&mut net, t + 5 * MS, CudaApi::StreamSynchronize, false);
+        for (j, name) in ["gemm", "attention"].iter().enumerate() {
+            let a = GpuActivity {
+                kind: GpuActivityKind::Kernel as i32,
+                start_ns: t + 100_000 + j as u64 * 2 * MS,
+                end_ns: t + 100_000 + j as u64 * 2 * MS + MS,
+                stream: 7,
+                name: (*name).into(),
+                ..Default::default()
+            };
+            net.ev(t + 6 * MS, ENGINE, "engine", Body::Gpu(a));
+        }
+    }
+    for s in 0..10u64 {
+        let sample = NvmlSample {
+            gpu_util_pct: Some(50 + s as u32),
+            power_mw: Some(200_000),
+            ..Default::default()
+        };
+        net.ev(1_000 * MS + s * 100 * MS, 0, "", Body::Nvml(sample));
+    }
+    let header = FileHeader {
+        start_monotonic_ns: 900 * MS,
+        end_monotonic_ns: 2_000 * MS,
+        complete: true,
+        counters: Some(Counters {
+            dropped: 3,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    (header, net.events)
+}
+
+use crate::ingest::model::GpuActivityKind;
+
+#[test]
+fn the_written_trace_decodes_and_keeps_perfettos_invariants() {
+    let (header, events) = synthetic();
+    let mut buf = Vec::new();
+    let summary = write_trace(&header, &events, &mut buf).expect("trace written");
+    assert_eq!(summary.bytes, buf.len() as u64, "bytes counted as written");
+    let trace = Trace::parse_from_bytes(&buf).expect("the trace decodes as perfetto.protos.Trace");
+    assert_eq!(summary.packets, trace.packet.len() as u64);
+    let counts = check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+
+    let report = crate::export::report::build(&header, &events);
+    let tokens: usize = report
+        .requests
+        .iter()
+        .flat_map(|r| &r.points)
+        .map(|p| p.token_ns.len())
+        .sum();
+    assert_eq!(
+        report.requests.len(),
+        8,
+        "the synthetic traffic has 8 requests"
+    );
+    assert_eq!(
+        counts.request_tracks,
+        report.requests.len(),
+        "a track per request"
+    );
+    assert_eq!(
+        counts.token_instants, tokens,
+        "an instant per token per point"
+    );
+    assert_eq!(tokens, 8 * 6 * 4, "6 tokens at 4 points per request");
+    assert_eq!(counts.gpu_steps, report.gpu.steps, "a slice per GPU step");
+    assert_eq!(report.gpu.steps, 40);
+    assert_eq!(counts.flows, 8 * 6, "a flow per token, engine to client");
+    assert_eq!(counts.kernels, 80, "every CUPTI kernel");
+    assert!(
+        counts.counter_tracks >= 5,
+        "NVML and derived counters: {counts:?}"
+    );
+    assert_eq!(
+        (
+            summary.request_tracks,
+            summary.token_instants,
+            summary.gpu_steps,
+            summary.flows
+        ),
+        (
+            counts.request_tracks,
+            counts.token_instants,
+            counts.gpu_steps,
+            counts.flows
+        ),
+        "the summary says what the trace holds"
+    );
+}
+
+#[test]
+fn the_checker_catches_each_broken_invariant() {
+    let (header, events) = synthetic();
+    let mut buf = Vec::new();
+    write_trace(&header, &events, &mut buf).expect("trace written");
+    let good = Trace::parse_from_bytes(&buf).expect("decodes");
+    let broken = |what: &str, f: &dyn Fn(&mut Trace)| {
+        let mut t = good.clone();
+        f(&mut t);
+        let err = check(&t).expect_err(what);
+        println!("{what}: {err}");
+    };
+    broken("no sequence id", &|t| {
+        t.packet[3].clear_trusted_packet_sequence_id()
+    });
+    broken("state not cleared", &|t| t.packet[0].set_sequence_flags(0));
+    let first_interned = good
+        .packet
+        .iter()
+        .position(|p| p.interned_data.is_some())
+        .expect("some interned data");
+    broken("name used before defined", &|t| {
+        t.packet[first_interned].interned_data.clear()
+    });
+    broken("name defined twice", &|t| {
+        let d = t.packet[first_interned].interned_data.clone();
+        let last = t.packet.len() - 1;
+        t.packet[last].interned_data = d;
+    });
+    let ends: Vec<usize> = good
+        .packet
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.has_track_event() && p.track_event().type_() == Type::TYPE_SLICE_END)
+        .map(|(i, _)| i)
+        .collect();
+    broken("unbalanced slices", &|t| {
+        t.packet.remove(ends[ends.len() / 2]);
+    });
+    broken("time goes back", &|t| {
+        let i = ends[ends.len() / 2];
+        t.packet.swap(i, i + 5);
+        let ts = t.packet[i + 5].timestamp();
+        t.packet[i].set_timestamp(ts + 1);
+    });
+    broken("a flow that never ends", &|t| {
+        for p in t.packet.iter_mut().filter(|p| p.has_track_event()) {
+            p.mut_track_event().terminating_flow_ids.clear();
+        }
+    });
+}
