@@ -1,0 +1,143 @@
+"""Decodes a tokenscope Perfetto trace with Google's own bindings (PyPI `perfetto`)
+and checks what Perfetto needs of it: non-zero sequence ids, the first packet
+clears incremental state, interned ids defined once and before use, timestamps
+never going back per sequence (or per track), begin/end balanced and nested per
+track, every flow started and ended. Prints the counts it saw as JSON; exits 1
+with the first broken invariant.
+
+usage: perfetto_check.py TRACE
+"""
+
+import json
+import sys
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+MONOTONIC = 3
+CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+TE = pb.TrackEvent
+
+
+def fail(msg):
+    print(f"perfetto_check: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main(path):
+    trace = pb.Trace()
+    with open(path, "rb") as f:
+        trace.ParseFromString(f.read())
+    packets = trace.packet
+    if not packets:
+        fail("no packets")
+    first = packets[0]
+    if not first.sequence_flags & CLEARED:
+        fail("the first packet does not clear incremental state")
+    default_clock = None
+    if first.HasField("trace_packet_defaults"):
+        default_clock = first.trace_packet_defaults.timestamp_clock_id
+
+    names, cats = {}, {}
+    last_ts, track_ts = {}, {}
+    tracks, counter_tracks = {}, set()
+    open_slices = {}
+    flow_start, flow_end = {}, {}
+    counts = dict(request_tracks=0, token_instants=0, gpu_steps=0, flows=0,
+                  kernels=0, counter_tracks=0, packets=len(packets))
+    for i, p in enumerate(packets):
+        seq = p.trusted_packet_sequence_id
+        if seq == 0:
+            fail(f"packet {i} has no trusted_packet_sequence_id")
+        if p.HasField("timestamp"):
+            clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock
+            if clock != MONOTONIC:
+                fail(f"packet {i} is timed on clock {clock}, not MONOTONIC (3)")
+            if p.timestamp < last_ts.get(seq, 0):
+                fail(f"packet {i}: time goes back on sequence {seq}")
+            last_ts[seq] = p.timestamp
+        if p.HasField("interned_data"):
+            for n in p.interned_data.event_names:
+                if (seq, n.iid) in names:
+                    fail(f"packet {i}: event name iid {n.iid} defined twice")
+                names[(seq, n.iid)] = n.name
+            for n in p.interned_data.event_categories:
+                if (seq, n.iid) in cats:
+                    fail(f"packet {i}: category iid {n.iid} defined twice")
+                cats[(seq, n.iid)] = n.name
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            if d.uuid in tracks:
+                fail(f"track {d.uuid} described twice")
+            if d.HasField("parent_uuid") and d.parent_uuid not in tracks:
+                fail(f"track {d.uuid} is described before its parent")
+            name = d.process.process_name if d.HasField("process") else d.name
+            tracks[d.uuid] = name
+            if d.HasField("counter"):
+                counter_tracks.add(d.uuid)
+                counts["counter_tracks"] += 1
+            if name.startswith("request ") and not d.HasField("process"):
+                counts["request_tracks"] += 1
+        if not p.HasField("track_event"):
+            continue
+        e = p.track_event
+        track = e.track_uuid
+        if track not in tracks:
+            fail(f"packet {i}: event on undescribed track {track}")
+        if p.timestamp < track_ts.get(track, 0):
+            fail(f"packet {i}: time goes back on track {tracks[track]!r}")
+        track_ts[track] = p.timestamp
+        name = e.name
+        if e.HasField("name_iid"):
+            if (seq, e.name_iid) not in names:
+                fail(f"packet {i}: name iid {e.name_iid} used before it is defined")
+            name = names[(seq, e.name_iid)]
+        cat = ""
+        for iid in e.category_iids:
+            if (seq, iid) not in cats:
+                fail(f"packet {i}: category iid {iid} used before it is defined")
+            cat = cats[(seq, iid)]
+        if (e.HasField("name_iid") or e.category_iids) and not p.sequence_flags & NEEDS_STATE:
+            fail(f"packet {i} uses interned data without SEQ_NEEDS_INCREMENTAL_STATE")
+        stack = open_slices.setdefault(track, [])
+        if e.type == TE.TYPE_SLICE_BEGIN:
+            stack.append(p.timestamp)
+            counts["gpu_steps"] += cat == "gpu"
+            counts["kernels"] += cat == "kernel"
+        elif e.type == TE.TYPE_SLICE_END:
+            if not stack:
+                fail(f"packet {i}: end without a begin on track {tracks[track]!r}")
+            if p.timestamp < stack.pop():
+                fail(f"packet {i}: a slice ends before it begins")
+        elif e.type == TE.TYPE_INSTANT:
+            counts["token_instants"] += name == "token"
+        elif e.type == TE.TYPE_COUNTER:
+            if track not in counter_tracks:
+                fail(f"packet {i}: a counter value on a slice track")
+        else:
+            fail(f"packet {i}: track event without a type")
+        for f in e.flow_ids:
+            flow_start.setdefault(f, p.timestamp)
+        for f in e.terminating_flow_ids:
+            if f in flow_end:
+                fail(f"flow {f} ends twice")
+            flow_end[f] = p.timestamp
+    for track, stack in open_slices.items():
+        if stack:
+            fail(f"track {tracks[track]!r}: {len(stack)} slices never end")
+    for f, start in flow_start.items():
+        if f not in flow_end:
+            fail(f"flow {f} starts but never ends")
+        if flow_end[f] < start:
+            fail(f"flow {f} ends before it starts")
+    for f in flow_end:
+        if f not in flow_start:
+            fail(f"flow {f} ends without a start")
+    counts["flows"] = len(flow_start)
+    print(json.dumps(counts))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        fail("usage: perfetto_check.py TRACE")
+    main(sys.argv[1])
