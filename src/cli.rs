@@ -76,6 +76,18 @@ over requests; events that arrive in the same read count as gap 0 (coalescing). 
 (last - first token) / (tokens - 1) per request. Percentiles interpolate linearly (as
 numpy and vllm bench serve), with counts.")]
     Report(ReportArgs),
+    /// Write a recording as a Perfetto trace, to open in ui.perfetto.dev.
+    #[command(after_help = "\
+Examples:
+  tokenscope export run.tsrec -o run.pftrace
+
+Open https://ui.perfetto.dev and drop the file on it (it stays in the browser). Tracks: a
+process per traced process; under it a track per request (stages nested: connect, tls,
+upload, gateway, queue, prefill, decode) with a child track per observation point holding
+one instant per token, flows linking each token from engine write to client read; a track
+per connection end; GPU steps, CUPTI kernels and NVML counters when recorded; counters for
+in-flight requests, engine queue depth, tokens/s and ring-buffer drops. See the README.")]
+    Export(ExportArgs),
     /// Run the built-in lab (engine, nginx, load) and show where TTFT and ITL go.
     Demo(tokenscope_lab::cli::DemoArgs),
     /// Streaming load client for OpenAI-compatible servers (vllm bench serve definitions).
@@ -91,6 +103,15 @@ struct ReportArgs {
     /// Print JSON (one document) instead of text.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ExportArgs {
+    /// A file written by `tokenscope record`.
+    file: PathBuf,
+    /// The Perfetto trace to write (e.g. run.pftrace).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -157,6 +178,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(args) => record(args),
         Command::Report(args) => report(&args.file, args.json),
+        Command::Export(args) => export(&args.file, &args.output),
         Command::Demo(args) => {
             let mut observer =
                 crate::demo::RecordingObserver::new().context("demo scratch directory")?;
@@ -266,6 +288,30 @@ fn report(path: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
         }
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+fn export(path: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let mut reader = collector::ingest::record::RecordReader::open(path)?;
+    let events = reader.read_all()?;
+    let file =
+        std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?;
+    let s = collector::export::perfetto::write_trace(
+        &reader.header,
+        &events,
+        std::io::BufWriter::new(file),
+    )
+    .with_context(|| format!("{}", output.display()))?;
+    eprintln!(
+        "{}: {} requests, {} token events, {} GPU steps, {} flows; {} packets, {} bytes",
+        output.display(),
+        s.request_tracks,
+        s.token_instants,
+        s.gpu_steps,
+        s.flows,
+        s.packets,
+        s.bytes
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.

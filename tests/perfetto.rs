@@ -160,15 +160,26 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     let (header, events) = read_recording(&rec);
     let report = collector::export::report::build(&header, &events);
     let trace_path = dir.path().join("lab.pftrace");
-    let file = std::fs::File::create(&trace_path).expect("create the trace file");
-    let summary =
-        collector::export::perfetto::write_trace(&header, &events, std::io::BufWriter::new(file))
-            .expect("export the recording");
+    let out = run(
+        Command::new(BIN)
+            .arg("export")
+            .arg(&rec)
+            .arg("-o")
+            .arg(&trace_path),
+        "tokenscope export",
+    );
     println!(
-        "{} events -> {} packets, {} bytes: {summary:?}",
+        "{} events -> {}",
         events.len(),
-        summary.packets,
-        summary.bytes
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    // The library writes the same trace the command did.
+    let mut again = Vec::new();
+    let summary = collector::export::perfetto::write_trace(&header, &events, &mut again)
+        .expect("export the recording");
+    assert!(
+        again == std::fs::read(&trace_path).expect("read the trace"),
+        "export is deterministic: the library and the command wrote the same trace"
     );
 
     let out = run(
@@ -225,4 +236,92 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
         !out.status.success() && stderr.contains("incremental state"),
         "perfetto_check.py must reject a trace without the clearing packet: {stderr}"
     );
+}
+
+/// The recording's events copied `copies` times, each copy shifted past the one
+/// before and on its own socket addresses, so each copy stitches like the original.
+fn replicate(events: &[collector::ingest::Event], copies: u64) -> Vec<collector::ingest::Event> {
+    use collector::ingest::model::event::Body;
+    let (lo, hi) = events.iter().fold((u64::MAX, 0), |(lo, hi), e| {
+        (lo.min(e.ts_ns), hi.max(e.ts_ns))
+    });
+    let span = hi - lo + 1_000_000_000;
+    let mut out = Vec::with_capacity(events.len() * copies as usize);
+    for k in 0..copies {
+        for e in events {
+            let mut e = e.clone();
+            e.ts_ns += k * span;
+            let sock = match &mut e.body {
+                Some(Body::State(s)) => s.sock.as_mut(),
+                Some(Body::Io(s)) => s.sock.as_mut(),
+                Some(Body::Accept(s)) => s.sock.as_mut(),
+                Some(Body::Retransmit(s)) => s.sock.as_mut(),
+                Some(Body::Gpu(a)) => {
+                    a.start_ns += k * span;
+                    a.end_ns += k * span;
+                    None
+                }
+                _ => None,
+            };
+            if let Some(s) = sock {
+                s.skaddr ^= k << 44;
+            }
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// Benchmark, not a test (no timing is asserted): export throughput and trace size
+/// on about a million events, a lab recording replicated in time. Run it with
+/// `cargo test --release --test perfetto -- --ignored --nocapture export_benchmark`
+/// (as root; TOKENSCOPE_BENCH_RECORDING=FILE uses that recording instead of making one).
+#[test]
+#[ignore = "benchmark: run explicitly, in release"]
+fn export_benchmark_on_a_million_events() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = match std::env::var_os("TOKENSCOPE_BENCH_RECORDING") {
+        Some(p) => PathBuf::from(p),
+        None => record(dir.path()),
+    };
+    let (header, base) = read_recording(&rec);
+    let copies = (1_000_000 / base.len().max(1) as u64).max(1);
+    let events = replicate(&base, copies);
+    let base_len = base.len();
+    drop(base);
+    let peak_before = peak_rss_kib();
+    let started = std::time::Instant::now();
+    let timeline = collector::stitch::stitch(&events, false);
+    let stitch_s = started.elapsed().as_secs_f64();
+    let requests = timeline.requests.len();
+    drop(timeline);
+    let path = dir.path().join("bench.pftrace");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    let started = std::time::Instant::now();
+    let s = collector::export::perfetto::write_trace(&header, &events, file).expect("export");
+    let export_s = started.elapsed().as_secs_f64();
+    let peak = peak_rss_kib();
+    println!(
+        "export benchmark: {} events ({copies} copies of {}), {requests} requests; stitch alone {stitch_s:.2} s; \
+         export (stitch + layout + encode + write) {export_s:.2} s = {:.0} events/s; \
+         {} packets, {} bytes = {:.1} bytes per token event ({} token instants), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak} KiB after export",
+        events.len(),
+        base_len,
+        events.len() as f64 / export_s,
+        s.packets,
+        s.bytes,
+        s.bytes as f64 / s.token_instants.max(1) as f64,
+        s.token_instants,
+        s.bytes as f64 / s.packets.max(1) as f64,
+    );
+}
+
+/// Peak resident memory of this process so far (VmHWM), KiB.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }

@@ -114,9 +114,9 @@ impl Writer<'_, '_> {
     /// Clears incremental state, makes MONOTONIC the trace clock and every
     /// packet's default clock, and ties it to the wall clock of the recording.
     fn first_packet(&mut self, plan: &Plan) -> Result<(), PerfettoError> {
+        // No timestamp of its own: spans that began before the recording (CUPTI)
+        // come later in the file, and time must not go back on the sequence.
         let mut p = TracePacket::new();
-        p.set_timestamp(plan.start_ns);
-        p.set_timestamp_clock_id(CLOCK_MONOTONIC);
         p.set_sequence_flags(SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32);
         let mut defaults = TracePacketDefaults::new();
         defaults.set_timestamp_clock_id(CLOCK_MONOTONIC);
@@ -124,9 +124,14 @@ impl Writer<'_, '_> {
         let mut snap = ClockSnapshot::new();
         let mut mono = Clock::new();
         mono.set_clock_id(BuiltinClock::BUILTIN_CLOCK_MONOTONIC as u32);
-        mono.set_timestamp(plan.start_ns);
+        let paired = plan.start_monotonic_ns > 0 && plan.start_realtime_ns > 0;
+        mono.set_timestamp(if paired {
+            plan.start_monotonic_ns
+        } else {
+            plan.start_ns
+        });
         snap.clocks.push(mono);
-        if plan.start_realtime_ns > 0 {
+        if paired {
             let mut real = Clock::new();
             real.set_clock_id(BuiltinClock::BUILTIN_CLOCK_REALTIME as u32);
             real.set_timestamp(plan.start_realtime_ns);
@@ -177,7 +182,7 @@ impl Writer<'_, '_> {
 
     fn event(&mut self, op: &layout::Op, plan: &Plan) -> Result<(), PerfettoError> {
         let mut e = TrackEvent::new();
-        e.set_track_uuid(op.track);
+        e.set_track_uuid(op.track());
         let mut interned = InternedData::new();
         let mut named = |e: &mut TrackEvent, w: &mut Self| {
             let n = op.name as usize;
@@ -199,7 +204,7 @@ impl Writer<'_, '_> {
             }
             e.category_iids.push(c as u64 + 1);
         };
-        match op.kind {
+        match op.kind() {
             OpKind::Begin => {
                 e.type_ = Some(EnumOrUnknown::new(Type::TYPE_SLICE_BEGIN));
                 named(&mut e, self);
@@ -214,7 +219,7 @@ impl Writer<'_, '_> {
                 e.set_double_counter_value(v);
             }
         }
-        match op.flow {
+        match op.flow() {
             Flow::None => {}
             Flow::Step(id) => e.flow_ids.push(id),
             Flow::Last(id) => e.terminating_flow_ids.push(id),
@@ -232,7 +237,7 @@ impl Writer<'_, '_> {
         }
         let mut p = TracePacket::new();
         p.set_timestamp(op.ts);
-        let uses_interning = !matches!(op.kind, OpKind::End | OpKind::Counter(_));
+        let uses_interning = !matches!(op.kind(), OpKind::End | OpKind::Counter(_));
         if !interned.event_names.is_empty() || !interned.event_categories.is_empty() {
             p.interned_data = MessageField::some(interned);
         }

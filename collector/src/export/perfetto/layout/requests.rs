@@ -1,0 +1,184 @@
+//! A track per request: stages as nested slices, a child track per observation
+//! point with an instant per token, and flows linking a token across points.
+
+use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, TrackKind};
+use crate::stitch::chain::{self, End};
+use crate::stitch::conn::{Connection, Exchange, Role};
+use crate::stitch::{PointKind, Request, Timeline};
+
+impl Builder {
+    pub(super) fn requests(&mut self, tl: &Timeline) {
+        let links = chain::link(&tl.connections);
+        let chains = chain::chains(&tl.connections, &links);
+        for r in &tl.requests {
+            let parent = self.process(r.client_pid, &r.client_comm);
+            let title = format!("{} {}", r.method, r.route());
+            let track = self.track(
+                parent,
+                format!("request {} {title}", r.id),
+                TrackKind::Plain,
+            );
+            self.plan.request_tracks += 1;
+            // The chain this request was built from (stitch numbers requests by chain).
+            let ch = chains.get(r.id).filter(|ch| {
+                tl.connections[ch[0].0].exchanges[ch[0].1].request_start_ns == r.first_byte_ns
+            });
+            let mut items = self.stages(r, ch.map(|c| c.as_slice()), &tl.connections, &links);
+            let end = request_end(r).max(items.iter().filter_map(|i| i.end).max().unwrap_or(0));
+            let mut a = vec![("request_id", Arg::Int(r.id as i64))];
+            if let Some(s) = r.status {
+                a.push(("status", Arg::Int(i64::from(s))));
+            }
+            a.push(("tokens", Arg::Int(r.tokens() as i64)));
+            if let Some(t) = r.first_point().and_then(|p| p.ttft_ns) {
+                a.push(("ttft_ns", Arg::Int(t as i64)));
+            }
+            a.push((
+                "client",
+                Arg::Str(format!("{} {}", r.client_comm, r.client_addr)),
+            ));
+            let args = self.args(a);
+            let start = items.iter().map(|i| i.start).fold(r.start_ns, u64::min);
+            let mut root = self.slice(start, end, &title, Cat::Request, args);
+            root.depth = 0;
+            items.push(root);
+            self.nest(track, items);
+            self.plan.tracks[track as usize - 1].children = ChildOrder::Explicit;
+            self.points(r, track);
+        }
+    }
+
+    /// Stages as slices on the request's own track.
+    fn stages(
+        &mut self,
+        r: &Request,
+        ch: Option<&[End]>,
+        conns: &[Connection],
+        links: &chain::Links,
+    ) -> Vec<Item> {
+        let mut items = Vec::new();
+        let st = &r.stages;
+        let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
+        match ch {
+            Some(ch) => {
+                let rc = &conns[ch[0].0];
+                let rx = x(ch[0]);
+                if r.new_connection {
+                    if let Some((a, b)) = rc.handshake() {
+                        items.push(self.slice(a, b, "connect", Cat::Stage, 0));
+                    }
+                    if let Some(t) = &rc.tls {
+                        if let (Some(a), Some(b)) = (t.client_hello_ns, t.client_first_app_ns) {
+                            items.push(self.slice(a, b, "tls", Cat::Stage, 0));
+                        }
+                    }
+                }
+                if rc.role == Role::Client {
+                    if let Some(e) = rx.request_end_ns {
+                        items.push(self.slice(rx.request_start_ns, e, "upload", Cat::Stage, 0));
+                    }
+                }
+                if let Some((i, &inbound)) = ch
+                    .iter()
+                    .enumerate()
+                    .find(|(_, e)| links.upstream.contains_key(e))
+                {
+                    let out = ch.get(i + 1).copied().unwrap_or(links.upstream[&inbound]);
+                    let (a, b) = (x(inbound).request_start_ns, x(out).request_start_ns);
+                    items.push(self.slice(a, b, "gateway", Cat::Stage, 0));
+                    for &s in links.subrequests.get(&inbound).into_iter().flatten() {
+                        let sx = x(s);
+                        let end = sx.response_end_ns.unwrap_or(sx.request_start_ns);
+                        let name = format!("subrequest {}", sx.path);
+                        let mut sub = self.slice(sx.request_start_ns, end, &name, Cat::Stage, 0);
+                        sub.depth = 2;
+                        items.push(sub);
+                    }
+                }
+            }
+            None => {
+                if let Some(c) = st.connect_ns {
+                    items.push(self.slice(r.start_ns, r.start_ns + c, "connect", Cat::Stage, 0));
+                }
+                if let Some(u) = st.upload_ns {
+                    let a = r.first_byte_ns;
+                    items.push(self.slice(a, a + u, "upload", Cat::Stage, 0));
+                }
+            }
+        }
+        let engine = r.point(PointKind::EngineWrite);
+        let first = engine.and_then(|p| p.token_ns.first().copied());
+        if let (Some(received), Some(first)) = (r.engine_received_ns, first) {
+            match r.gpu.as_ref().and_then(|g| Some((g, g.queue_ns?))) {
+                Some((g, q)) => {
+                    let queued = (received + q).min(first);
+                    items.push(self.slice(received, queued, "queue", Cat::Stage, 0));
+                    let args = self.args(vec![
+                        ("prefill_steps", Arg::Int(i64::from(g.prefill_steps))),
+                        ("prefill_gpu_ns", Arg::Int(g.prefill_ns as i64)),
+                    ]);
+                    items.push(self.slice(queued, first, "prefill", Cat::Stage, args));
+                }
+                None => items.push(self.slice(received, first, "queue + prefill", Cat::Stage, 0)),
+            }
+        }
+        if let Some(p) = engine.filter(|p| p.token_ns.len() > 1) {
+            let (a, b) = (p.token_ns[0], p.token_ns[p.token_ns.len() - 1]);
+            let mut v = vec![("tokens", Arg::Int(p.token_ns.len() as i64))];
+            if let Some(g) = &r.gpu {
+                v.push(("decode_steps", Arg::Int(i64::from(g.decode_steps))));
+                v.push(("stalled_gaps", Arg::Int(g.stalled_by.len() as i64)));
+            }
+            let args = self.args(v);
+            items.push(self.slice(a, b, "decode", Cat::Stage, args));
+        }
+        items
+    }
+
+    /// A child track per observation point, an instant per token, flows from the engine to the client.
+    fn points(&mut self, r: &Request, request_track: u64) {
+        let linked = if r.points.len() > 1 {
+            r.points.iter().map(|p| p.token_ns.len()).min().unwrap_or(0)
+        } else {
+            0
+        };
+        self.plan.flows += linked;
+        for (j, p) in r.points.iter().enumerate() {
+            let name = format!("{} ({} {})", p.kind.label(), p.comm, p.pid);
+            let t = self.track(Some(request_track), name, TrackKind::Plain);
+            self.plan.tracks[t as usize - 1].rank = Some(j as i32);
+            let mut items = Vec::with_capacity(p.token_ns.len() + p.record_ns.len());
+            for (k, &ts) in p.token_ns.iter().enumerate() {
+                let flow = if k >= linked {
+                    Flow::None
+                } else if j == 0 {
+                    Flow::Last(flow_id(r.id, k))
+                } else {
+                    Flow::Step(flow_id(r.id, k))
+                };
+                items.push(self.instant(ts, "token", Cat::Token, flow));
+            }
+            self.plan.token_instants += p.token_ns.len();
+            for &ts in &p.record_ns {
+                items.push(self.instant(ts, "tls record", Cat::Token, Flow::None));
+            }
+            self.nest(t, items);
+        }
+    }
+}
+
+/// Unique per (request, token position).
+fn flow_id(request: usize, token: usize) -> u64 {
+    ((request as u64 + 1) << 24) | token as u64
+}
+
+/// The last moment anything of the request was seen.
+pub(super) fn request_end(r: &Request) -> u64 {
+    let mut end = r.end_ns.unwrap_or(r.start_ns).max(r.start_ns);
+    for p in &r.points {
+        end = end
+            .max(p.token_ns.last().copied().unwrap_or(0))
+            .max(p.record_ns.last().copied().unwrap_or(0));
+    }
+    end
+}
