@@ -1,0 +1,276 @@
+//! `tokenscope top`: options, the key map, and the loop that feeds the state
+//! and draws it. The loop owns the clocks; `update` and `render` get time from it.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use collector::probes::{ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES};
+use collector::record::{NvmlOptions, RecordOptions};
+use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use crate::feed::{self, Live, Replay};
+use crate::state::{update, Action, Meta, State, View};
+use crate::term::TerminalGuard;
+use crate::view::render;
+
+/// How long the loop waits for a key before it draws again.
+const FRAME: Duration = Duration::from_millis(100);
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuMode {
+    Auto,
+    Off,
+}
+
+/// `tokenscope top`: live (needs privileges) or `--replay FILE`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopArgs {
+    /// Replay a recording (from `tokenscope record`) instead of tracing live.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["pids", "ports", "output"])]
+    pub replay: Option<PathBuf>,
+    /// Replay speed: 1 plays as recorded, 10 ten times faster, 0 shows it all at once.
+    #[arg(long, default_value_t = 1.0, value_name = "X", value_parser = parse_speed)]
+    pub speed: f64,
+    /// Live: trace only this process (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Live: trace only sockets with this local or remote port (repeatable, up to 8).
+    #[arg(long = "port", value_name = "N")]
+    pub ports: Vec<u16>,
+    /// Live: libcuda uprobes on every libcuda a traced process maps (`auto`) or none.
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    pub gpu: GpuMode,
+    /// Live: NVML device counters when a driver is there (`auto`) or none.
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    pub nvml: GpuMode,
+    /// Live: keep the recording in this file (default: a temporary file, removed on exit).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// History kept and re-stitched once a second (e.g. 30s, 5m).
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "D")]
+    pub window: Duration,
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|_| format!("not a number: {s}"))?;
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err("speed must be 0 (all at once) or more".into())
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().map_err(|_| format!("not a duration: {s}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("unknown unit in {s} (ms, s, m, h)")),
+    };
+    if secs > 0.0 && secs.is_finite() {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(format!("not a positive duration: {s}"))
+    }
+}
+
+/// The key map: what a key means in the state's current mode.
+pub fn action_for_key(state: &State, key: KeyEvent) -> Option<Action> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    if ctrl && key.code == KeyCode::Char('c') {
+        return Some(Action::Quit);
+    }
+    if state.filter_input.is_some() {
+        return match key.code {
+            KeyCode::Enter => Some(Action::FilterApply),
+            KeyCode::Esc => Some(Action::FilterCancel),
+            KeyCode::Backspace => Some(Action::FilterBackspace),
+            KeyCode::Char(c) if !ctrl => Some(Action::FilterInput(c)),
+            _ => None,
+        };
+    }
+    match key.code {
+        KeyCode::Char('q') => Some(Action::Quit),
+        KeyCode::Char('j') | KeyCode::Down => Some(Action::Down),
+        KeyCode::Char('k') | KeyCode::Up => Some(Action::Up),
+        KeyCode::PageDown => Some(Action::PageDown),
+        KeyCode::PageUp => Some(Action::PageUp),
+        KeyCode::Char('g') | KeyCode::Home => Some(Action::Home),
+        KeyCode::Char('G') | KeyCode::End => Some(Action::End),
+        KeyCode::Enter => Some(Action::Open),
+        KeyCode::Esc => Some(Action::Back),
+        KeyCode::Char('/') if state.view == View::Table => Some(Action::FilterStart),
+        KeyCode::Char('s') => Some(Action::CycleSort),
+        KeyCode::Char('p') => Some(Action::TogglePause),
+        KeyCode::Char('?') => Some(Action::ToggleHelp),
+        _ => None,
+    }
+}
+
+enum Source {
+    Replay { replay: Box<Replay>, speed: f64 },
+    Live(Live),
+}
+
+/// Runs top until q, Ctrl-C, SIGINT or SIGTERM. Needs a terminal on stdout.
+pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "tokenscope top needs a terminal on stdout; use `tokenscope report` for text or JSON"
+        );
+    }
+    // Before anything can raise SIGINT: the signals end the loop, not the process.
+    let quit = feed::install_quit_signals()?;
+    let window_ns = args.window.as_nanos() as u64;
+    let (source, meta) = match &args.replay {
+        Some(path) => {
+            let replay = Replay::open(path)?;
+            let meta = replay.meta(path, args.speed);
+            (
+                Source::Replay {
+                    replay: Box::new(replay),
+                    speed: args.speed,
+                },
+                meta,
+            )
+        }
+        None => {
+            let mut live = Live::start(record_options(&args), args.output.clone())?;
+            let (attached, skipped) = live.wait_started(Duration::from_secs(60))?;
+            let meta = Meta {
+                host: hostname(),
+                source: "live".into(),
+                probes_attached: attached,
+                probes_skipped: skipped,
+                dropped: None,
+                start_ns: collector::record::monotonic_ns(),
+            };
+            (Source::Live(live), meta)
+        }
+    };
+    let mut state = State::new(meta, window_ns);
+    let mut guard = TerminalGuard::enter().context("setting up the terminal")?;
+    let result = run_loop(&mut guard, &mut state, source, &quit);
+    drop(guard);
+    result
+}
+
+fn record_options(args: &TopArgs) -> RecordOptions {
+    let libcuda = match args.gpu {
+        GpuMode::Off => Vec::new(),
+        GpuMode::Auto => collector::probes::find_libcuda(&args.pids),
+    };
+    RecordOptions {
+        probes: ProbeConfig {
+            pids: args.pids.clone(),
+            ports: args.ports.clone(),
+            ring_bytes: DEFAULT_RING_BYTES,
+            payload_cap: DEFAULT_PAYLOAD_CAP,
+            libcuda,
+        },
+        nvml: (args.nvml == GpuMode::Auto).then(|| NvmlOptions {
+            lib: None,
+            interval: Duration::from_millis(100),
+        }),
+        cupti_socket: None,
+        duration: None,
+        // Set by Live::start.
+        output: PathBuf::new(),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn run_loop(
+    guard: &mut TerminalGuard,
+    state: &mut State,
+    mut source: Source,
+    quit: &AtomicBool,
+) -> anyhow::Result<()> {
+    let wall_start = Instant::now();
+    let mut last = Instant::now();
+    // Replay position, in the recording's own time.
+    let mut replay_clock = match &source {
+        Source::Replay { replay, .. } => replay.first_ns,
+        Source::Live(_) => 0,
+    };
+    loop {
+        let now = Instant::now();
+        let dt = now.duration_since(last);
+        last = now;
+        let clock_ns = match &mut source {
+            Source::Replay { replay, speed } => {
+                if !state.paused {
+                    replay_clock = if *speed == 0.0 {
+                        replay.last_ns
+                    } else {
+                        (replay_clock + (dt.as_nanos() as f64 * *speed) as u64).min(replay.last_ns)
+                    };
+                    let batch = replay.due(replay_clock);
+                    if !batch.is_empty() {
+                        update(state, Action::Events(batch));
+                    }
+                    if replay.finished() && state.ended.is_none() {
+                        update(state, Action::SourceEnded("replay done".into()));
+                    }
+                }
+                replay_clock
+            }
+            Source::Live(live) => {
+                update(state, Action::Events(live.take_events()));
+                for note in live.take_notes() {
+                    update(state, Action::Note(note));
+                }
+                if live.finished() && state.ended.is_none() {
+                    let why = match live.stop() {
+                        Some(Err(e)) => format!("recording stopped: {e:#}"),
+                        _ => "recording stopped".into(),
+                    };
+                    update(state, Action::SourceEnded(why));
+                }
+                collector::record::monotonic_ns()
+            }
+        };
+        let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
+        update(state, Action::Tick { clock_ns, wall_ns });
+        guard.terminal.draw(|f| render(f, state))?;
+        if event::poll(FRAME)? {
+            // Drain what is queued so a burst of keys costs one frame.
+            loop {
+                if let TermEvent::Key(key) = event::read()? {
+                    if let Some(action) = action_for_key(state, key) {
+                        update(state, action);
+                    }
+                }
+                if !event::poll(Duration::ZERO)? {
+                    break;
+                }
+            }
+        }
+        if state.quit || quit.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    if let Source::Live(mut live) = source {
+        if let Some(Err(e)) = live.stop() {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! `tokenscope top` on its own (the main CLI wires the same `run_top`); the
+//! tmux smoke test runs this binary.
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(
+    name = "tokenscope-top",
+    about = "The live terminal view of LLM token streams"
+)]
+struct Cli {
+    #[command(flatten)]
+    top: tokenscope_tui::TopArgs,
+}
+
+fn main() -> std::process::ExitCode {
+    match tokenscope_tui::run_top(Cli::parse().top) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tokenscope-top: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

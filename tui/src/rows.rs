@@ -1,0 +1,320 @@
+//! What the screen shows, derived once per re-stitch from the timeline: one
+//! row per request, ITL per route, TTFT over time, the GPU summary. Render
+//! reads these and computes nothing heavy.
+
+use std::collections::BTreeMap;
+
+use collector::analyze::summarize;
+use collector::ingest::model::event::Body;
+use collector::ingest::Event;
+use collector::stitch::{PointKind, Request};
+
+/// Identifies a request across re-stitches (stitch ids are positions, which move).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RowKey {
+    pub client_addr: String,
+    pub first_byte_ns: u64,
+}
+
+/// One line of the request table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub key: RowKey,
+    /// Index into `State::requests`.
+    pub index: usize,
+    pub start_ns: u64,
+    pub route: String,
+    /// `addr comm` of the client end.
+    pub client: String,
+    pub status: Option<u32>,
+    /// TTFT at the first point (the client's read when the client is traced).
+    pub ttft_first_ns: Option<u64>,
+    pub ttft_engine_ns: Option<u64>,
+    /// ITL at the first point.
+    pub itl_p50_ns: Option<u64>,
+    pub itl_p99_ns: Option<u64>,
+    pub tokens: usize,
+    /// Decode rate at the first point: (tokens - 1) / (last - first token).
+    pub tokens_per_s: Option<f64>,
+    pub new_connection: bool,
+    pub tls: bool,
+    pub coalesced: bool,
+    /// Some of its decode gaps at the engine waited on other requests' prefill.
+    pub stalled: bool,
+    /// No end of response yet (live: still streaming; replay: cut off).
+    pub open: bool,
+}
+
+impl Row {
+    pub fn from_request(index: usize, r: &Request) -> Row {
+        let first = r.first_point();
+        let gaps: Vec<u64> = first.map_or_else(Vec::new, |p| gaps(&p.token_ns).collect());
+        let itl = summarize(&gaps);
+        let tokens = r.tokens();
+        let tokens_per_s = first.and_then(|p| {
+            let (a, b) = (p.token_ns.first()?, p.token_ns.last()?);
+            (b > a).then(|| (p.token_ns.len() - 1) as f64 * 1e9 / (b - a) as f64)
+        });
+        Row {
+            key: RowKey {
+                client_addr: r.client_addr.clone(),
+                first_byte_ns: r.first_byte_ns,
+            },
+            index,
+            start_ns: r.start_ns,
+            route: r.route(),
+            client: format!("{} {}", r.client_addr, r.client_comm),
+            status: r.status,
+            ttft_first_ns: first.and_then(|p| p.ttft_ns),
+            ttft_engine_ns: r.point(PointKind::EngineWrite).and_then(|p| p.ttft_ns),
+            itl_p50_ns: itl.map(|s| s.p50_ns),
+            itl_p99_ns: itl.map(|s| s.p99_ns),
+            tokens,
+            tokens_per_s,
+            new_connection: r.new_connection,
+            tls: r.tls,
+            coalesced: r.coalesced,
+            stalled: r.gpu.as_ref().is_some_and(|g| !g.stalled_by.is_empty()),
+            open: r.truncated,
+        }
+    }
+
+    /// Four columns: N(ew connection) T(LS) C(oalesced) S(talled); `·` when not.
+    pub fn flags(&self) -> String {
+        [
+            (self.new_connection, 'N'),
+            (self.tls, 'T'),
+            (self.coalesced, 'C'),
+            (self.stalled, 'S'),
+        ]
+        .iter()
+        .map(|&(on, c)| if on { c } else { '·' })
+        .collect()
+    }
+
+    /// Whether the (lower-case) filter text matches: route, client, status or a flag name.
+    pub fn matches(&self, needle: &str) -> bool {
+        if needle.is_empty() {
+            return true;
+        }
+        let status = self.status.map_or_else(String::new, |s| s.to_string());
+        let flag_words = [
+            (self.new_connection, "new-conn"),
+            (self.tls, "tls"),
+            (self.coalesced, "coalesced"),
+            (self.stalled, "stalled"),
+            (self.open, "open"),
+        ];
+        self.route.to_lowercase().contains(needle)
+            || self.client.to_lowercase().contains(needle)
+            || status.contains(needle)
+            || flag_words
+                .iter()
+                .any(|(on, word)| *on && word.contains(needle))
+    }
+}
+
+pub fn gaps(times: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    times.windows(2).map(|w| w[1].saturating_sub(w[0]))
+}
+
+/// ITL histogram bucket upper bounds (ns); the first bucket is gap 0 (coalesced).
+pub const ITL_BUCKETS_NS: [u64; 8] = [
+    0,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+/// Labels of the buckets above, plus the overflow bucket.
+pub const ITL_BUCKET_LABELS: [&str; 9] =
+    ["0", "<5", "<10", "<25", "<50", "<100", "<250", "<1s", "≥1s"];
+
+/// ITL at the first point, pooled over one route's requests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteItl {
+    pub route: String,
+    pub requests: usize,
+    pub gaps: usize,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub histogram: [u64; 9],
+}
+
+pub fn itl_by_route(requests: &[Request]) -> Vec<RouteItl> {
+    let mut by_route: BTreeMap<String, (usize, Vec<u64>)> = BTreeMap::new();
+    for r in requests {
+        let e = by_route.entry(r.route()).or_default();
+        e.0 += 1;
+        if let Some(p) = r.first_point() {
+            e.1.extend(gaps(&p.token_ns));
+        }
+    }
+    by_route
+        .into_iter()
+        .map(|(route, (requests, gaps))| {
+            let mut histogram = [0u64; 9];
+            for g in &gaps {
+                let bucket = if *g == 0 {
+                    0
+                } else {
+                    ITL_BUCKETS_NS[1..]
+                        .iter()
+                        .position(|b| g < b)
+                        .map_or(ITL_BUCKETS_NS.len(), |i| i + 1)
+                };
+                histogram[bucket] += 1;
+            }
+            let s = summarize(&gaps);
+            RouteItl {
+                route,
+                requests,
+                gaps: gaps.len(),
+                p50_ns: s.map(|s| s.p50_ns),
+                p99_ns: s.map(|s| s.p99_ns),
+                histogram,
+            }
+        })
+        .collect()
+}
+
+/// TTFT (first point) percentiles of the requests that started in one window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TtftWindow {
+    pub start_ns: u64,
+    pub count: usize,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+}
+
+pub fn ttft_over_time(rows: &[Row], width_ns: u64) -> Vec<TtftWindow> {
+    let mut groups: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for r in rows {
+        if let Some(t) = r.ttft_first_ns {
+            groups
+                .entry(r.start_ns / width_ns * width_ns)
+                .or_default()
+                .push(t);
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|(start_ns, v)| {
+            let s = summarize(&v)?;
+            Some(TtftWindow {
+                start_ns,
+                count: s.count,
+                p50_ns: s.p50_ns,
+                p99_ns: s.p99_ns,
+            })
+        })
+        .collect()
+}
+
+/// The latest NVML reading of one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuReading {
+    pub device: u32,
+    pub ts_ns: u64,
+    pub util_pct: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_used_bytes: Option<u64>,
+    pub power_mw: Option<u32>,
+}
+
+/// Latest NVML sample per device, if the recording has any.
+pub fn latest_gpu<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<GpuReading> {
+    let mut latest: BTreeMap<u32, GpuReading> = BTreeMap::new();
+    for e in events {
+        let Some(Body::Nvml(s)) = &e.body else {
+            continue;
+        };
+        if latest.get(&s.device).is_some_and(|g| g.ts_ns > e.ts_ns) {
+            continue;
+        }
+        latest.insert(
+            s.device,
+            GpuReading {
+                device: s.device,
+                ts_ns: e.ts_ns,
+                util_pct: s.gpu_util_pct,
+                sm_clock_mhz: s.sm_clock_mhz,
+                mem_used_bytes: s.mem_used_bytes,
+                power_mw: s.power_mw,
+            },
+        );
+    }
+    latest.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn itl_buckets_put_zero_gaps_apart_and_overflow_last() {
+        let mut r = bare_request();
+        r.points[0].token_ns = vec![0, 0, 3_000_000, 13_000_000, 2_013_000_000];
+        let h = itl_by_route(&[r]);
+        assert_eq!(h.len(), 1, "one route");
+        // gaps: 0, 3 ms, 10 ms, 2 s
+        assert_eq!(h[0].histogram, [1, 1, 0, 1, 0, 0, 0, 0, 1], "bucketed gaps");
+        assert_eq!(h[0].gaps, 4);
+    }
+
+    #[test]
+    fn filter_matches_route_status_and_flag_names() {
+        let mut r = bare_request();
+        r.status = Some(200);
+        r.coalesced = true;
+        let row = Row::from_request(0, &r);
+        assert!(row.matches("completions"), "route");
+        assert!(row.matches("200"), "status");
+        assert!(row.matches("coal"), "flag name");
+        assert!(!row.matches("stalled"), "a flag it does not have");
+        assert_eq!(row.flags(), "··C·");
+    }
+
+    pub(crate) fn bare_request() -> Request {
+        use collector::stitch::Point;
+        Request {
+            id: 0,
+            method: "POST".into(),
+            path: "/v1/completions".into(),
+            host: None,
+            status: None,
+            client_pid: 1,
+            client_comm: "bench".into(),
+            client_addr: "127.0.0.1:40000".into(),
+            start_ns: 0,
+            first_byte_ns: 0,
+            end_ns: None,
+            new_connection: false,
+            tls: false,
+            encrypted: false,
+            coalesced: false,
+            truncated: false,
+            events_dropped: false,
+            chunk_mismatches: 0,
+            stages: Default::default(),
+            engine_received_ns: None,
+            gpu: None,
+            points: vec![Point {
+                kind: PointKind::ClientRead,
+                pid: 1,
+                comm: "bench".into(),
+                ttft_ns: None,
+                token_ns: Vec::new(),
+                ios: 0,
+                max_tokens_per_io: 0,
+                done: true,
+                compressed: false,
+                record_ns: Vec::new(),
+            }],
+            forward: Vec::new(),
+        }
+    }
+}

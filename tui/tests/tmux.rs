@@ -1,0 +1,194 @@
+//! The real binary in a real terminal (tmux): replay the fixture, sort,
+//! filter, open a request, quit; the shell's screen and tty modes come back.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tokenscope-top");
+
+/// A private tmux server running one bash in a 100x30 window.
+struct Tmux {
+    socket: String,
+    dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn start() -> Tmux {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = format!("tokenscope-top-test-{}", std::process::id());
+        let tmux = Tmux { socket, dir };
+        tmux.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "env PS1='shell$ ' TERM=xterm-256color bash --norc --noprofile",
+        ]);
+        tmux.wait_for("the shell prompt", |s| s.contains("shell$"));
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running tmux (install the tmux package): {e}"));
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend(keys);
+        self.run(&args);
+    }
+
+    /// Typed literally (no key-name lookup).
+    fn type_text(&self, text: &str) {
+        self.run(&["send-keys", "-t", "top", "-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", "top"])
+    }
+
+    fn pane_flag(&self, flag: &str) -> String {
+        self.run(&["display-message", "-p", "-t", "top", flag])
+            .trim()
+            .to_string()
+    }
+
+    /// Polls the screen until `ready` holds (tmux has no event to await).
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited 30 s for {what}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+fn has_line(screen: &str, text: &str) -> bool {
+    screen.lines().any(|l| l.trim_end() == text)
+}
+
+#[test]
+fn replay_sort_filter_open_and_quit_restore_the_terminal() {
+    let tmux = Tmux::start();
+    let stty_before = tmux.dir.path().join("stty.before");
+    let stty_after = tmux.dir.path().join("stty.after");
+    tmux.type_text(&format!(
+        "echo before-top; stty -g > {}; {BIN} --replay {} --speed 0; echo top-exit=$?",
+        stty_before.display(),
+        common::fixture().display()
+    ));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the table with the replayed requests", |s| {
+        s.contains("tokenscope top") && s.contains("replay done") && s.contains("24/24 shown")
+    });
+    assert_eq!(
+        tmux.pane_flag("#{alternate_on}"),
+        "1",
+        "top uses the alternate screen"
+    );
+    assert!(
+        screen.contains("/v1/chat/completions") && screen.contains("/v1/completions"),
+        "both routes listed:\n{screen}"
+    );
+
+    tmux.keys(&["s"]);
+    tmux.wait_for("sorted by TTFT", |s| s.contains("sorted by TTFT"));
+
+    tmux.keys(&["/"]);
+    tmux.type_text("chat");
+    tmux.wait_for("the filter narrowing to the chat route", |s| {
+        s.contains("6/24 shown") || s.contains("/chat")
+    });
+    tmux.keys(&["Enter"]);
+    let filtered = tmux.wait_for("the filter applied", |s| {
+        s.contains("6/24 shown") && s.contains("│ /chat")
+    });
+    assert!(
+        !filtered.contains("127.0.0.1:27312"),
+        "the proxied route is filtered out of the table:\n{filtered}"
+    );
+
+    tmux.keys(&["Enter"]);
+    let detail = tmux.wait_for("the request detail", |s| {
+        s.contains("waterfall") && s.contains("tokens per point")
+    });
+    assert!(
+        detail.contains("engine write") && detail.contains("client read"),
+        "both points of a direct request:\n{detail}"
+    );
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the table again", |s| s.contains("sorted by TTFT"));
+
+    tmux.keys(&["q"]);
+    let after = tmux.wait_for("top to exit", |s| {
+        s.lines().any(|l| l.trim_end().starts_with("top-exit="))
+    });
+    assert!(has_line(&after, "top-exit=0"), "top exited 0:\n{after}");
+    assert!(
+        has_line(&after, "before-top") && !after.contains("tokenscope top │"),
+        "the shell's screen is back, top's is gone:\n{after}"
+    );
+    assert_eq!(
+        tmux.pane_flag("#{alternate_on}"),
+        "0",
+        "alternate screen left"
+    );
+    assert_eq!(tmux.pane_flag("#{cursor_flag}"), "1", "cursor shown again");
+
+    tmux.type_text(&format!(
+        "stty -g > {}; echo stty-saved",
+        stty_after.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("stty saved", |s| has_line(s, "stty-saved"));
+    let before = std::fs::read_to_string(&stty_before).expect("stty before");
+    let after = std::fs::read_to_string(&stty_after).expect("stty after");
+    assert_eq!(before, after, "tty modes (raw mode off) restored");
+}
+
+#[test]
+fn without_a_terminal_top_says_so_in_one_line() {
+    let out = Command::new(BIN)
+        .args(["--replay"])
+        .arg(common::fixture())
+        .output()
+        .expect("run tokenscope-top");
+    assert!(!out.status.success(), "fails without a terminal");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+}

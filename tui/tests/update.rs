@@ -1,0 +1,275 @@
+//! update(): sort, filter, selection, pause, the re-stitch rate and the window,
+//! and the key map, on the committed fixture.
+
+mod common;
+
+use collector::ingest::Event;
+use common::{fixture, fixture_state, WINDOW_NS};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use tokenscope_tui::feed::Replay;
+use tokenscope_tui::{action_for_key, update, Action, SortKey, State, View};
+
+const S: u64 = 1_000_000_000;
+
+fn tick(state: &mut State, clock_ns: u64, wall_ns: u64) {
+    update(state, Action::Tick { clock_ns, wall_ns });
+}
+
+fn column(
+    state: &State,
+    f: impl Fn(&tokenscope_tui::rows::Row) -> Option<u64>,
+) -> Vec<Option<u64>> {
+    state.visible.iter().map(|&i| f(&state.rows[i])).collect()
+}
+
+fn non_increasing(v: &[Option<u64>]) -> bool {
+    v.windows(2).all(|w| w[0] >= w[1])
+}
+
+#[test]
+fn sort_cycles_start_ttft_itl_worst_first() {
+    let mut state = fixture_state();
+    assert_eq!(state.sort, SortKey::Start);
+    assert!(
+        non_increasing(&column(&state, |r| Some(r.start_ns))),
+        "start: newest first"
+    );
+    update(&mut state, Action::CycleSort);
+    assert_eq!(state.sort, SortKey::Ttft);
+    let ttft = column(&state, |r| r.ttft_first_ns);
+    assert!(non_increasing(&ttft), "TTFT: slowest first: {ttft:?}");
+    assert!(
+        ttft[0] > ttft[ttft.len() - 1],
+        "TTFTs differ in the fixture"
+    );
+    update(&mut state, Action::CycleSort);
+    assert_eq!(state.sort, SortKey::ItlP99);
+    assert!(
+        non_increasing(&column(&state, |r| r.itl_p99_ns)),
+        "ITL p99: most jittery first"
+    );
+    update(&mut state, Action::CycleSort);
+    assert_eq!(state.sort, SortKey::Start, "s wraps around");
+}
+
+#[test]
+fn filter_narrows_as_typed_and_cancel_or_esc_restore() {
+    let mut state = fixture_state();
+    let all = state.visible.len();
+    update(&mut state, Action::FilterStart);
+    for c in "chat".chars() {
+        update(&mut state, Action::FilterInput(c));
+    }
+    assert_eq!(state.visible.len(), 6, "narrowed while typing");
+    update(&mut state, Action::FilterCancel);
+    assert_eq!(state.visible.len(), all, "cancel drops the typed filter");
+    assert_eq!(state.filter, "");
+
+    update(&mut state, Action::FilterStart);
+    for c in "COALESCED".chars() {
+        update(&mut state, Action::FilterInput(c));
+    }
+    update(&mut state, Action::FilterApply);
+    assert_eq!(state.filter, "coalesced", "filters ignore case");
+    assert!(!state.visible.is_empty(), "the untuned proxy coalesces");
+    assert!(
+        state.visible.iter().all(|&i| state.rows[i].coalesced),
+        "only coalesced requests are shown"
+    );
+    update(&mut state, Action::FilterBackspace);
+    assert_eq!(
+        state.filter, "coalesced",
+        "backspace only edits while typing"
+    );
+    update(&mut state, Action::Back);
+    assert_eq!(state.visible.len(), all, "Esc clears an applied filter");
+
+    update(&mut state, Action::FilterStart);
+    for c in "no such route".chars() {
+        update(&mut state, Action::FilterInput(c));
+    }
+    update(&mut state, Action::FilterApply);
+    assert!(state.visible.is_empty());
+    update(&mut state, Action::Open);
+    assert_eq!(state.view, View::Table, "nothing to open");
+}
+
+#[test]
+fn selection_moves_clamps_and_opens_the_selected_request() {
+    let mut state = fixture_state();
+    let n = state.visible.len();
+    update(&mut state, Action::Up);
+    assert_eq!(state.selected, 0, "up at the top stays");
+    update(&mut state, Action::Down);
+    update(&mut state, Action::Down);
+    assert_eq!(state.selected, 2);
+    update(&mut state, Action::End);
+    assert_eq!(state.selected, n - 1);
+    update(&mut state, Action::Down);
+    assert_eq!(state.selected, n - 1, "down at the bottom stays");
+    update(&mut state, Action::PageUp);
+    assert_eq!(state.selected, n - 11);
+    update(&mut state, Action::Home);
+    update(&mut state, Action::PageDown);
+    assert_eq!(state.selected, 10);
+    let row = state.selected_row().expect("row").clone();
+    update(&mut state, Action::Open);
+    assert_eq!(state.view, View::Detail);
+    let r = state.selected_request().expect("request");
+    assert_eq!(
+        (r.client_addr.clone(), r.first_byte_ns),
+        (row.key.client_addr.clone(), row.key.first_byte_ns),
+        "the detail shows the selected row's request"
+    );
+    update(&mut state, Action::Back);
+    assert_eq!(state.view, View::Table);
+    update(&mut state, Action::ToggleHelp);
+    assert!(state.help);
+    update(&mut state, Action::Back);
+    assert!(!state.help, "Esc closes help first");
+}
+
+/// The fixture's events split at `at_ns` (replay order).
+fn halves(at_ns: u64) -> (State, Vec<Event>, u64) {
+    let path = fixture();
+    let mut replay = Replay::open(&path).expect("fixture");
+    let mut state = State::new(replay.meta(&path, 1.0), WINDOW_NS);
+    update(&mut state, Action::Events(replay.due(at_ns)));
+    let end = replay.last_ns;
+    let rest = replay.due(end);
+    (state, rest, end)
+}
+
+#[test]
+fn restitch_at_most_once_a_second_and_never_while_paused() {
+    let path = fixture();
+    let replay = Replay::open(&path).expect("fixture");
+    let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
+    let (mut state, rest, end) = halves(mid);
+    tick(&mut state, mid, 0);
+    let early = state.rows.len();
+    assert!(early > 0, "requests in the first half");
+
+    update(&mut state, Action::Events(rest));
+    tick(&mut state, end, S / 2);
+    assert_eq!(state.rows.len(), early, "no re-stitch within a second");
+
+    update(&mut state, Action::TogglePause);
+    tick(&mut state, end, 2 * S);
+    assert_eq!(state.rows.len(), early, "paused: the screen holds still");
+    assert_eq!(
+        state.events_total,
+        state.events_held() as u64,
+        "events still arrive"
+    );
+
+    update(&mut state, Action::TogglePause);
+    tick(&mut state, end, 2 * S + 1);
+    assert_eq!(state.rows.len(), 24, "unpaused: everything stitched");
+}
+
+#[test]
+fn selection_follows_its_request_across_restitches() {
+    let path = fixture();
+    let replay = Replay::open(&path).expect("fixture");
+    let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
+    let (mut state, rest, end) = halves(mid);
+    tick(&mut state, mid, 0);
+    // The oldest request: complete by mid-recording (a younger one may still
+    // be half-joined across nginx, a different request until it is whole).
+    update(&mut state, Action::End);
+    let (position, key) = (
+        state.selected,
+        state.selected_row().expect("row").key.clone(),
+    );
+    update(&mut state, Action::Events(rest));
+    tick(&mut state, end, 5 * S);
+    assert_eq!(state.rows.len(), 24);
+    assert_eq!(
+        state.selected_row().expect("row").key,
+        key,
+        "newer requests above it do not move the selection off it"
+    );
+    assert!(state.selected > position, "it moved down the table");
+}
+
+#[test]
+fn window_forgets_old_events() {
+    let path = fixture();
+    let mut replay = Replay::open(&path).expect("fixture");
+    let mut state = State::new(replay.meta(&path, 1.0), 2 * S);
+    let end = replay.last_ns;
+    update(&mut state, Action::Events(replay.due(end)));
+    tick(&mut state, end, 0);
+    let held = state.events_held();
+    assert!(held < state.events_total as usize, "older than 2 s evicted");
+    tick(&mut state, end + 10 * S, 5 * S);
+    assert_eq!(state.events_held(), 0, "all evicted 10 s later");
+    assert!(state.rows.is_empty(), "and the table emptied");
+}
+
+#[test]
+fn events_per_second_counts_the_last_second() {
+    let state = fixture_state();
+    assert!(
+        state.events_per_s > 0,
+        "events in the fixture's last second"
+    );
+    assert!(state.events_per_s <= state.events_total);
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+
+#[test]
+fn key_map_types_into_the_filter_and_quits_outside_it() {
+    let mut state = fixture_state();
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Char('q'))),
+        Some(Action::Quit)
+    );
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Char('j'))),
+        Some(Action::Down)
+    );
+    assert_eq!(action_for_key(&state, key(KeyCode::Up)), Some(Action::Up));
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Char('s'))),
+        Some(Action::CycleSort)
+    );
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Char('p'))),
+        Some(Action::TogglePause)
+    );
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Char('?'))),
+        Some(Action::ToggleHelp)
+    );
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Enter)),
+        Some(Action::Open)
+    );
+    update(&mut state, Action::FilterStart);
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Char('q'))),
+        Some(Action::FilterInput('q')),
+        "q is text while filtering"
+    );
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Enter)),
+        Some(Action::FilterApply)
+    );
+    assert_eq!(
+        action_for_key(&state, key(KeyCode::Esc)),
+        Some(Action::FilterCancel)
+    );
+    assert_eq!(
+        action_for_key(
+            &state,
+            KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
+        ),
+        Some(Action::Quit),
+        "Ctrl-C quits even while filtering"
+    );
+}
