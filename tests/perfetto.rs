@@ -239,7 +239,8 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
 }
 
 /// The recording's events copied `copies` times, each copy shifted past the one
-/// before and on its own socket addresses, so each copy stitches like the original.
+/// before, on its own socket addresses and with its own content fingerprints, so
+/// each copy stitches like the original.
 fn replicate(events: &[collector::ingest::Event], copies: u64) -> Vec<collector::ingest::Event> {
     use collector::ingest::model::event::Body;
     let (lo, hi) = events.iter().fold((u64::MAX, 0), |(lo, hi), e| {
@@ -253,7 +254,20 @@ fn replicate(events: &[collector::ingest::Event], copies: u64) -> Vec<collector:
             e.ts_ns += k * span;
             let sock = match &mut e.body {
                 Some(Body::State(s)) => s.sock.as_mut(),
-                Some(Body::Io(s)) => s.sock.as_mut(),
+                Some(Body::Io(s)) => {
+                    // Each copy carries other content, as a long recording would: copies
+                    // must not be joined to each other by body or token fingerprints.
+                    if let Some(sn) = s.sniff.as_mut() {
+                        sn.fingerprint ^= k;
+                        if let Some(b) = sn.body_print.as_mut() {
+                            b.hash ^= k;
+                        }
+                        for ev in &mut sn.sse {
+                            ev.fingerprint ^= k;
+                        }
+                    }
+                    s.sock.as_mut()
+                }
                 Some(Body::Accept(s)) => s.sock.as_mut(),
                 Some(Body::Retransmit(s)) => s.sock.as_mut(),
                 Some(Body::Gpu(a)) => {
@@ -284,8 +298,14 @@ fn export_benchmark_on_a_million_events() {
         Some(p) => PathBuf::from(p),
         None => record(dir.path()),
     };
+    if let Some(keep) = std::env::var_os("TOKENSCOPE_KEEP_RECORDING") {
+        std::fs::copy(&rec, keep).expect("keep the recording");
+    }
     let (header, base) = read_recording(&rec);
-    let copies = (1_000_000 / base.len().max(1) as u64).max(1);
+    let copies = match std::env::var("TOKENSCOPE_BENCH_COPIES") {
+        Ok(n) => n.parse().expect("TOKENSCOPE_BENCH_COPIES is a number"),
+        Err(_) => (1_000_000 / base.len().max(1) as u64).max(1),
+    };
     let events = replicate(&base, copies);
     let base_len = base.len();
     drop(base);
@@ -303,11 +323,12 @@ fn export_benchmark_on_a_million_events() {
     let peak = peak_rss_kib();
     println!(
         "export benchmark: {} events ({copies} copies of {}), {requests} requests; stitch alone {stitch_s:.2} s; \
-         export (stitch + layout + encode + write) {export_s:.2} s = {:.0} events/s; \
+         export (stitch + layout + encode + write) {export_s:.2} s = {:.0} events/s, of which layout + encode + write {:.2} s; \
          {} packets, {} bytes = {:.1} bytes per token event ({} token instants), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak} KiB after export",
         events.len(),
         base_len,
         events.len() as f64 / export_s,
+        export_s - stitch_s,
         s.packets,
         s.bytes,
         s.bytes as f64 / s.token_instants.max(1) as f64,

@@ -62,9 +62,9 @@ pub fn write_trace(
     mut out: impl Write,
 ) -> Result<TraceSummary, PerfettoError> {
     let dropped = header.counters.map_or(0, |c| c.dropped);
-    let timeline = crate::stitch::stitch(events, dropped > 0);
-    let plan = layout::plan(header, events, &timeline);
-    drop(timeline);
+    let stitched = layout::stitch(events, dropped > 0);
+    let plan = layout::plan(header, events, &stitched);
+    drop(stitched);
     let mut os = CodedOutputStream::new(&mut out);
     let mut w = Writer {
         os: &mut os,

@@ -12,7 +12,7 @@ mod requests;
 
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
-use crate::stitch::Timeline;
+use crate::stitch::{chain, conn, request, Request, Timeline};
 
 /// Interned categories, by index (iid = index + 1).
 pub(crate) const CATEGORIES: [&str; 7] = [
@@ -189,7 +189,45 @@ struct Builder {
     processes: BTreeMap<u32, u64>,
 }
 
-pub(crate) fn plan(header: &FileHeader, events: &[Event], tl: &Timeline) -> Plan {
+/// The stitched timeline with the links and chains it was built from (the
+/// stages' positions need them).
+pub(crate) struct Stitched {
+    pub(crate) timeline: Timeline,
+    links: chain::Links,
+    chains: Vec<Vec<chain::End>>,
+}
+
+/// What `stitch::stitch` does, keeping its links: linking is the costly part of
+/// stitching, so it is not done twice. The tests check the result against the report.
+pub(crate) fn stitch(events: &[Event], dropped: bool) -> Stitched {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.ts_ns);
+    let connections = conn::connections(&sorted);
+    drop(sorted);
+    let links = chain::link(&connections);
+    let chains = chain::chains(&connections, &links);
+    let mut requests: Vec<Request> = chains
+        .iter()
+        .enumerate()
+        .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
+        .collect();
+    let steps = crate::gpu::steps(events);
+    crate::gpu::attribution::attribute(&mut requests, &steps);
+    let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
+    Stitched {
+        timeline: Timeline {
+            connections,
+            requests,
+            steps,
+            unparsed_ios,
+        },
+        links,
+        chains,
+    }
+}
+
+pub(crate) fn plan(header: &FileHeader, events: &[Event], st: &Stitched) -> Plan {
+    let tl = &st.timeline;
     let first_event = events.iter().map(|e| e.ts_ns).min();
     let start_ns = match (header.start_monotonic_ns, first_event) {
         (0, first) => first.unwrap_or(0),
@@ -212,7 +250,7 @@ pub(crate) fn plan(header: &FileHeader, events: &[Event], tl: &Timeline) -> Plan
         name_ids: HashMap::new(),
         processes: BTreeMap::new(),
     };
-    b.requests(tl);
+    b.requests(st);
     b.connections(&tl.connections);
     b.gpu_steps(tl);
     b.cupti(events);

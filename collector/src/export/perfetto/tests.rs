@@ -275,6 +275,16 @@ fn the_written_trace_decodes_and_keeps_perfettos_invariants() {
     let counts = check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
 
     let report = crate::export::report::build(&header, &events);
+    let ours = layout::stitch(&events, true);
+    assert_eq!(
+        serde_json::to_value(&ours.timeline.requests).expect("json"),
+        serde_json::to_value(&report.requests).expect("json"),
+        "the exporter stitches exactly as the report does"
+    );
+    assert_eq!(
+        ours.timeline.steps,
+        crate::stitch::stitch(&events, true).steps
+    );
     let tokens: usize = report
         .requests
         .iter()

@@ -1,15 +1,14 @@
 //! A track per request: stages as nested slices, a child track per observation
 //! point with an instant per token, and flows linking a token across points.
 
-use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, TrackKind};
+use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, Stitched, TrackKind};
 use crate::stitch::chain::{self, End};
 use crate::stitch::conn::{Connection, Exchange, Role};
-use crate::stitch::{PointKind, Request, Timeline};
+use crate::stitch::{PointKind, Request};
 
 impl Builder {
-    pub(super) fn requests(&mut self, tl: &Timeline) {
-        let links = chain::link(&tl.connections);
-        let chains = chain::chains(&tl.connections, &links);
+    pub(super) fn requests(&mut self, st: &Stitched) {
+        let (tl, links, chains) = (&st.timeline, &st.links, &st.chains);
         for r in &tl.requests {
             let parent = self.process(r.client_pid, &r.client_comm);
             let title = format!("{} {}", r.method, r.route());
@@ -23,7 +22,7 @@ impl Builder {
             let ch = chains.get(r.id).filter(|ch| {
                 tl.connections[ch[0].0].exchanges[ch[0].1].request_start_ns == r.first_byte_ns
             });
-            let mut items = self.stages(r, ch.map(|c| c.as_slice()), &tl.connections, &links);
+            let mut items = self.stages(r, ch.map(|c| c.as_slice()), &tl.connections, links);
             let end = request_end(r).max(items.iter().filter_map(|i| i.end).max().unwrap_or(0));
             let mut a = vec![("request_id", Arg::Int(r.id as i64))];
             if let Some(s) = r.status {
