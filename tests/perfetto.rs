@@ -310,21 +310,30 @@ fn export_benchmark_on_a_million_events() {
     let base_len = base.len();
     drop(base);
     let peak_before = peak_rss_kib();
-    let started = std::time::Instant::now();
-    let timeline = collector::stitch::stitch(&events, false);
-    let stitch_s = started.elapsed().as_secs_f64();
-    let requests = timeline.requests.len();
-    drop(timeline);
+    // Each timing is the best of two runs: the machine is shared.
+    let (mut stitch_s, mut export_s, mut requests) = (f64::MAX, f64::MAX, 0);
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        let timeline = collector::stitch::stitch(&events, false);
+        stitch_s = stitch_s.min(started.elapsed().as_secs_f64());
+        requests = timeline.requests.len();
+    }
+    let peak_stitch = peak_rss_kib();
     let path = dir.path().join("bench.pftrace");
-    let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-    let started = std::time::Instant::now();
-    let s = collector::export::perfetto::write_trace(&header, &events, file).expect("export");
-    let export_s = started.elapsed().as_secs_f64();
+    let mut summary = None;
+    for _ in 0..2 {
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+        let started = std::time::Instant::now();
+        let s = collector::export::perfetto::write_trace(&header, &events, file).expect("export");
+        export_s = export_s.min(started.elapsed().as_secs_f64());
+        summary = Some(s);
+    }
+    let s = summary.expect("exported");
     let peak = peak_rss_kib();
     println!(
         "export benchmark: {} events ({copies} copies of {}), {requests} requests; stitch alone {stitch_s:.2} s; \
          export (stitch + layout + encode + write) {export_s:.2} s = {:.0} events/s, of which layout + encode + write {:.2} s; \
-         {} packets, {} bytes = {:.1} bytes per token event ({} token instants), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak} KiB after export",
+         {} packets, {} bytes = {:.1} bytes per token event ({} token instants), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak_stitch} KiB after stitching alone, {peak} KiB after export",
         events.len(),
         base_len,
         events.len() as f64 / export_s,

@@ -233,23 +233,9 @@ pub(crate) fn plan(header: &FileHeader, events: &[Event], st: &Stitched) -> Plan
         (0, first) => first.unwrap_or(0),
         (s, first) => s.min(first.unwrap_or(s)),
     };
-    let mut b = Builder {
-        plan: Plan {
-            start_ns,
-            start_monotonic_ns: header.start_monotonic_ns,
-            start_realtime_ns: header.start_realtime_ns,
-            tracks: Vec::new(),
-            ops: Vec::new(),
-            names: Vec::new(),
-            args: Vec::new(),
-            request_tracks: 0,
-            token_instants: 0,
-            gpu_steps: 0,
-            flows: 0,
-        },
-        name_ids: HashMap::new(),
-        processes: BTreeMap::new(),
-    };
+    let mut b = Builder::new(start_ns);
+    b.plan.start_monotonic_ns = header.start_monotonic_ns;
+    b.plan.start_realtime_ns = header.start_realtime_ns;
     b.requests(st);
     b.connections(&tl.connections);
     b.gpu_steps(tl);
@@ -259,6 +245,28 @@ pub(crate) fn plan(header: &FileHeader, events: &[Event], st: &Stitched) -> Plan
     // Stable: each track's events were pushed in begin/end order.
     b.plan.ops.sort_by_key(|op| op.ts);
     b.plan
+}
+
+impl Builder {
+    fn new(start_ns: u64) -> Builder {
+        Builder {
+            plan: Plan {
+                start_ns,
+                start_monotonic_ns: 0,
+                start_realtime_ns: 0,
+                tracks: Vec::new(),
+                ops: Vec::new(),
+                names: Vec::new(),
+                args: Vec::new(),
+                request_tracks: 0,
+                token_instants: 0,
+                gpu_steps: 0,
+                flows: 0,
+            },
+            name_ids: HashMap::new(),
+            processes: BTreeMap::new(),
+        }
+    }
 }
 
 impl Builder {
@@ -372,5 +380,74 @@ impl Builder {
     fn counter(&mut self, track: u64, ts: u64, value: f64) {
         let op = Op::new(ts, track, OpKind::Counter(value), 0, 0, Flow::None, 0);
         self.plan.ops.push(op);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(b: &Builder) -> Vec<(u64, &'static str, String)> {
+        b.plan
+            .ops
+            .iter()
+            .map(|op| {
+                let kind = match op.kind() {
+                    OpKind::Begin => "B",
+                    OpKind::End => "E",
+                    OpKind::Instant => "I",
+                    OpKind::Counter(_) => "C",
+                };
+                let name = match op.kind() {
+                    OpKind::End => String::new(),
+                    _ => b.plan.names[op.name as usize].clone(),
+                };
+                (op.ts, kind, name)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_slice_that_overruns_its_parent_is_cut_at_the_parents_end() {
+        let mut b = Builder::new(0);
+        let mut root = b.slice(10, 100, "root", Cat::Request, 0);
+        root.depth = 0;
+        let items = vec![
+            b.slice(20, 150, "overruns", Cat::Stage, 0),
+            b.instant(30, "token", Cat::Token, Flow::None),
+            b.slice(100, 120, "after", Cat::Stage, 0),
+            root,
+            b.slice(10, 100, "same span, deeper", Cat::Stage, 0),
+        ];
+        b.nest(1, items);
+        let got = shape(&b);
+        let want: Vec<(u64, &str, String)> = vec![
+            (10, "B", "root".into()),
+            (10, "B", "same span, deeper".into()),
+            (20, "B", "overruns".into()),
+            (30, "I", "token".into()),
+            (100, "E", String::new()),
+            (100, "E", String::new()),
+            (100, "E", String::new()),
+            (100, "B", "after".into()),
+            (120, "E", String::new()),
+        ];
+        assert_eq!(got, want, "nested, cut at 100, siblings after the end");
+    }
+
+    #[test]
+    fn ops_pack_kind_flow_and_counter_values() {
+        let op = Op::new(5, 7, OpKind::Counter(2.5), 0, 0, Flow::None, 0);
+        assert_eq!(
+            (op.kind(), op.flow(), op.track()),
+            (OpKind::Counter(2.5), Flow::None, 7)
+        );
+        let op = Op::new(5, 7, OpKind::Instant, 3, 2, Flow::Last(1 << 40), 9);
+        assert_eq!(
+            (op.kind(), op.flow()),
+            (OpKind::Instant, Flow::Last(1 << 40))
+        );
+        let op = Op::new(5, 7, OpKind::Begin, 3, 2, Flow::Step(4), 9);
+        assert_eq!((op.kind(), op.flow()), (OpKind::Begin, Flow::Step(4)));
     }
 }
