@@ -212,8 +212,9 @@ impl State {
 
     /// Re-stitch the window and derive everything the screen shows.
     fn restitch(&mut self) {
-        let events: Vec<Event> = self.events.iter().cloned().collect();
-        let timeline = stitch(&events, self.meta.dropped.is_some_and(|d| d > 0));
+        // In place: cloning a window of events every second cost more than stitching it.
+        let dropped = self.meta.dropped.is_some_and(|d| d > 0);
+        let timeline = stitch(self.events.make_contiguous(), dropped);
         self.rows = timeline
             .requests
             .iter()

@@ -21,10 +21,12 @@ pub fn ms_opt(ns: Option<u64>) -> String {
 /// Seconds since `base`: "+12.3s".
 pub fn since(ns: u64, base: u64) -> String {
     let s = ns.saturating_sub(base) as f64 / 1e9;
-    if s < 1000.0 {
+    if s < 100.0 {
         format!("+{s:.1}s")
-    } else {
+    } else if s < 10_000.0 {
         format!("+{s:.0}s")
+    } else {
+        format!("+{:.0}m", s / 60.0)
     }
 }
 
@@ -108,6 +110,13 @@ mod tests {
         assert_eq!(ms(23_540_000), "23.5");
         assert_eq!(ms(541_800_000), "542");
         assert_eq!(ms(12_345_000_000), "12.3s");
+    }
+
+    #[test]
+    fn offsets_fit_six_columns() {
+        assert_eq!(since(12_345_000_000, 0), "+12.3s");
+        assert_eq!(since(861_400_000_000, 0), "+861s");
+        assert_eq!(since(20_000_000_000_000, 0), "+333m");
     }
 
     #[test]
