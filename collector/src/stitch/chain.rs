@@ -79,24 +79,32 @@ fn hops(conns: &[Connection], links: &mut Links) {
         }
         let mut joined = false;
         outs.sort_by_key(|&o| x(o).request_start_ns);
-        let mut taken = vec![false; ins.len()];
+        // Accepted requests bucketed by what must match (body print, else method and
+        // path), so each upstream request only looks at its own kind: linear, not
+        // quadratic, in a proxy's traffic. Encrypted ones can never match.
+        let mut buckets: HashMap<RequestKey, Vec<End>> = HashMap::new();
+        for &i in ins.iter().filter(|&&i| !x(i).encrypted) {
+            buckets.entry(RequestKey::of(x(i))).or_default().push(i);
+        }
         let mut unmatched = Vec::new();
         let mut pairs: Vec<(End, End)> = Vec::new(); // this process's (accepted, upstream)
         for out in outs {
             let o = x(out);
+            let Some(bucket) = buckets.get_mut(&RequestKey::of(o)) else {
+                unmatched.push(out);
+                continue;
+            };
             // The accepted request that most recently finished arriving before this one left.
-            let best = ins
+            let best = bucket
                 .iter()
                 .enumerate()
-                .filter(|&(k, &i)| {
-                    !taken[k]
-                        && same_request(x(i), o)
-                        && x(i).request_start_ns <= o.request_start_ns
+                .filter(|&(_, &i)| {
+                    same_request(x(i), o) && x(i).request_start_ns <= o.request_start_ns
                 })
-                .max_by_key(|&(_, &i)| x(i).request_end_ns.unwrap_or(x(i).request_start_ns));
+                .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
             match best {
                 Some((k, &i)) => {
-                    taken[k] = true;
+                    bucket.swap_remove(k);
                     links.upstream.insert(i, out);
                     pairs.push((i, out));
                     joined = true;
@@ -155,6 +163,22 @@ fn same_request(inbound: &Exchange, outbound: &Exchange) -> bool {
         .take(3)
         .all(|(a, b)| a.fingerprint == b.fingerprint);
     requests_agree && responses_agree
+}
+
+/// What an accepted request and the upstream request it caused have in common.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum RequestKey {
+    Body(u64, u64),
+    Route(String, String),
+}
+
+impl RequestKey {
+    fn of(x: &Exchange) -> RequestKey {
+        match x.body_print {
+            Some((hash, len)) => RequestKey::Body(hash, len),
+            None => RequestKey::Route(x.method.clone(), x.path.clone()),
+        }
+    }
 }
 
 /// The other end of an exchange, when its connection's peer was traced.
