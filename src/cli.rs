@@ -125,9 +125,13 @@ struct RecordArgs {
     /// Stop after this long (e.g. 500ms, 10s, 2m); default: until Ctrl-C.
     #[arg(short, long, value_parser = parse_duration, value_name = "D")]
     duration: Option<Duration>,
-    /// The recording to write.
+    /// The recording to write (a name ending in .pftrace writes a Perfetto trace instead,
+    /// keeping the recording beside it as FILE.tsrec for replay).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
+    /// Output format; default: from the extension (.pftrace: perfetto).
+    #[arg(long, value_enum)]
+    format: Option<OutputFormat>,
     /// Ring buffer size in bytes (power of two). Small values make drops likely.
     #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
     ring_size: u32,
@@ -157,6 +161,14 @@ struct RecordArgs {
     /// Payload bytes copied per socket send/receive (parsed, then dropped; at most 16384).
     #[arg(long, default_value_t = DEFAULT_PAYLOAD_CAP, value_name = "BYTES")]
     payload_cap: u32,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OutputFormat {
+    /// tokenscope's record file (replay with report, dump, export, top --replay).
+    Record,
+    /// A Perfetto trace (ui.perfetto.dev), exported when the recording ends.
+    Perfetto,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,6 +244,14 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (GpuMode::Auto, false) => args.libcuda.clone(),
         (GpuMode::Auto, true) => collector::probes::find_libcuda(&args.pids),
     };
+    let perfetto = args.format == Some(OutputFormat::Perfetto)
+        || (args.format.is_none() && args.output.extension().is_some_and(|e| e == "pftrace"));
+    // A trace is exported from the recording once it ends; the recording stays for replay.
+    let recording = if perfetto {
+        append_ext(&args.output, "tsrec")
+    } else {
+        args.output.clone()
+    };
     let gpu_note = (args.gpu == GpuMode::Auto && libcuda.is_empty())
         .then_some("GPU probes off: no traced process maps libcuda.so (use --libcuda PATH)");
     let opts = RecordOptions {
@@ -243,7 +263,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             libcuda,
         },
         duration: args.duration,
-        output: args.output.clone(),
+        output: recording.clone(),
         cupti_socket: args.cupti_socket.clone(),
         nvml: (args.nvml == GpuMode::Auto).then(|| collector::record::NvmlOptions {
             lib: args.nvml_lib.clone(),
@@ -254,7 +274,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let c = header.counters.unwrap_or_default();
     eprintln!(
         "tokenscope: wrote {}: {} events (submitted {}, delivered {}, dropped {}, undecodable {})",
-        args.output.display(),
+        recording.display(),
         c.written,
         c.submitted,
         c.delivered,
@@ -264,10 +284,21 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if c.dropped > 0 {
         eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
     }
+    if perfetto {
+        export(&recording, &args.output)?;
+    }
     if args.report {
-        report(&args.output, false)?;
+        report(&recording, false)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `run.pftrace` -> `run.pftrace.tsrec`.
+fn append_ext(path: &std::path::Path, ext: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
 }
 
 fn report(path: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {

@@ -355,3 +355,67 @@ fn peak_rss_kib() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+#[test]
+fn record_to_a_pftrace_name_writes_the_trace_and_keeps_the_recording() {
+    let python = perfetto_venv();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nginx = Nginx::start(dir.path(), "default_type text/plain; return 200 \"hi\";");
+    let trace = dir.path().join("live.pftrace");
+    let port = nginx.http_port.to_string();
+    let mut child = Command::new(BIN)
+        .args([
+            "record",
+            "--port",
+            &port,
+            "--gpu",
+            "off",
+            "--nvml",
+            "off",
+            "--duration",
+            "3s",
+            "-o",
+        ])
+        .arg(&trace)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("record");
+    // Traffic while it records: the recorder says when it is attached.
+    let stderr = child.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    for line in lines.by_ref().map_while(Result::ok) {
+        if line.contains("recording:") {
+            break;
+        }
+    }
+    curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        &format!("http://127.0.0.1:{port}/"),
+    ]);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(child.wait().expect("wait").success(), "{rest:?}");
+    let kept = dir.path().join("live.pftrace.tsrec");
+    assert!(kept.exists(), "the recording is kept beside the trace");
+    // The trace is what `tokenscope export` makes of the kept recording, and Perfetto's
+    // own bindings accept it.
+    let again = dir.path().join("again.pftrace");
+    run(
+        Command::new(BIN)
+            .arg("export")
+            .arg(&kept)
+            .arg("-o")
+            .arg(&again),
+        "tokenscope export",
+    );
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        std::fs::read(&again).unwrap(),
+        "same bytes as export"
+    );
+    run(
+        Command::new(&python).arg(CHECK).arg(&trace),
+        "perfetto_check.py",
+    );
+}
