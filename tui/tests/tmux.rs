@@ -4,6 +4,7 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenscope-top");
@@ -17,7 +18,13 @@ struct Tmux {
 impl Tmux {
     fn start() -> Tmux {
         let dir = tempfile::tempdir().expect("tempdir");
-        let socket = format!("tokenscope-top-test-{}", std::process::id());
+        // One tmux server per test: tests of one binary run in parallel.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let socket = format!(
+            "tokenscope-top-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         let tmux = Tmux { socket, dir };
         tmux.run(&[
             "-f",
@@ -191,4 +198,57 @@ fn without_a_terminal_top_says_so_in_one_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("needs a terminal"), "{stderr}");
+}
+
+#[test]
+fn replay_at_speed_pauses_follows_resizes_and_sigterm_restores_the_terminal() {
+    let tmux = Tmux::start();
+    tmux.type_text(&format!(
+        "echo before-top; {BIN} --replay {} --speed 1; echo top-exit=$?",
+        common::fixture().display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("requests replayed at speed 1", |s| {
+        s.contains("tokenscope top") && s.contains("/v1/completions")
+    });
+    tmux.keys(&["p"]);
+    tmux.wait_for("the pause mark", |s| s.contains("PAUSED"));
+
+    tmux.run(&["resize-window", "-t", "top", "-x", "80", "-y", "24"]);
+    let small = tmux.wait_for("the 80x24 layout", |s| {
+        s.lines().count() == 24
+            && s.lines().last().is_some_and(|l| l.contains("PAUSED"))
+            && s.contains("ITL per route")
+    });
+    assert!(
+        small.lines().all(|l| l.chars().count() <= 80),
+        "nothing drawn past 80 columns:\n{small}"
+    );
+    tmux.keys(&["p"]);
+    tmux.wait_for("the pause lifted", |s| !s.contains("PAUSED"));
+
+    let shell: u32 = tmux.pane_flag("#{pane_pid}").parse().expect("pane pid");
+    let top = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+        .expect("the shell's children");
+    let top: i32 = top
+        .split_whitespace()
+        .next()
+        .expect("top runs under the shell")
+        .parse()
+        .expect("pid");
+    // SAFETY: kill(2) on the top process this test started.
+    assert_eq!(unsafe { libc::kill(top, libc::SIGTERM) }, 0, "SIGTERM sent");
+    let after = tmux.wait_for("top to exit on SIGTERM", |s| {
+        s.lines().any(|l| l.trim_end().starts_with("top-exit="))
+    });
+    assert!(has_line(&after, "top-exit=0"), "clean exit:\n{after}");
+    assert!(
+        has_line(&after, "before-top"),
+        "shell screen back:\n{after}"
+    );
+    assert_eq!(
+        tmux.pane_flag("#{alternate_on}"),
+        "0",
+        "alternate screen left"
+    );
 }
