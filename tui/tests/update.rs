@@ -273,3 +273,40 @@ fn key_map_types_into_the_filter_and_quits_outside_it() {
         "Ctrl-C quits even while filtering"
     );
 }
+
+#[test]
+fn header_shows_the_latest_nvml_reading_per_gpu() {
+    use collector::ingest::model::{event::Body, NvmlSample};
+    let nvml = |ts_ns: u64, util: u32| Event {
+        ts_ns,
+        pid: 0,
+        tid: 0,
+        cpu: 0,
+        comm: String::new(),
+        body: Some(Body::Nvml(NvmlSample {
+            device: 0,
+            gpu_util_pct: Some(util),
+            sm_clock_mhz: Some(1410),
+            mem_used_bytes: Some(12 << 30),
+            power_mw: Some(250_000),
+            ..NvmlSample::default()
+        })),
+    };
+    let mut state = fixture_state();
+    let before = common::text(&state, 80, 24);
+    assert!(
+        before.contains("no NVML"),
+        "no samples in the fixture:\n{before}"
+    );
+    let t = state.clock_ns;
+    update(
+        &mut state,
+        Action::Events(vec![nvml(t + 2, 87), nvml(t + 1, 10)]),
+    );
+    tick(&mut state, t + 3, 10 * S);
+    let screen = common::text(&state, 80, 24);
+    assert!(
+        screen.contains("GPU0 87% SM 1410 MHz mem 12.0 GiB 250 W"),
+        "the latest sample, not the last delivered:\n{screen}"
+    );
+}
