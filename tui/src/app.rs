@@ -25,6 +25,19 @@ pub enum GpuMode {
     Off,
 }
 
+/// For the CLI's `#[command(after_help = ...)]` on `top`.
+pub const AFTER_HELP: &str = "\
+Examples:
+  tokenscope top --port 8000 --port 443          # live: needs root, or CAP_BPF + CAP_PERFMON
+  tokenscope top --replay run.tsrec --speed 10   # a recording, ten times faster (0: at once)
+
+Keys: q or Ctrl-C quit, j/k or arrows move, Enter opens a request (waterfall and tokens per
+observation point), Esc goes back, / filters (route, client, status, or new-conn tls
+coalesced stalled open), s sorts (start, TTFT, ITL p99), p pauses the screen, ? helps.
+TTFT: first token - request start (connect() when the request opened its connection), at the
+first point traced and at the engine's write. ITL: gaps between tokens at one point; 0 means
+the same read (coalescing). Live drops are counted when the recording ends.";
+
 /// `tokenscope top`: live (needs privileges) or `--replay FILE`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TopArgs {

@@ -6,7 +6,8 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(
     name = "tokenscope-top",
-    about = "The live terminal view of LLM token streams"
+    about = "The live terminal view of LLM token streams",
+    after_help = tokenscope_tui::AFTER_HELP
 )]
 struct Cli {
     #[command(flatten)]
