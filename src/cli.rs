@@ -94,6 +94,9 @@ in-flight requests, engine queue depth, tokens/s and ring-buffer drops. See the 
     Bench(tokenscope_lab::cli::BenchArgs),
     /// The lab's parts on their own: the simulated engine and the nginx set-ups.
     Lab(tokenscope_lab::cli::LabArgs),
+    /// The live terminal view: requests, TTFT and ITL per hop, as they happen (or a replay).
+    #[command(after_help = tokenscope_tui::AFTER_HELP)]
+    Top(tokenscope_tui::TopArgs),
 }
 
 #[derive(Args, Debug)]
@@ -197,6 +200,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tokenscope_lab::cli::run_demo_observed(args, &mut observer).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(args) => tokenscope_lab::cli::run_bench(args).map(|()| ExitCode::SUCCESS),
+        Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
         Command::Lab(args) => tokenscope_lab::cli::run_lab(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
