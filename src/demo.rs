@@ -1,7 +1,8 @@
-//! `tokenscope demo`: the lab's load, recorded by tokenscope itself. A
-//! `tokenscope record` child watches the engine's and the proxy's ports while
-//! the bench runs (in this process, so the recorder's self-exclusion does not
-//! hide it), and its report is printed beside the bench's own.
+//! `tokenscope demo`: the lab's load, recorded by tokenscope itself. A child
+//! watches the engine's and the proxy's ports while the bench runs (in this
+//! process, so the recorder's self-exclusion does not hide it): on a terminal
+//! it is `tokenscope top` (live, until you quit it), otherwise
+//! `tokenscope record`. Either way the report is printed beside the bench's own.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -15,6 +16,9 @@ use tokenscope_lab::demo::DemoObserver;
 pub struct RecordingObserver {
     dir: PathBuf,
     recorder: Option<(Child, BufReader<ChildStderr>, PathBuf)>,
+    /// On a terminal: the `tokenscope top` child and the recording it keeps.
+    top: Option<(Child, PathBuf)>,
+    interactive: bool,
     problem: Option<String>,
 }
 
@@ -22,11 +26,46 @@ impl RecordingObserver {
     pub fn new() -> std::io::Result<Self> {
         let dir = std::env::temp_dir().join(format!("tokenscope-demo-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
+        // SAFETY: isatty has no preconditions.
+        let interactive = unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 };
         Ok(RecordingObserver {
             dir,
             recorder: None,
+            top: None,
+            interactive,
             problem: None,
         })
+    }
+
+    fn start_top(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
+        let path = self.dir.join(if tuned {
+            "tuned.tsrec"
+        } else {
+            "untuned.tsrec"
+        });
+        let child = Command::new(exe)
+            .args([
+                "top",
+                "--port",
+                &ports[0].to_string(),
+                "--port",
+                &ports[1].to_string(),
+                "-o",
+            ])
+            .arg(&path)
+            .spawn()
+            .map_err(|e| format!("starting tokenscope top: {e}"))?;
+        // Start the load once top's probes are attached: its recording's header lists them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !RecordReader::open(&path).is_ok_and(|r| !r.header.probes.is_empty()) {
+            if std::time::Instant::now() > deadline {
+                return Err("tokenscope top did not attach its probes within 20 s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.top = Some((child, path));
+        Ok(())
     }
 
     fn start(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
@@ -75,12 +114,31 @@ impl RecordingObserver {
 
 impl DemoObserver for RecordingObserver {
     fn ready(&mut self, tuned: bool, engine: SocketAddr, proxy: SocketAddr) {
-        self.problem = self.start(tuned, [engine.port(), proxy.port()]).err();
+        let ports = [engine.port(), proxy.port()];
+        self.problem = if self.interactive {
+            self.start_top(tuned, ports)
+        } else {
+            self.start(tuned, ports)
+        }
+        .err();
+    }
+
+    fn takes_terminal(&self) -> bool {
+        self.interactive
     }
 
     fn finished(&mut self, _tuned: bool) -> Option<String> {
         if let Some(problem) = self.problem.take() {
             return Some(format!("tokenscope did not record this side: {problem}\n"));
+        }
+        if let Some((mut child, path)) = self.top.take() {
+            // The load is over; top stays up until it is quit (q), then the report.
+            return match child.wait() {
+                Ok(s) if s.success() => Some(
+                    profile(&path).unwrap_or_else(|e| format!("reading {}: {e}\n", path.display())),
+                ),
+                other => Some(format!("tokenscope top ended with {other:?}\n")),
+            };
         }
         let (mut child, mut err, path) = self.recorder.take()?;
         // SAFETY: kill(2) on our own child; SIGINT seals the recording.

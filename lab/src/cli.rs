@@ -436,6 +436,7 @@ pub fn run_demo_observed(
         duration: args.duration,
         concurrency: args.concurrency.unwrap_or(d.concurrency).max(1),
         rate: args.rate.unwrap_or(d.rate),
+        progress: !observer.takes_terminal(),
         ..d
     };
     let rt = runtime()?;

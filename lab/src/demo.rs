@@ -73,6 +73,10 @@ pub trait DemoObserver {
     fn ready(&mut self, tuned: bool, engine: std::net::SocketAddr, proxy: std::net::SocketAddr);
     /// The load finished; returns what to print after the bench's report.
     fn finished(&mut self, tuned: bool) -> Option<String>;
+    /// The observer draws on the terminal while the load runs: no progress bar then.
+    fn takes_terminal(&self) -> bool {
+        false
+    }
 }
 
 /// The demo on its own, observed by nobody.
