@@ -55,6 +55,8 @@ pub trait RecordObserver {
     fn event(&mut self, _event: &Event) {}
     /// A line about an optional source (e.g. NVML on or off, and why).
     fn note(&mut self, _line: &str) {}
+    /// The kernel's counters so far (read about every 200 ms): submitted, dropped.
+    fn counters(&mut self, _submitted: u64, _dropped: u64) {}
 }
 
 impl RecordObserver for () {
@@ -108,6 +110,9 @@ pub fn run(
             break;
         }
         if last_flush.elapsed() >= FLUSH_INTERVAL {
+            if let Ok((submitted, dropped)) = probes.counters() {
+                observer.counters(submitted, dropped);
+            }
             if let Err(e) = writer.flush() {
                 failure = Some(e);
                 break;

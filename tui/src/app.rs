@@ -36,7 +36,7 @@ observation point), Esc goes back, / filters (route, client, status, or new-conn
 coalesced stalled open), s sorts (start, TTFT, ITL p99), p pauses the screen, ? helps.
 TTFT: first token - request start (connect() when the request opened its connection), at the
 first point traced and at the engine's write. ITL: gaps between tokens at one point; 0 means
-the same read (coalescing). Live drops are counted when the recording ends.";
+the same read (coalescing). Live drops (ring buffer full) are read every 200 ms.";
 
 /// `tokenscope top`: live (needs privileges) or `--replay FILE`.
 #[derive(clap::Args, Debug, Clone)]
@@ -247,6 +247,9 @@ fn run_loop(
             }
             Source::Live(live) => {
                 update(state, Action::Events(live.take_events()));
+                if let Some(d) = live.dropped() {
+                    state.meta.dropped = Some(d);
+                }
                 for note in live.take_notes() {
                     update(state, Action::Note(note));
                 }

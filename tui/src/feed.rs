@@ -87,6 +87,8 @@ struct Shared {
     notes: Mutex<Vec<String>>,
     /// Probes attached (and the signal handlers that stop the recording installed).
     started: Mutex<Option<(usize, usize)>>,
+    /// Ring-buffer drops so far, as the recorder last read them.
+    dropped: Mutex<Option<u64>>,
 }
 
 struct Observer(Arc<Shared>);
@@ -102,6 +104,10 @@ impl RecordObserver for Observer {
 
     fn note(&mut self, line: &str) {
         lock(&self.0.notes).push(line.to_string());
+    }
+
+    fn counters(&mut self, _submitted: u64, dropped: u64) {
+        *lock(&self.0.dropped) = Some(dropped);
     }
 }
 
@@ -169,6 +175,11 @@ impl Live {
 
     pub fn take_events(&self) -> Vec<Event> {
         std::mem::take(&mut *lock(&self.shared.events))
+    }
+
+    /// Ring-buffer drops so far (None until the recorder has read its counters).
+    pub fn dropped(&self) -> Option<u64> {
+        *lock(&self.shared.dropped)
     }
 
     pub fn take_notes(&self) -> Vec<String> {
