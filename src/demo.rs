@@ -37,13 +37,18 @@ impl RecordingObserver {
         })
     }
 
-    fn start_top(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
-        let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
-        let path = self.dir.join(if tuned {
+    /// Where one side's recording goes.
+    fn side_path(&self, tuned: bool) -> PathBuf {
+        self.dir.join(if tuned {
             "tuned.tsrec"
         } else {
             "untuned.tsrec"
-        });
+        })
+    }
+
+    fn start_top(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
+        let path = self.side_path(tuned);
         let child = Command::new(exe)
             .args([
                 "top",
@@ -70,11 +75,7 @@ impl RecordingObserver {
 
     fn start(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
         let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
-        let path = self.dir.join(if tuned {
-            "tuned.tsrec"
-        } else {
-            "untuned.tsrec"
-        });
+        let path = self.side_path(tuned);
         let mut child = Command::new(exe)
             .args([
                 "record",

@@ -186,17 +186,7 @@ fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     if !g.cupti_ns.is_empty() {
         writeln!(out, "GPU activity (CUPTI hook, device time)")?;
         for (kind, v) in &g.cupti_ns {
-            writeln!(
-                out,
-                "  {kind:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
-                v.count,
-                ms(v.p50_ns),
-                ms(v.p90_ns),
-                ms(v.p95_ns),
-                ms(v.p99_ns),
-                ms(v.p999_ns),
-                ms(v.max_ns)
-            )?;
+            summary_row(out, kind, v)?;
         }
     }
     if g.steps == 0 {
@@ -204,17 +194,7 @@ fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     writeln!(out, "GPU steps (from libcuda calls): {}", g.steps)?;
     for (kind, v) in &g.step_ns {
-        writeln!(
-            out,
-            "  {kind:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
-            v.count,
-            ms(v.p50_ns),
-            ms(v.p90_ns),
-            ms(v.p95_ns),
-            ms(v.p99_ns),
-            ms(v.p999_ns),
-            ms(v.max_ns)
-        )?;
+        summary_row(out, kind, v)?;
     }
     // Whose prefill stalled others the most: culprit id -> (stalls, longest gap).
     let mut culprits: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
@@ -258,17 +238,7 @@ fn write_stats(s: &Stats, out: &mut dyn Write) -> io::Result<()> {
         }
         writeln!(out, "{title}")?;
         for (name, v) in rows {
-            writeln!(
-                out,
-                "  {name:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
-                v.count,
-                ms(v.p50_ns),
-                ms(v.p90_ns),
-                ms(v.p95_ns),
-                ms(v.p99_ns),
-                ms(v.p999_ns),
-                ms(v.max_ns)
-            )?;
+            summary_row(out, &name, v)?;
         }
         Ok(())
     };
@@ -295,6 +265,21 @@ fn write_stats(s: &Stats, out: &mut dyn Write) -> io::Result<()> {
     section(
         "forward delay per token",
         s.forward.iter().map(|(k, v)| (k.clone(), v)).collect(),
+    )
+}
+
+/// `  name  count p50 p90 p95 p99 p99.9 max` in ms.
+fn summary_row(out: &mut dyn Write, name: &str, v: &Summary) -> io::Result<()> {
+    writeln!(
+        out,
+        "  {name:<32}{:>7}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        v.count,
+        ms(v.p50_ns),
+        ms(v.p90_ns),
+        ms(v.p95_ns),
+        ms(v.p99_ns),
+        ms(v.p999_ns),
+        ms(v.max_ns)
     )
 }
 

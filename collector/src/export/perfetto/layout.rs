@@ -12,7 +12,7 @@ mod requests;
 
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
-use crate::stitch::{chain, conn, request, Request, Timeline};
+use crate::stitch::{chain, Timeline};
 
 /// Interned categories, by index (iid = index + 1).
 pub(crate) const CATEGORIES: [&str; 7] = [
@@ -197,32 +197,13 @@ pub(crate) struct Stitched {
     chains: Vec<Vec<chain::End>>,
 }
 
-/// What `stitch::stitch` does, keeping its links: linking is the costly part of
-/// stitching, so it is not done twice. The tests check the result against the report.
+/// The stitched timeline with its links (see `stitch::stitch_linked`).
 pub(crate) fn stitch(events: &[Event], dropped: bool) -> Stitched {
-    let mut sorted: Vec<&Event> = events.iter().collect();
-    sorted.sort_by_key(|e| e.ts_ns);
-    let connections = conn::connections(&sorted);
-    drop(sorted);
-    let links = chain::link(&connections);
-    let chains = chain::chains(&connections, &links);
-    let mut requests: Vec<Request> = chains
-        .iter()
-        .enumerate()
-        .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
-        .collect();
-    let steps = crate::gpu::steps(events);
-    crate::gpu::attribution::attribute(&mut requests, &steps);
-    let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
+    let linked = crate::stitch::stitch_linked(events, dropped);
     Stitched {
-        timeline: Timeline {
-            connections,
-            requests,
-            steps,
-            unparsed_ios,
-        },
-        links,
-        chains,
+        timeline: linked.timeline,
+        links: linked.links,
+        chains: linked.chains,
     }
 }
 
