@@ -36,50 +36,11 @@ fn run(cmd: &mut Command, what: &str) -> std::process::Output {
 /// built beside its final path and renamed into place, so concurrent runs never share
 /// a half-made one.
 fn perfetto_venv() -> PathBuf {
-    let venv = std::env::temp_dir().join("tokenscope-perfetto-venv");
-    let python = venv.join("bin/python");
-    let has_bindings = |python: &Path| {
-        Command::new(python)
-            .args([
-                "-c",
-                "from perfetto.protos.perfetto.trace import perfetto_trace_pb2",
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if has_bindings(&python) {
-        return python;
-    }
-    let building =
-        std::env::temp_dir().join(format!("tokenscope-perfetto-venv.{}", std::process::id()));
-    run(
-        Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&building),
-        "python3 -m venv (Debian package python3-venv)",
-    );
-    run(
-        Command::new(building.join("bin/python")).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "perfetto",
-        ]),
-        "pip install perfetto (PyPI)",
-    );
-    let _ = std::fs::remove_dir_all(&venv);
-    if std::fs::rename(&building, &venv).is_err() {
-        // Another run put its venv in place first: use ours where it is.
-        return building.join("bin/python");
-    }
-    assert!(
-        has_bindings(&python),
-        "the venv at {} imports perfetto_trace_pb2",
-        venv.display()
-    );
-    python
+    tokenscope_lab::pyvenv::python_with(
+        "tokenscope-perfetto-venv",
+        "perfetto",
+        "from perfetto.protos.perfetto.trace import perfetto_trace_pb2",
+    )
 }
 
 /// Records the lab engine behind untuned nginx (auth_request sub-requests,

@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod demo;
 pub mod engine;
 pub mod proxy;
+pub mod pyvenv;
 pub mod server;
 pub mod words;
 

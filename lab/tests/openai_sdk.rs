@@ -50,47 +50,7 @@ fn run(cmd: &mut Command, what: &str) -> String {
 /// built beside its final path and renamed into place, so concurrent runs never share a
 /// half-made one.
 fn openai_venv() -> PathBuf {
-    let venv = std::env::temp_dir().join("tokenscope-lab-openai-venv");
-    let python = venv.join("bin/python");
-    let has_openai = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import openai"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if has_openai(&python) {
-        return python;
-    }
-    let building =
-        std::env::temp_dir().join(format!("tokenscope-lab-openai-venv.{}", std::process::id()));
-    run(
-        Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&building),
-        "python3 -m venv (Debian package python3-venv)",
-    );
-    run(
-        Command::new(building.join("bin/python")).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "openai",
-        ]),
-        "pip install openai (PyPI)",
-    );
-    let _ = std::fs::remove_dir_all(&venv);
-    if std::fs::rename(&building, &venv).is_err() {
-        // Another run put its venv in place first: use ours where it is.
-        return building.join("bin/python");
-    }
-    assert!(
-        has_openai(&python),
-        "the venv at {} imports openai",
-        venv.display()
-    );
-    python
+    tokenscope_lab::pyvenv::python_with("tokenscope-lab-openai-venv", "openai", "import openai")
 }
 
 fn sdk_run(python: &Path, base: &str) -> serde_json::Value {
