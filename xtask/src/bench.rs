@@ -127,25 +127,19 @@ fn uprobe_cost(bin: &Path, out: &Path) -> Result<()> {
         Ok(ns / f64::from(CALLS))
     };
     let base = run()?;
-    let mut rec = Command::new(bin)
-        .args(["record", "--port", "1", "--libcuda"])
-        .arg(&lib)
-        .arg("-o")
-        .arg(out)
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut err = BufReader::new(rec.stderr.take().expect("piped"));
-    let mut line = String::new();
-    while !line.contains("recording:") {
-        line.clear();
-        if err.read_line(&mut line)? == 0 {
-            bail!("tokenscope record exited before attaching");
-        }
-    }
+    let rec = Recorder::spawn(
+        bin,
+        &[
+            "--port".as_ref(),
+            "1".as_ref(),
+            "--libcuda".as_ref(),
+            lib.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+    )?;
     let probed = run()?;
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    let _ = rec.wait();
+    rec.stop_output()?;
     let _ = std::fs::remove_file(out);
     let _ = std::fs::remove_dir_all(&dir);
     println!(
@@ -244,13 +238,28 @@ struct Summary {
     dropped: u64,
 }
 
-struct Recorder(std::process::Child, BufReader<std::process::ChildStderr>);
+/// A `tokenscope record` child that has attached its probes.
+pub(crate) struct Recorder(std::process::Child, BufReader<std::process::ChildStderr>);
 
 impl Recorder {
     fn start(bin: &Path, out: &Path, port: u16) -> Result<Recorder> {
+        let port = port.to_string();
+        Recorder::spawn(
+            bin,
+            &[
+                "--port".as_ref(),
+                port.as_ref(),
+                "-o".as_ref(),
+                out.as_os_str(),
+            ],
+        )
+    }
+
+    /// `tokenscope record ARGS...`, once it says it is recording.
+    pub(crate) fn spawn(bin: &Path, args: &[&std::ffi::OsStr]) -> Result<Recorder> {
         let mut child = Command::new(bin)
-            .args(["record", "--port", &port.to_string(), "-o"])
-            .arg(out)
+            .arg("record")
+            .args(args)
             .stderr(Stdio::piped())
             .spawn()
             .context("start tokenscope record")?;
@@ -265,13 +274,19 @@ impl Recorder {
         Ok(Recorder(child, err))
     }
 
-    /// SIGINT, then parse "submitted S, delivered D, dropped X" from its last line.
-    fn stop(mut self) -> Result<Summary> {
+    /// SIGINT; returns the rest of its stderr once it has exited.
+    pub(crate) fn stop_output(mut self) -> Result<String> {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
         let mut rest = String::new();
         self.1.read_to_string(&mut rest)?;
         self.0.wait()?;
+        Ok(rest)
+    }
+
+    /// SIGINT, then parse "submitted S, delivered D, dropped X" from its last line.
+    fn stop(self) -> Result<Summary> {
+        let rest = self.stop_output()?;
         let num = |key: &str| -> u64 {
             rest.split(key)
                 .nth(1)

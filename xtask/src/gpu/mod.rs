@@ -5,9 +5,8 @@
 //! needs a libcupti (CUDA toolkit, or TOKENSCOPE_CUPTI_LIB), and without one the
 //! check says so instead of failing.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
@@ -49,41 +48,26 @@ pub fn run() -> Result<()> {
 
     let out = dir.join("gpu.tsrec");
     let socket = dir.join("cupti.sock");
-    let mut rec = Command::new(&bin)
-        .args([
-            "record",
-            "--port",
-            "1",
-            "--libcuda",
-            &libcuda,
-            "--cupti-socket",
-        ])
-        .arg(&socket)
-        .arg("-o")
-        .arg(&out)
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut err = BufReader::new(rec.stderr.take().expect("piped"));
-    let mut line = String::new();
-    while !line.contains("recording:") {
-        line.clear();
-        if err.read_line(&mut line)? == 0 {
-            bail!("tokenscope record exited before attaching");
-        }
-        print!("{line}");
-    }
+    let rec = crate::bench::Recorder::spawn(
+        &bin,
+        &[
+            "--port".as_ref(),
+            "1".as_ref(),
+            "--libcuda".as_ref(),
+            libcuda.as_ref(),
+            "--cupti-socket".as_ref(),
+            socket.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+    )?;
     let status = Command::new("python3")
         .arg(&workload)
         .arg(STEPS.to_string())
         .env("CUDA_INJECTION64_PATH", &hook)
         .env("TOKENSCOPE_CUPTI_SOCKET", &socket)
         .status()?;
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    for l in err.lines().map_while(Result::ok) {
-        println!("{l}");
-    }
-    rec.wait()?;
+    print!("{}", rec.stop_output()?);
     if !status.success() {
         bail!("the CUDA workload failed");
     }
