@@ -181,6 +181,44 @@ fn each_request_prefill_time_matches_the_log_with_whole_prompt_prefills() {
         "prefill time vs the engine log, chunked prefill off: {} requests, worst error {worst} ns",
         errors.len()
     );
+    if errors.iter().any(|e| *e > 1_000_000) {
+        for step in run.log.iter().filter(|s| s.prefill_tokens > 0) {
+            println!(
+                "step {} {}..{} prefills {:?}",
+                step.index,
+                step.start_ns,
+                step.end_ns,
+                step.requests
+                    .iter()
+                    .filter(|r| r.prefill_tokens > 0)
+                    .map(|r| r.request_id)
+                    .collect::<Vec<_>>()
+            );
+        }
+        for (served, e) in run.served.iter().zip(&errors) {
+            println!(
+                "request {} received {} first token {} error {e}",
+                served.request_id, served.received_ns, served.token_ns[0]
+            );
+        }
+        for r in report["requests"].as_array().unwrap() {
+            let engine = r["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["kind"] == "engine_write")
+                .cloned()
+                .unwrap_or_default();
+            let tokens = engine["token_ns"].as_array().cloned().unwrap_or_default();
+            println!(
+                "reported {} {} tokens {} first {:?}",
+                r["engine_received_ns"],
+                r["gpu"],
+                tokens.len(),
+                &tokens[..tokens.len().min(3)]
+            );
+        }
+    }
     assert!(
         errors.iter().all(|e| *e <= 1_000_000),
         "every request within 1 ms: {errors:?}"

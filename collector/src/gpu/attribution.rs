@@ -4,6 +4,8 @@
 //! A decode gap that spans a step with prefill work is blamed on the requests
 //! whose prefill was running then.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use super::{GpuStep, StepKind};
@@ -66,26 +68,37 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             })
             .collect()
     };
-    // Which requests each step with prefill work served. The requests whose first
-    // token follows the step (before the engine's next step) had their last prefill
-    // chunk in it; when none did, the oldest waiting request was being chunked
+    // Which requests each step with prefill work served. A request's prefill ended in
+    // the engine's last step that ended before its first token was written (the write
+    // lags the step's end, and may land after the next step started); when no waiting
+    // request's prefill ended in a step, the oldest waiting request was being chunked
     // (first come, first served). A step that also starts another prompt credits
     // only the first: a known limit without request ids in the GPU calls.
+    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (k, s) in steps.iter().enumerate() {
+        by_pid.entry(s.pid).or_default().push(k);
+    }
+    // An engine's steps do not overlap, so their ends rise with their starts.
+    let last_step_before = |pid: u32, t: u64| -> Option<usize> {
+        let ks = by_pid.get(&pid)?;
+        let n = ks.partition_point(|&k| steps[k].end_ns <= t);
+        n.checked_sub(1).map(|n| ks[n])
+    };
+    let ended_in: Vec<Option<usize>> = windows
+        .iter()
+        .map(|w| w.as_ref().and_then(|w| last_step_before(w.pid, w.first)))
+        .collect();
     let mut served: Vec<Vec<&GpuStep>> = vec![Vec::new(); requests.len()];
     for (k, s) in steps
         .iter()
         .enumerate()
         .filter(|(_, s)| s.kind != StepKind::Decode)
     {
-        let next_start = steps[k + 1..]
-            .iter()
-            .find(|n| n.pid == s.pid)
-            .map_or(u64::MAX, |n| n.start_ns);
         let candidates = waiting(s.pid, s);
         let finishing: Vec<usize> = candidates
             .iter()
             .copied()
-            .filter(|&i| windows[i].as_ref().is_some_and(|w| w.first <= next_start))
+            .filter(|&i| ended_in[i] == Some(k))
             .collect();
         let chosen = if finishing.is_empty() {
             candidates
