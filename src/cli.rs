@@ -65,6 +65,12 @@ line with framing headers, or TLS record types such as ClientHello / application
 Examples:
   tokenscope report run.tsrec
   tokenscope report run.tsrec --json > report.json   # schema: schema/report.schema.json
+  tokenscope report run.tsrec --slo ttft_p95=300ms --slo itl_p99=50ms   # exit 1 if violated
+
+Diagnoses: ten rules name a fix with its evidence (requests, figures) and an estimated saving
+of TTFT p95 / ITL p99: new connection per request, proxy buffering, gzip on event streams, no
+prefix cache, prefill stalling decodes, queueing, Nagle/delayed ACK, retransmits, slow client,
+GPU throttling. Causes that overlap are estimated together and shared out (see the README).
 
 Definitions (as vllm bench serve): a request starts at the client's connect() when the
 connection was opened for it, else at its first request byte, so TTFT includes handshakes as
@@ -106,6 +112,11 @@ struct ReportArgs {
     /// Print JSON (one document) instead of text.
     #[arg(long)]
     json: bool,
+    /// An objective to check, e.g. ttft_p95=300ms or itl_p99=50ms (repeatable). Exit
+    /// status: 0 all met, 1 one or more violated (listed with their top diagnoses),
+    /// 2 the recording could not be read.
+    #[arg(long = "slo", value_name = "METRIC_STAT=DURATION")]
+    slos: Vec<collector::diagnose::Slo>,
 }
 
 #[derive(Args, Debug)]
@@ -192,7 +203,14 @@ struct DumpArgs {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(args) => record(args),
-        Command::Report(args) => report(&args.file, args.json),
+        Command::Report(args) if args.slos.is_empty() => report(&args.file, args.json, &[]),
+        Command::Report(args) => {
+            // A gate tells "violated" (1) from "could not tell" (2).
+            report(&args.file, args.json, &args.slos).or_else(|e| {
+                eprintln!("tokenscope: error: {e:#}");
+                Ok(ExitCode::from(2))
+            })
+        }
         Command::Export(args) => export(&args.file, &args.output),
         Command::Demo(args) => {
             let mut observer =
@@ -292,7 +310,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         export(&recording, &args.output)?;
     }
     if args.report {
-        report(&recording, false)?;
+        report(&recording, false, &[])?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -305,11 +323,20 @@ fn append_ext(path: &std::path::Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn report(path: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+fn report(
+    path: &std::path::Path,
+    json: bool,
+    slos: &[collector::diagnose::Slo],
+) -> anyhow::Result<ExitCode> {
     use collector::export::report;
     let mut reader = collector::ingest::record::RecordReader::open(path)?;
     let events = reader.read_all()?;
-    let built = report::build(&reader.header, &events);
+    let built = report::build_checked(&reader.header, &events, slos);
+    let code = if built.slo.iter().all(|r| r.met) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let written = if json {
@@ -321,7 +348,7 @@ fn report(path: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(e).context("writing the report")
         }
-        _ => Ok(ExitCode::SUCCESS),
+        _ => Ok(code),
     }
 }
 

@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, Command, Stdio};
 
+use collector::diagnose::Diagnosis;
 use collector::export::report;
 use collector::ingest::record::RecordReader;
-use tokenscope_lab::demo::DemoObserver;
+use tokenscope_lab::demo::{DemoObserver, DemoOutcome};
 
 pub struct RecordingObserver {
     dir: PathBuf,
@@ -20,6 +21,8 @@ pub struct RecordingObserver {
     top: Option<(Child, PathBuf)>,
     interactive: bool,
     problem: Option<String>,
+    /// Each side's diagnoses (untuned, tuned), once its recording was read.
+    diagnoses: [Option<Vec<Diagnosis>>; 2],
 }
 
 impl RecordingObserver {
@@ -34,6 +37,7 @@ impl RecordingObserver {
             top: None,
             interactive,
             problem: None,
+            diagnoses: [None, None],
         })
     }
 
@@ -128,16 +132,14 @@ impl DemoObserver for RecordingObserver {
         self.interactive
     }
 
-    fn finished(&mut self, _tuned: bool) -> Option<String> {
+    fn finished(&mut self, tuned: bool) -> Option<String> {
         if let Some(problem) = self.problem.take() {
             return Some(format!("tokenscope did not record this side: {problem}\n"));
         }
         if let Some((mut child, path)) = self.top.take() {
             // The load is over; top stays up until it is quit (q), then the report.
             return match child.wait() {
-                Ok(s) if s.success() => Some(
-                    profile(&path).unwrap_or_else(|e| format!("reading {}: {e}\n", path.display())),
-                ),
+                Ok(s) if s.success() => Some(self.profile(tuned, &path)),
                 other => Some(format!("tokenscope top ended with {other:?}\n")),
             };
         }
@@ -155,14 +157,60 @@ impl DemoObserver for RecordingObserver {
                 ))
             }
         }
-        Some(
-            profile(&path)
-                .unwrap_or_else(|e| format!("reading the recording {}: {e}\n", path.display())),
-        )
+        Some(self.profile(tuned, &path))
+    }
+
+    fn compared(&mut self, untuned: &DemoOutcome, tuned: &DemoOutcome) -> Option<String> {
+        let found = self.diagnoses[0].as_ref()?;
+        let measured = untuned.bench.report.ttft_ms.p95 - tuned.bench.report.ttft_ms.p95;
+        let classic: Vec<&Diagnosis> = found.iter().filter(|d| d.rule <= 5).collect();
+        let mut out = String::from(
+            "\ntokenscope's diagnoses of the untuned side, rules 1-5 (the seed article's fixes):\n",
+        );
+        let mut sum = 0.0;
+        for d in &classic {
+            let ms = d.saving.ttft_p95_ns.unwrap_or(0) as f64 / 1e6;
+            sum += ms;
+            out += &format!("  [{}] {:<28} ~{ms:>7.0} ms of TTFT p95\n", d.rule, d.title);
+        }
+        out += &format!(
+            "  estimated saving, summed: {sum:.0} ms of TTFT p95; measured untuned - tuned (bench): \
+             {measured:.0} ms ({:.0}%)\n",
+            if measured > 0.0 { sum / measured * 100.0 } else { 0.0 }
+        );
+        if let Some(t) = &self.diagnoses[1] {
+            let left: Vec<String> = t
+                .iter()
+                .filter(|d| d.rule <= 5)
+                .map(|d| format!("[{}] {}", d.rule, d.title))
+                .collect();
+            out += &format!(
+                "  tuned side: {}\n",
+                if left.is_empty() {
+                    "none of rules 1-5".to_string()
+                } else {
+                    left.join(", ")
+                }
+            );
+        }
+        Some(out)
     }
 }
 
-fn profile(path: &std::path::Path) -> anyhow::Result<String> {
+impl RecordingObserver {
+    /// The report of one side's recording; keeps its diagnoses for the comparison.
+    fn profile(&mut self, tuned: bool, path: &std::path::Path) -> String {
+        match profile(path) {
+            Ok((text, diagnoses)) => {
+                self.diagnoses[usize::from(tuned)] = Some(diagnoses);
+                text
+            }
+            Err(e) => format!("reading the recording {}: {e}\n", path.display()),
+        }
+    }
+}
+
+fn profile(path: &std::path::Path) -> anyhow::Result<(String, Vec<Diagnosis>)> {
     let mut reader = RecordReader::open(path)?;
     let events = reader.read_all()?;
     let built = report::build(&reader.header, &events);
@@ -173,5 +221,5 @@ fn profile(path: &std::path::Path) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     report::write_text(&built, &mut buf)?;
     text.push_str(&String::from_utf8_lossy(&buf));
-    Ok(text)
+    Ok((text, built.diagnoses))
 }

@@ -3,6 +3,7 @@
 //! `ingest` (decoding, record files), `protocol` (payload parsers), `export`.
 
 pub mod analyze;
+pub mod diagnose;
 pub mod export;
 pub mod gpu;
 pub mod ingest;

@@ -153,7 +153,7 @@ impl BenchArgs {
             timeout: self.timeout,
             progress: !self.no_progress,
             warmup_requests: self.warmup,
-            accept_gzip: self.accept_gzip,
+            accept_gzip_every: u64::from(self.accept_gzip),
         }
     }
 }
@@ -472,6 +472,9 @@ pub fn run_demo_observed(
     }
     if let [untuned, tuned] = &outcomes[..] {
         print!("{}", demo::comparison_table(untuned, tuned));
+        if let Some(more) = observer.compared(untuned, tuned) {
+            print!("{more}");
+        }
     }
     Ok(())
 }

@@ -73,6 +73,10 @@ pub trait DemoObserver {
     fn ready(&mut self, tuned: bool, engine: std::net::SocketAddr, proxy: std::net::SocketAddr);
     /// The load finished; returns what to print after the bench's report.
     fn finished(&mut self, tuned: bool) -> Option<String>;
+    /// Both sides ran: what to print after the side-by-side table.
+    fn compared(&mut self, _untuned: &DemoOutcome, _tuned: &DemoOutcome) -> Option<String> {
+        None
+    }
     /// The observer draws on the terminal while the load runs: no progress bar then.
     fn takes_terminal(&self) -> bool {
         false
@@ -117,6 +121,8 @@ impl DemoConfig {
             insecure: true,
             progress: self.progress,
             warmup_requests: 1,
+            // Half the clients are SDKs that accept gzip, half are curl-like.
+            accept_gzip_every: 2,
             ..BenchConfig::default()
         }
     }
@@ -168,7 +174,8 @@ pub fn describe(cfg: &DemoConfig) -> String {
     };
     format!(
         "tokenscope demo ({side})\nload: {:.1} requests/s (at most {} in flight) for {:.0} s, chat, {}-word shared system \
-         prompt + {}-word question, every {}th request a {}-word document, {} tokens out\n",
+         prompt + {}-word question, every {}th request a {}-word document, {} tokens out; half the \
+         clients accept gzip\n",
         cfg.rate,
         cfg.concurrency,
         cfg.duration.as_secs_f64(),

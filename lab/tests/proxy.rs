@@ -25,7 +25,7 @@ async fn through_proxy(
         prompt_tokens: 20,
         max_tokens: 60,
         http2,
-        accept_gzip,
+        accept_gzip_every: u64::from(accept_gzip),
         insecure: true,
         progress: false,
         timeout: Duration::from_secs(60),

@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::analyze::{self, Stats, Summary};
+use crate::diagnose::{self, slo, Diagnosis, Slo, SloResult};
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
 use crate::stitch::{self, Request};
@@ -27,6 +28,10 @@ pub struct Report {
     pub processes: BTreeMap<String, Stats>,
     pub windows: Vec<Window>,
     pub gpu: GpuSummary,
+    /// Named problems with their evidence, saving and fix, the largest saving first.
+    pub diagnoses: Vec<Diagnosis>,
+    /// The objectives given (`report --slo`), met or not.
+    pub slo: Vec<SloResult>,
     pub requests: Vec<Request>,
 }
 
@@ -62,8 +67,16 @@ pub struct Window {
 }
 
 pub fn build(header: &FileHeader, events: &[Event]) -> Report {
+    build_checked(header, events, &[])
+}
+
+/// The report with the objectives checked.
+pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Report {
     let c = header.counters.unwrap_or_default();
     let timeline = stitch::stitch(events, c.dropped > 0);
+    let nvml = diagnose::nvml_samples(events);
+    let diagnoses = diagnose::diagnose(&diagnose::Input::new(&timeline, &nvml));
+    let slo = slo::check(slos, &timeline.requests, &diagnoses);
     let requests = timeline.requests;
     let mut gpu = gpu_summary(&timeline.steps, &requests);
     gpu.cupti_ns = cupti_summary(events);
@@ -91,6 +104,8 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
             .into_iter()
             .map(|(start_ns, stats)| Window { start_ns, stats })
             .collect(),
+        diagnoses,
+        slo,
         requests,
     }
 }
@@ -176,6 +191,109 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         for (route, s) in &report.routes {
             writeln!(out, "\nroute {route}: {} requests", s.requests)?;
             write_stats(s, out)?;
+        }
+    }
+    write_diagnoses(&report.diagnoses, out)?;
+    write_slo(&report.slo, &report.diagnoses, out)
+}
+
+fn ms0(ns: u64) -> String {
+    format!("{:.0} ms", ns as f64 / 1e6)
+}
+
+/// One line per diagnosis's saving: "saves ~740 ms TTFT p95, ~30 ms ITL p99".
+pub fn saving_line(d: &Diagnosis) -> String {
+    let s = &d.saving;
+    let mut parts = Vec::new();
+    if let Some(t) = s.ttft_p95_ns {
+        parts.push(format!("~{} of TTFT p95", ms0(t)));
+    }
+    if let Some(t) = s.itl_p99_ns {
+        parts.push(format!("~{} of ITL p99", ms0(t)));
+    }
+    if parts.is_empty() {
+        "saving not estimated".into()
+    } else {
+        format!("saves {}", parts.join(", "))
+    }
+}
+
+fn write_diagnoses(diagnoses: &[Diagnosis], out: &mut dyn Write) -> io::Result<()> {
+    if diagnoses.is_empty() {
+        return writeln!(
+            out,
+            "\nDiagnoses: none (no rule's trigger holds on this recording)"
+        );
+    }
+    writeln!(
+        out,
+        "\nDiagnoses ({}), the largest saving first:",
+        diagnoses.len()
+    )?;
+    for d in diagnoses {
+        writeln!(
+            out,
+            "[{}] {}: {} ({})",
+            d.rule,
+            d.title,
+            saving_line(d),
+            d.scope
+        )?;
+        writeln!(out, "    {}", d.finding)?;
+        if !d.evidence.request_ids.is_empty() {
+            let ids: Vec<String> = d
+                .evidence
+                .request_ids
+                .iter()
+                .map(|i| format!("#{i}"))
+                .collect();
+            writeln!(
+                out,
+                "    evidence: {} requests, e.g. {}",
+                d.evidence.requests,
+                ids.join(" ")
+            )?;
+        }
+        if let (Some(joint), Some(alone)) = (d.saving.ttft_p95_ns, d.saving.ttft_p95_alone_ns) {
+            if joint != alone {
+                writeln!(
+                    out,
+                    "    alone (without the other fixes): ~{} of TTFT p95",
+                    ms0(alone)
+                )?;
+            }
+        }
+        writeln!(out, "    estimate: {}", d.saving.basis)?;
+        for f in &d.fix {
+            for line in &f.lines {
+                writeln!(out, "    fix ({}): {line}", f.target)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_slo(
+    results: &[SloResult],
+    diagnoses: &[Diagnosis],
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    if results.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nSLOs:")?;
+    for r in results {
+        let measured = r.measured_ns.map_or("no samples".to_string(), ms0);
+        let verdict = if r.met { "met" } else { "VIOLATED" };
+        writeln!(
+            out,
+            "{verdict}: {} (measured {measured} over {} samples)",
+            r.slo, r.samples
+        )?;
+        for rule in &r.top_diagnoses {
+            if let Some(d) = diagnoses.iter().find(|d| d.rule == *rule) {
+                writeln!(out, "    [{}] {}: {}", d.rule, d.title, saving_line(d))?;
+            }
         }
     }
     Ok(())

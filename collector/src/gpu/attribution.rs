@@ -26,7 +26,8 @@ pub struct GpuShare {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Stall {
-    /// The gap between two of its tokens at the engine.
+    /// The gap between two of its tokens at the engine: it ends at this token (index).
+    pub token: usize,
     pub gap_ns: u64,
     pub step_kind: StepKind,
     pub step_ns: u64,
@@ -130,7 +131,7 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             .iter()
             .filter(|s| s.start_ns >= w.first && s.end_ns <= last)
             .count() as u32;
-        for pair in w.tokens.windows(2) {
+        for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);
             let Some(s) = mine
                 .iter()
@@ -141,6 +142,7 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             let culprits: Vec<usize> = waiting(w.pid, s).into_iter().filter(|&j| j != i).collect();
             if !culprits.is_empty() {
                 share.stalled_by.push(Stall {
+                    token: k + 1,
                     gap_ns: b - a,
                     step_kind: s.kind,
                     step_ns: s.end_ns - s.start_ns,

@@ -256,9 +256,15 @@ pub struct Sniff {
     /// or a stream the parser lost because bytes went uncaptured).
     #[prost(bool, tag = "25")]
     pub unparsed: bool,
-    /// The body is compressed (Content-Encoding): its events cannot be seen.
+    /// The body is compressed (Content-Encoding). A gzip event stream is inflated to
+    /// read its events; other encodings hide them.
     #[prost(bool, tag = "26")]
     pub compressed: bool,
+    /// On the I/O that ended a request body: the hash of its first 1, 2, 3, ... KiB
+    /// (whole KiB only, up to 64 KiB, until bytes went uncaptured). Prompts that share
+    /// a prefix share the first hashes.
+    #[prost(fixed64, repeated, tag = "27")]
+    pub prefix_prints: Vec<u64>,
 }
 
 /// Identifies a request body across hops without keeping it: a hash of its

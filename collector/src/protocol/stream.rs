@@ -3,6 +3,10 @@
 //! [`Sniff`]; the parser keeps only framing state, never content, beyond the
 //! current event.
 
+use std::io::Write;
+
+use flate2::write::GzDecoder;
+
 use super::body::{BodyReader, Chunk};
 use super::sse::SseSplitter;
 use super::{fingerprint, fnv_extend, http, tls, FNV_OFFSET};
@@ -12,6 +16,10 @@ use crate::ingest::model::{sniff, BodyPrint, Sniff, TlsRecord, TlsRecords};
 const MAX_HEAD: usize = 64 << 10;
 /// Request bodies are identified by a hash of this many first bytes plus their length.
 pub const BODY_PRINT_BYTES: usize = 1024;
+/// Request bodies also carry the hash of every whole `PREFIX_STEP` of their first
+/// `PREFIX_BYTES`: two prompts that share a prefix (a system prompt) share those.
+pub const PREFIX_STEP: usize = 1024;
+pub const PREFIX_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Default)]
 pub struct StreamParser {
@@ -44,8 +52,14 @@ enum Phase {
 struct BodyState {
     reader: BodyReader,
     sse: Option<SseSplitter>,
+    /// A gzip-encoded event stream, inflated to read its events (gateways compress
+    /// SSE; the timing of what they let through is the point).
+    inflate: Option<Box<GzDecoder<Vec<u8>>>>,
     /// For request bodies: running hash of the first bytes, the declared length, bytes hashed.
     print: Option<(u64, Option<u64>, usize)>,
+    /// For request bodies: running hash over every byte so far, and the hash at
+    /// each whole step; None once bytes went uncaptured.
+    prefix: Option<(u64, usize, Vec<u64>)>,
     seen: u64,
 }
 
@@ -139,7 +153,9 @@ impl StreamParser {
             reader.map(|reader| BodyState {
                 reader,
                 sse: None,
+                inflate: None,
                 print: Some((FNV_OFFSET, length, 0)),
+                prefix: Some((FNV_OFFSET, 0, Vec::new())),
                 seen: 0,
             })
         } else if let Some(resp) = http::parse_response_head(head) {
@@ -152,16 +168,22 @@ impl StreamParser {
                 (false, false, Some(n)) => Some(BodyReader::Length(n)),
                 (false, false, None) => Some(BodyReader::UntilClose),
             };
-            let compressed = http::header(&resp.headers, "content-encoding")
-                .is_some_and(|v| !v.eq_ignore_ascii_case("identity"));
+            let encoding = http::header(&resp.headers, "content-encoding")
+                .filter(|v| !v.eq_ignore_ascii_case("identity"));
+            let compressed = encoding.is_some();
+            let gzip = encoding.is_some_and(|v| {
+                v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
+            });
             let event_stream = http::header(&resp.headers, "content-type")
                 .is_some_and(|v| v.starts_with("text/event-stream"));
             out.compressed |= compressed && reader.is_some();
             out.kind = Some(sniff::Kind::HttpResponse(resp));
             reader.map(|reader| BodyState {
                 reader,
-                sse: (event_stream && !compressed).then(SseSplitter::new),
+                sse: (event_stream && (gzip || !compressed)).then(SseSplitter::new),
+                inflate: (event_stream && gzip).then(|| Box::new(GzDecoder::new(Vec::new()))),
                 print: None,
+                prefix: None,
                 seen: 0,
             })
         } else {
@@ -180,7 +202,9 @@ impl StreamParser {
         let BodyState {
             reader,
             sse,
+            inflate,
             print,
+            prefix,
             seen,
         } = &mut *state;
         let mut events = Vec::new();
@@ -192,8 +216,23 @@ impl StreamParser {
                 *hash = fnv_extend(*hash, &content[..take]);
                 *hashed += take;
             }
-            if let Some(sse) = sse.as_mut() {
-                events.extend(sse.feed(content));
+            if let Some((hash, hashed, steps)) = prefix.as_mut() {
+                extend_prefix(hash, hashed, steps, content);
+            }
+            match (sse.as_mut(), inflate.as_mut()) {
+                (Some(splitter), Some(gz)) => {
+                    let inflated = gz.write_all(content).and_then(|()| gz.flush());
+                    if inflated.is_ok() {
+                        events.extend(splitter.feed(gz.get_ref()));
+                        gz.get_mut().clear();
+                    } else {
+                        // Not gzip after all, or corrupt: its events stay unseen.
+                        *sse = None;
+                        *inflate = None;
+                    }
+                }
+                (Some(splitter), None) => events.extend(splitter.feed(content)),
+                (None, _) => {}
             }
         });
         out.sse.extend(events);
@@ -204,6 +243,7 @@ impl StreamParser {
         };
         self.settle_print(&mut state, progress.ended, out);
         if progress.ended {
+            out.prefix_prints = state.prefix.take().map(|p| p.2).unwrap_or_default();
             out.message_end = true;
             self.phase = Phase::Idle;
         } else {
@@ -278,11 +318,16 @@ impl StreamParser {
                 Ok(ended) => {
                     state.seen += n;
                     out.body_bytes += n;
+                    // Uncaptured bytes end the prefix: keep the steps already whole.
+                    if let Some((_, _, steps)) = state.prefix.take() {
+                        state.prefix = Some((0, PREFIX_BYTES, steps));
+                    }
                     if let Some(sse) = state.sse.as_mut() {
                         sse.reset(); // the event in progress lost bytes
                     }
                     self.settle_print(&mut state, ended, out);
                     if ended {
+                        out.prefix_prints = state.prefix.take().map(|p| p.2).unwrap_or_default();
                         out.message_end = true;
                     } else {
                         self.phase = Phase::Body(state);
@@ -310,6 +355,20 @@ impl StreamParser {
     }
 }
 
+/// Hashes `content` into the running prefix hash, noting the hash at each whole step.
+fn extend_prefix(hash: &mut u64, hashed: &mut usize, steps: &mut Vec<u64>, mut content: &[u8]) {
+    while !content.is_empty() && *hashed < PREFIX_BYTES {
+        let to_step = PREFIX_STEP - *hashed % PREFIX_STEP;
+        let take = to_step.min(content.len());
+        *hash = fnv_extend(*hash, &content[..take]);
+        *hashed += take;
+        content = &content[take..];
+        if (*hashed).is_multiple_of(PREFIX_STEP) {
+            steps.push(*hash);
+        }
+    }
+}
+
 /// A body that resumes at this I/O: a chunk-size line then an SSE field, or (unchunked)
 /// an SSE field at once.
 fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
@@ -329,7 +388,9 @@ fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
     Some(BodyState {
         reader,
         sse: Some(SseSplitter::new()),
+        inflate: None,
         print: None,
+        prefix: None,
         seen: 0,
     })
 }

@@ -172,14 +172,83 @@ fn lost_chunk_framing_is_unparsed_then_resyncs() {
     assert!(!s.unparsed);
 }
 
+/// A gzip SSE response as a compressing gateway writes it: the head, then compressed
+/// chunks, one event per entry of `flush_after`: whether the compressor flushed after it.
+fn gzip_sse_pieces(flush_after: &[bool]) -> Vec<Vec<u8>> {
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::Write;
+    let mut pieces = vec![b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec()];
+    let mut enc = GzEncoder::new(Vec::new(), Compression::default());
+    let chunk = |data: &[u8]| {
+        let mut c = format!("{:x}\r\n", data.len()).into_bytes();
+        c.extend_from_slice(data);
+        c.extend_from_slice(b"\r\n");
+        c
+    };
+    for (i, &flush) in flush_after.iter().enumerate() {
+        enc.write_all(sse_event(i).as_bytes()).unwrap();
+        if flush {
+            enc.flush().unwrap();
+            let out = std::mem::take(enc.get_mut());
+            pieces.push(chunk(&out));
+        }
+    }
+    enc.write_all(b"data: [DONE]\n\n").unwrap();
+    let mut last = chunk(&enc.finish().unwrap());
+    last.extend_from_slice(b"0\r\n\r\n");
+    pieces.push(last);
+    pieces
+}
+
 #[test]
-fn gzip_event_stream_is_compressed_not_parsed() {
+fn gzip_event_stream_is_inflated_and_events_land_where_the_gateway_let_them_out() {
+    // The gateway holds events 0-2 until its flush, lets 3 out alone, then the rest at the end.
+    let pieces = gzip_sse_pieces(&[false, false, true, true, false, false]);
+    let refs: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+    let sniffs = feed_all(&refs);
+    assert!(sniffs[0].compressed);
+    let per_io: Vec<usize> = sniffs.iter().map(|s| s.sse.len()).collect();
+    assert_eq!(
+        per_io,
+        vec![0, 3, 1, 3],
+        "3 held, 1 alone, 2 + [DONE] at the end"
+    );
+    assert!(sniffs.last().unwrap().message_end);
+    // The same events as the uncompressed stream, fingerprint for fingerprint.
+    let plain = chunked_sse_response(6);
+    let plain_events = events(&feed_all(&[&plain]));
+    let plain_prints: Vec<u64> = plain_events.iter().map(|e| e.fingerprint).collect();
+    let inflated: Vec<u64> = events(&sniffs).iter().map(|e| e.fingerprint).collect();
+    assert_eq!(inflated, plain_prints);
+    // Split at every byte of the first compressed chunk: nothing changes.
+    for cut in 1..pieces[1].len() {
+        let (a, b) = pieces[1].split_at(cut);
+        let mut split: Vec<&[u8]> = vec![&pieces[0], a, b];
+        split.extend(pieces[2..].iter().map(Vec::as_slice));
+        let got: Vec<u64> = events(&feed_all(&split))
+            .iter()
+            .map(|e| e.fingerprint)
+            .collect();
+        assert_eq!(got, plain_prints, "cut at {cut}");
+    }
+}
+
+#[test]
+fn corrupt_gzip_and_other_encodings_hide_events_without_failing() {
     let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
     let mut p = StreamParser::default();
-    let s = p.feed(head, head.len() as u64);
-    assert!(s.compressed);
-    let s = p.feed(b"a\r\n\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\r\n", 15);
-    assert!(s.sse.is_empty() && !s.unparsed && s.body_bytes == 10);
+    assert!(p.feed(head, head.len() as u64).compressed);
+    let s = p.feed(b"a\r\nnot gzip!!\r\n", 15);
+    assert!(s.sse.is_empty() && s.body_bytes == 10);
+    let s = p.feed(b"0\r\n\r\n", 5);
+    assert!(
+        s.message_end && !s.unparsed,
+        "the framing still ends the message"
+    );
+
+    let br = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: br\r\nContent-Length: 4\r\n\r\ndata";
+    let s = feed_all(&[br]);
+    assert!(s[0].compressed && s[0].sse.is_empty() && s[0].message_end);
 }
 
 #[test]
@@ -268,4 +337,45 @@ fn event_stream_resumes_after_an_uncaptured_tail() {
     let end = b"0\r\n\r\n";
     let s = p.feed(end, 5);
     assert!(s.message_end, "and it ends with the final chunk");
+}
+
+#[test]
+fn request_bodies_that_share_a_prefix_share_its_whole_kib_prints() {
+    let system = "s".repeat(3000);
+    let a = request(&format!("{system}question one {}", "a".repeat(2000)), "");
+    let b = request(
+        &format!("{system}another question {}", "b".repeat(2000)),
+        "",
+    );
+    let prints = |bytes: &[u8]| -> Vec<u64> {
+        let whole = feed_all(&[bytes]);
+        let ended = whole
+            .iter()
+            .find(|s| s.message_end)
+            .expect("the request ends");
+        // The same prints however the body is split into I/Os.
+        for cut in [1, 100, 1023, 1024, 1025, bytes.len() - 1] {
+            let (x, y) = bytes.split_at(cut);
+            let split = feed_all(&[x, y]);
+            let got = split.iter().find(|s| s.message_end).unwrap();
+            assert_eq!(got.prefix_prints, ended.prefix_prints, "cut at {cut}");
+        }
+        ended.prefix_prints.clone()
+    };
+    let (pa, pb) = (prints(&a), prints(&b));
+    assert_eq!(pa.len(), 4, "4 whole KiB of a 5,013-byte body");
+    let shared = pa.iter().zip(&pb).take_while(|(x, y)| x == y).count();
+    assert_eq!(
+        shared, 2,
+        "3,000 shared bytes: the first 2 KiB match, the third not"
+    );
+
+    // Bytes that went uncaptured end the prefix; what was whole before stays.
+    let mut p = StreamParser::default();
+    let head_end = a.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let cut = head_end + 2500;
+    p.feed(&a[..cut], cut as u64);
+    let s = p.feed(&[], (a.len() - cut) as u64);
+    assert!(s.message_end);
+    assert_eq!(s.prefix_prints, pa[..2].to_vec());
 }

@@ -70,6 +70,8 @@ pub struct Exchange {
     pub path: String,
     pub host: Option<String>,
     pub body_print: Option<(u64, u64)>,
+    /// Hash of each whole KiB of the request body's first 64 KiB (see protocol::stream).
+    pub prefix_prints: Vec<u64>,
     pub request_start_ns: u64,
     pub request_end_ns: Option<u64>,
     pub request_bytes: u64,
@@ -259,6 +261,9 @@ impl Connection {
         }
         if let Some(p) = sn.body_print {
             x.body_print = Some((p.hash, p.length));
+        }
+        if !sn.prefix_prints.is_empty() {
+            x.prefix_prints = sn.prefix_prints.clone();
         }
         if sn.message_end {
             x.request_end_ns = Some(ts);

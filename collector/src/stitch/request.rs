@@ -92,6 +92,8 @@ pub struct Request {
     pub first_byte_ns: u64,
     pub end_ns: Option<u64>,
     pub new_connection: bool,
+    /// Requests its (client-side) connection carried in all; 1 = not reused.
+    pub connection_requests: usize,
     pub tls: bool,
     /// Seen only as TLS records (no plaintext): timed by record, without tokens.
     pub encrypted: bool,
@@ -105,6 +107,14 @@ pub struct Request {
     pub stages: Stages,
     /// When the engine end had the whole request (its arrival at the engine).
     pub engine_received_ns: Option<u64>,
+    /// Request body bytes, and the hash of each of its whole first KiB (shared
+    /// prefixes show there; see protocol::stream). As the last traced hop read it.
+    pub body_bytes: Option<u64>,
+    #[serde(skip)]
+    pub prefix_prints: Vec<u64>,
+    /// The timeline's connections (ids) that carried it, client side first.
+    #[serde(skip)]
+    pub connections: Vec<usize>,
     /// GPU steps this request took part in, when the engine's libcuda was probed.
     pub gpu: Option<crate::gpu::attribution::GpuShare>,
     /// Client side first, engine last.
@@ -293,6 +303,14 @@ pub fn build(
         first_byte_ns: rx.request_start_ns,
         end_ns: rx.response_end_ns.or(rx.sse.last().map(|e| e.ts_ns)),
         new_connection,
+        connection_requests: rc.exchanges.len(),
+        connections: chain.iter().map(|e| e.0).collect(),
+        body_bytes: engine.body_print.or(rx.body_print).map(|p| p.1),
+        prefix_prints: if engine.prefix_prints.is_empty() {
+            rx.prefix_prints.clone()
+        } else {
+            engine.prefix_prints.clone()
+        },
         tls: rc.tls.is_some(),
         coalesced: points.iter().any(|p| p.max_tokens_per_io > 1),
         truncated: !rx.encrypted && !rx.done() && rx.response_end_ns.is_none(),

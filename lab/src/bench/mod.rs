@@ -71,9 +71,10 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// Show a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
-    /// Send `Accept-Encoding: gzip` as browsers and the openai SDK do (a gateway with gzip
-    /// on then compresses the stream).
-    pub accept_gzip: bool,
+    /// Every n-th request sends `Accept-Encoding: gzip`, as browsers and the openai SDK
+    /// do (a gateway with gzip on then compresses the stream): 0 none, 1 all, 2 every
+    /// other one (SDK clients beside curl ones).
+    pub accept_gzip_every: u64,
     /// Requests sent one by one before the measured load and left out of the results
     /// (they warm caches such as the engine's prefix cache, as a running service has).
     pub warmup_requests: u64,
@@ -99,7 +100,7 @@ impl Default for BenchConfig {
             timeout: Duration::from_secs(120),
             progress: true,
             warmup_requests: 0,
-            accept_gzip: false,
+            accept_gzip_every: 0,
         }
     }
 }
@@ -415,7 +416,7 @@ async fn one_request(
     if !conn.http2 {
         builder = builder.header(HOST, endpoint.authority.as_str());
     }
-    if cfg.accept_gzip {
+    if cfg.accept_gzip_every > 0 && index.is_multiple_of(cfg.accept_gzip_every) {
         builder = builder.header(ACCEPT_ENCODING, "gzip");
     }
     let req = match builder.body(Full::new(body)) {
