@@ -171,7 +171,15 @@ impl DemoObserver for RecordingObserver {
         for d in &classic {
             let ms = d.saving.ttft_p95_ns.unwrap_or(0) as f64 / 1e6;
             sum += ms;
-            out += &format!("  [{}] {:<28} ~{ms:>7.0} ms of TTFT p95\n", d.rule, d.title);
+            let itl = d
+                .saving
+                .itl_p99_ns
+                .map(|n| format!(", ~{:.0} ms of ITL p99", n as f64 / 1e6))
+                .unwrap_or_default();
+            out += &format!(
+                "  [{}] {:<28} ~{ms:>7.0} ms of TTFT p95{itl}\n",
+                d.rule, d.title
+            );
         }
         out += &format!(
             "  estimated saving, summed: {sum:.0} ms of TTFT p95; measured untuned - tuned (bench): \

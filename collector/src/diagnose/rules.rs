@@ -417,7 +417,7 @@ fn hold_finding(
 
 /// A request's prompt: how much of it an earlier request already sent (whole KiB of
 /// shared prefix over its body length).
-fn shared_fractions(reqs: &[Request]) -> Vec<Option<f64>> {
+pub(super) fn shared_fractions(reqs: &[Request]) -> Vec<Option<f64>> {
     let mut order: Vec<usize> = (0..reqs.len()).collect();
     order.sort_by_key(|&i| reqs[i].first_byte_ns);
     let mut seen: HashSet<u64> = HashSet::new();

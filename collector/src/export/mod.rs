@@ -3,5 +3,5 @@
 pub mod dump;
 pub mod perfetto;
 pub mod report;
-#[cfg(test)]
-mod schema_check;
+/// Checks JSON against the committed report schema (the subset of JSON Schema it uses).
+pub mod schema_check;

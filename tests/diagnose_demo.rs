@@ -1,0 +1,194 @@
+//! Privileged: `tokenscope demo --compare` records both sides of the lab. The untuned
+//! side must yield the seed article's five diagnoses (rules 1-5), each with its
+//! evidence, and their summed TTFT p95 saving must land within 50% of what tuning
+//! measurably saved (the bench's own clock, same run); the tuned side yields none of
+//! them. The same recordings then drive the SLO gate both ways.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::{report_json, BIN};
+use serde_json::Value;
+
+struct Demo {
+    stdout: String,
+    untuned: PathBuf,
+    tuned: PathBuf,
+}
+
+/// One demo run shared by the tests of this file (they run one at a time).
+fn demo() -> &'static Demo {
+    static DEMO: OnceLock<Demo> = OnceLock::new();
+    DEMO.get_or_init(|| {
+        let out = Command::new(BIN)
+            .args(["demo", "--compare", "--duration", "20s"])
+            .output()
+            .expect("run tokenscope demo");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "demo failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{stdout}");
+        let recording = |name: &str| -> PathBuf {
+            stdout
+                .lines()
+                .filter_map(|l| l.split("(recording: ").nth(1))
+                .map(|rest| PathBuf::from(rest.trim_end_matches("):")))
+                .find(|p| p.ends_with(name))
+                .unwrap_or_else(|| panic!("the demo names its {name} recording:\n{stdout}"))
+        };
+        Demo {
+            untuned: recording("untuned.tsrec"),
+            tuned: recording("tuned.tsrec"),
+            stdout,
+        }
+    })
+}
+
+fn rules(report: &Value) -> Vec<u64> {
+    report["diagnoses"]
+        .as_array()
+        .expect("diagnoses")
+        .iter()
+        .map(|d| d["rule"].as_u64().unwrap())
+        .collect()
+}
+
+fn schema() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schema/report.schema.json"
+    ))
+    .expect("schema");
+    serde_json::from_str(&text).expect("schema is JSON")
+}
+
+#[test]
+fn untuned_demo_yields_rules_1_to_5_with_evidence_and_tuned_none() {
+    let d = demo();
+    let untuned = report_json(&d.untuned);
+    collector::export::schema_check::check(&schema(), &untuned)
+        .expect("the report with diagnoses matches the committed schema");
+    let found = rules(&untuned);
+    for rule in 1..=5 {
+        let diag = untuned["diagnoses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["rule"] == rule)
+            .unwrap_or_else(|| panic!("rule {rule} on the untuned side; found {found:?}"));
+        let ev = &diag["evidence"];
+        assert!(
+            ev["requests"].as_u64().unwrap() >= 3
+                && !ev["request_ids"].as_array().unwrap().is_empty()
+                && !ev["figures"].as_array().unwrap().is_empty(),
+            "rule {rule} shows its evidence: {diag:#}"
+        );
+        assert!(
+            !diag["fix"].as_array().unwrap().is_empty(),
+            "rule {rule} names a fix"
+        );
+    }
+    let tuned = report_json(&d.tuned);
+    let left: Vec<u64> = rules(&tuned).into_iter().filter(|r| *r <= 5).collect();
+    assert!(
+        left.is_empty(),
+        "the tuned side yields none of rules 1-5: {left:?}"
+    );
+    assert!(
+        d.stdout.contains("tuned side: none of rules 1-5"),
+        "the demo says so"
+    );
+}
+
+#[test]
+fn the_summed_saving_of_rules_1_to_5_is_within_half_of_the_measured_difference() {
+    let d = demo();
+    let line = d
+        .stdout
+        .lines()
+        .find(|l| l.contains("estimated saving, summed:"))
+        .unwrap_or_else(|| panic!("the demo prints the summed saving:\n{}", d.stdout));
+    let number_after = |key: &str| -> f64 {
+        line.split(key)
+            .nth(1)
+            .unwrap()
+            .trim_start()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let estimated = number_after("summed:");
+    let measured = number_after("(bench):");
+    println!("estimated {estimated} ms vs measured {measured} ms");
+    assert!(measured > 0.0, "tuning saved TTFT p95: {line}");
+    assert!(
+        (estimated - measured).abs() <= 0.5 * measured,
+        "the estimate is within 50% of the measured difference: {line}"
+    );
+}
+
+/// `report --slo ...` on a recording: (exit code, stdout).
+fn gate(path: &std::path::Path, slos: &[&str]) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("report").arg(path);
+    for s in slos {
+        cmd.args(["--slo", s]);
+    }
+    let out = cmd.output().expect("run report");
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn the_slo_gate_fails_the_untuned_side_and_passes_the_tuned_one() {
+    let d = demo();
+    let slos = ["ttft_p95=300ms", "itl_p99=50ms"];
+    let (code, out) = gate(&d.untuned, &slos);
+    assert_eq!(code, 1, "untuned violates: {out}");
+    let ttft = out
+        .lines()
+        .skip_while(|l| !l.starts_with("VIOLATED: ttft_p95=300ms"))
+        .take(2)
+        .collect::<Vec<_>>();
+    assert!(
+        ttft.len() == 2 && ttft[1].trim_start().starts_with('['),
+        "the violated TTFT SLO lists its top diagnosis: {out}"
+    );
+    let (code, out) = gate(&d.tuned, &["ttft_p95=300ms"]);
+    assert_eq!(code, 0, "tuned meets TTFT p95 <= 300 ms: {out}");
+    assert!(out.contains("met: ttft_p95=300ms"), "{out}");
+
+    // JSON carries the verdicts too.
+    let out = Command::new(BIN)
+        .arg("report")
+        .arg(&d.untuned)
+        .args(["--json", "--slo", "ttft_p95=300ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["slo"][0]["met"], false);
+    assert!(!v["slo"][0]["top_diagnoses"].as_array().unwrap().is_empty());
+
+    // Could not tell: an unreadable recording is 2, not a pass and not a breach.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.tsrec");
+    std::fs::write(&junk, b"not a recording").unwrap();
+    let (code, out) = gate(&junk, &slos);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.starts_with("tokenscope: error: "), "{out}");
+    // A malformed objective is a usage error (2) that shows the form.
+    let (code, out) = gate(&d.tuned, &["ttft_p95=300"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("ttft_p95=300ms"), "{out}");
+}
