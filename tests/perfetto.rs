@@ -3,7 +3,7 @@
 //! bench while `tokenscope record` watches; the recording is exported, decoded
 //! by Google's own Python bindings (PyPI `perfetto`, in a venv this test makes)
 //! and checked (tests/perfetto_check.py), and the trace's counts of request
-//! tracks, token instants and GPU steps must equal the report's.
+//! tracks, token instants, GPU steps and diagnoses must equal the report's.
 
 mod common;
 
@@ -174,6 +174,27 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     assert_eq!(
         seen["gpu_steps"], report.gpu.steps,
         "a GPU step slice per step in the report"
+    );
+    let rules: Vec<&str> = report.diagnoses.iter().map(|d| d.key).collect();
+    assert!(
+        rules.contains(&"proxy_buffering"),
+        "untuned nginx buffers the streams, so the trace has a diagnosis to check: {rules:?}"
+    );
+    assert_eq!(
+        seen["diagnoses"],
+        report.diagnoses.len(),
+        "a diagnosis slice per diagnosis in the report"
+    );
+    assert_eq!(seen["diagnoses"], summary.diagnoses);
+    let cited: std::collections::BTreeSet<usize> = report
+        .diagnoses
+        .iter()
+        .flat_map(|d| d.evidence.request_ids.iter().copied())
+        .collect();
+    assert_eq!(
+        seen["diagnosis_cites"],
+        cited.len(),
+        "one instant on the track of each request a diagnosis cites"
     );
     assert_eq!(seen["packets"], summary.packets, "every packet decoded");
     assert_eq!(seen["flows"], summary.flows, "every flow complete");

@@ -2,13 +2,17 @@
 and checks what Perfetto needs of it: non-zero sequence ids, the first packet
 clears incremental state, interned ids defined once and before use, timestamps
 never going back per sequence (or per track), begin/end balanced and nested per
-track, every flow started and ended. Prints the counts it saw as JSON; exits 1
-with the first broken invariant.
+track, every flow started and ended; and the diagnoses: a slice per diagnosis on
+a row of the top-level "tokenscope diagnoses" track, named after its row, with
+its finding, scope, fix and cited request ids, each cited request's track
+holding an instant that cites it. Prints the counts it saw as JSON; exits 1 with
+the first broken invariant.
 
 usage: perfetto_check.py TRACE
 """
 
 import json
+import re
 import sys
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -17,6 +21,8 @@ MONOTONIC = 3
 CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 TE = pb.TrackEvent
+DIAGNOSES_TRACK = "tokenscope diagnoses"  # collector::export::perfetto::DIAGNOSES_TRACK
+DIAGNOSIS_NAME = re.compile(r"^(\[(\d+)\] [^:]+): (saves ~.+|saving not estimated)$")
 
 
 def fail(msg):
@@ -40,11 +46,13 @@ def main(path):
 
     names, cats = {}, {}
     last_ts, track_ts = {}, {}
-    tracks, counter_tracks = {}, set()
+    tracks, parents, counter_tracks = {}, {}, set()
+    diagnoses, cites = [], {}
     open_slices = {}
     flow_start, flow_end = {}, {}
     counts = dict(request_tracks=0, token_instants=0, gpu_steps=0, flows=0,
-                  kernels=0, counter_tracks=0, packets=len(packets))
+                  kernels=0, counter_tracks=0, diagnoses=0, diagnosis_cites=0,
+                  packets=len(packets))
     for i, p in enumerate(packets):
         seq = p.trusted_packet_sequence_id
         if seq == 0:
@@ -73,6 +81,7 @@ def main(path):
                 fail(f"track {d.uuid} is described before its parent")
             name = d.process.process_name if d.HasField("process") else d.name
             tracks[d.uuid] = name
+            parents[d.uuid] = d.parent_uuid if d.HasField("parent_uuid") else None
             if d.HasField("counter"):
                 counter_tracks.add(d.uuid)
                 counts["counter_tracks"] += 1
@@ -102,6 +111,10 @@ def main(path):
         stack = open_slices.setdefault(track, [])
         if e.type == TE.TYPE_SLICE_BEGIN:
             stack.append(p.timestamp)
+            parent = parents.get(track)
+            if parent is not None and tracks[parent] == DIAGNOSES_TRACK and parents[parent] is None:
+                diagnoses.append(dict(track=track, name=name, begin=p.timestamp,
+                                      args=annotations(e)))
             counts["gpu_steps"] += cat == "gpu"
             counts["kernels"] += cat == "kernel"
         elif e.type == TE.TYPE_SLICE_END:
@@ -111,6 +124,9 @@ def main(path):
                 fail(f"packet {i}: a slice ends before it begins")
         elif e.type == TE.TYPE_INSTANT:
             counts["token_instants"] += name == "token"
+            if name.startswith("cited by ") and tracks[track].startswith("request "):
+                request_id = int(tracks[track].split()[1])
+                cites.setdefault(request_id, []).append(name)
         elif e.type == TE.TYPE_COUNTER:
             if track not in counter_tracks:
                 fail(f"packet {i}: a counter value on a slice track")
@@ -134,7 +150,46 @@ def main(path):
         if f not in flow_start:
             fail(f"flow {f} ends without a start")
     counts["flows"] = len(flow_start)
+    check_diagnoses(diagnoses, cites, tracks)
+    counts["diagnoses"] = len(diagnoses)
+    counts["diagnosis_cites"] = sum(len(v) for v in cites.values())
     print(json.dumps(counts))
+
+
+def annotations(e):
+    """A track event's debug annotations: name -> value (a list for arrays)."""
+    def value(a):
+        if a.array_values:
+            return [value(v) for v in a.array_values]
+        if a.HasField("string_value"):
+            return a.string_value
+        return a.int_value
+    return {a.name: value(a) for a in e.debug_annotations}
+
+
+def check_diagnoses(diagnoses, cites, tracks):
+    rows = set()
+    for d in diagnoses:
+        m = DIAGNOSIS_NAME.match(d["name"])
+        if not m:
+            fail(f"diagnosis slice {d['name']!r} is not '[rule] fix: saves ...'")
+        label = m.group(1)
+        if tracks[d["track"]] != label:
+            fail(f"diagnosis {label!r} is on the row {tracks[d['track']]!r}")
+        if d["track"] in rows:
+            fail(f"two diagnoses on the row {label!r}")
+        rows.add(d["track"])
+        a = d["args"]
+        if a.get("rule") != int(m.group(2)):
+            fail(f"diagnosis {label!r}: rule argument {a.get('rule')!r}")
+        for key in ("finding", "scope", "fix", "request_ids"):
+            if key not in a:
+                fail(f"diagnosis {label!r} has no {key!r} annotation")
+        if not a["finding"] or not a["fix"]:
+            fail(f"diagnosis {label!r}: empty finding or fix")
+        for request_id in a["request_ids"]:
+            if not any(label in c for c in cites.get(request_id, [])):
+                fail(f"request {request_id} is cited by {label!r} but its track does not say so")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! `tokenscope export`: a recording as a Perfetto trace (protobuf, written with
 //! perfetto_protos), request-centred: a track per request with its stages and the
 //! tokens at every observation point linked by flows, connections, GPU steps and
-//! kernels, and counter tracks. One packet sequence, packets in time order, event
+//! kernels, counter tracks, and the diagnoses (a "tokenscope diagnoses" track, and
+//! an instant on each request a diagnosis cites). One packet sequence, packets in time order, event
 //! names and categories interned on first use, clock MONOTONIC (3).
 
 mod layout;
@@ -32,6 +33,8 @@ use layout::{Arg, ChildOrder, Flow, OpKind, Plan, TrackKind};
 pub const SEQUENCE_ID: u32 = 1;
 /// Perfetto's builtin clock id for CLOCK_MONOTONIC.
 pub const CLOCK_MONOTONIC: u32 = 3;
+/// The top-level track whose rows are the diagnoses, one slice each.
+pub const DIAGNOSES_TRACK: &str = "tokenscope diagnoses";
 
 /// What was written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,6 +46,8 @@ pub struct TraceSummary {
     pub gpu_steps: usize,
     /// Flows linking a token across observation points.
     pub flows: usize,
+    /// Diagnosis slices (the report's diagnoses).
+    pub diagnoses: usize,
     pub packets: u64,
     pub bytes: u64,
 }
@@ -89,6 +94,7 @@ pub fn write_trace(
         token_instants: plan.token_instants,
         gpu_steps: plan.gpu_steps,
         flows: plan.flows,
+        diagnoses: plan.diagnoses,
         packets,
         bytes,
     })
@@ -231,6 +237,10 @@ impl Writer<'_, '_> {
                 match value {
                     Arg::Int(v) => a.set_int_value(*v),
                     Arg::Str(s) => a.set_string_value(s.clone()),
+                    Arg::Ints(v) => a.array_values = v.iter().map(|&v| int_value(v)).collect(),
+                    Arg::Strs(v) => {
+                        a.array_values = v.iter().map(|s| string_value(s.clone())).collect()
+                    }
                 }
                 e.debug_annotations.push(a);
             }
@@ -247,4 +257,16 @@ impl Writer<'_, '_> {
         p.set_track_event(e);
         self.packet(p)
     }
+}
+
+fn int_value(v: i64) -> DebugAnnotation {
+    let mut a = DebugAnnotation::new();
+    a.set_int_value(v);
+    a
+}
+
+fn string_value(s: String) -> DebugAnnotation {
+    let mut a = DebugAnnotation::new();
+    a.set_string_value(s);
+    a
 }

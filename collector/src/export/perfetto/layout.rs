@@ -7,15 +7,17 @@ use std::collections::{BTreeMap, HashMap};
 
 mod connections;
 mod counters;
+mod diagnoses;
 mod gpu;
 mod requests;
 
+use crate::diagnose;
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
 use crate::stitch::{chain, Timeline};
 
 /// Interned categories, by index (iid = index + 1).
-pub(crate) const CATEGORIES: [&str; 7] = [
+pub(crate) const CATEGORIES: [&str; 8] = [
     "request",
     "stage",
     "token",
@@ -23,6 +25,7 @@ pub(crate) const CATEGORIES: [&str; 7] = [
     "gpu",
     "kernel",
     "nvtx",
+    "diagnosis",
 ];
 #[derive(Clone, Copy)]
 #[repr(u8)]
@@ -34,6 +37,7 @@ pub(crate) enum Cat {
     Gpu = 4,
     Kernel = 5,
     Nvtx = 6,
+    Diagnosis = 7,
 }
 
 /// Tokens/s counters count tokens in windows of this width.
@@ -152,6 +156,9 @@ impl Op {
 pub(crate) enum Arg {
     Int(i64),
     Str(String),
+    /// An array annotation (`name[0]`, `name[1]` in the trace processor's args).
+    Ints(Vec<i64>),
+    Strs(Vec<String>),
 }
 
 pub(crate) struct Plan {
@@ -169,6 +176,7 @@ pub(crate) struct Plan {
     pub(crate) token_instants: usize,
     pub(crate) gpu_steps: usize,
     pub(crate) flows: usize,
+    pub(crate) diagnoses: usize,
 }
 
 /// A slice (or an instant when `end` is None) before nesting.
@@ -217,7 +225,11 @@ pub(crate) fn plan(header: &FileHeader, events: &[Event], st: &Stitched) -> Plan
     let mut b = Builder::new(start_ns);
     b.plan.start_monotonic_ns = header.start_monotonic_ns;
     b.plan.start_realtime_ns = header.start_realtime_ns;
-    b.requests(st);
+    // From the timeline the tracks show, so the annotations cite what is on screen.
+    let nvml = diagnose::nvml_samples(events);
+    let diagnoses = diagnose::diagnose(&diagnose::Input::new(tl, &nvml));
+    let cites = b.diagnoses(&diagnoses);
+    b.requests(st, &cites);
     b.connections(&tl.connections);
     b.gpu_steps(tl);
     b.cupti(events);
@@ -243,6 +255,7 @@ impl Builder {
                 token_instants: 0,
                 gpu_steps: 0,
                 flows: 0,
+                diagnoses: 0,
             },
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),

@@ -23,6 +23,7 @@ struct Counts {
     flows: usize,
     kernels: usize,
     counter_tracks: usize,
+    diagnoses: usize,
 }
 
 /// Checks every invariant; the first broken one is the error.
@@ -149,6 +150,9 @@ fn check(trace: &Trace) -> Result<Counts, String> {
                 }
                 if cat == "kernel" {
                     c.kernels += 1;
+                }
+                if cat == "diagnosis" {
+                    c.diagnoses += 1;
                 }
             }
             Type::TYPE_SLICE_END => {
@@ -319,13 +323,15 @@ fn the_written_trace_decodes_and_keeps_perfettos_invariants() {
             summary.request_tracks,
             summary.token_instants,
             summary.gpu_steps,
-            summary.flows
+            summary.flows,
+            summary.diagnoses
         ),
         (
             counts.request_tracks,
             counts.token_instants,
             counts.gpu_steps,
-            counts.flows
+            counts.flows,
+            counts.diagnoses
         ),
         "the summary says what the trace holds"
     );
@@ -381,4 +387,132 @@ fn the_checker_catches_each_broken_invariant() {
             p.mut_track_event().terminating_flow_ids.clear();
         }
     });
+}
+
+/// A slice or an instant (`end` None) of a decoded trace, with its track's name.
+#[derive(Debug)]
+struct Seen {
+    track: u64,
+    track_name: String,
+    name: String,
+    begin: u64,
+    end: Option<u64>,
+}
+
+/// Track uuid -> (name, parent uuid).
+type Tracks = HashMap<u64, (String, Option<u64>)>;
+
+/// Every slice and instant of a trace (one that passed `check`), in begin order.
+fn events_of(trace: &Trace) -> (Vec<Seen>, Tracks) {
+    let mut names: HashMap<u64, String> = HashMap::new();
+    let mut tracks = Tracks::new();
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut open: HashMap<u64, Vec<usize>> = HashMap::new();
+    for p in &trace.packet {
+        if let Some(d) = p.interned_data.as_ref() {
+            for n in &d.event_names {
+                names.insert(n.iid(), n.name().into());
+            }
+        }
+        if p.has_track_descriptor() {
+            let d = p.track_descriptor();
+            let parent = d.has_parent_uuid().then(|| d.parent_uuid());
+            tracks.insert(d.uuid(), (d.name().into(), parent));
+        }
+        if !p.has_track_event() {
+            continue;
+        }
+        let e = p.track_event();
+        let track = e.track_uuid();
+        let ev = || Seen {
+            track,
+            track_name: tracks[&track].0.clone(),
+            name: names.get(&e.name_iid()).cloned().unwrap_or_default(),
+            begin: p.timestamp(),
+            end: None,
+        };
+        match e.type_() {
+            Type::TYPE_SLICE_BEGIN => {
+                open.entry(track).or_default().push(seen.len());
+                seen.push(ev());
+            }
+            Type::TYPE_SLICE_END => {
+                let i = open
+                    .get_mut(&track)
+                    .and_then(|s| s.pop())
+                    .expect("balanced");
+                seen[i].end = Some(p.timestamp());
+            }
+            Type::TYPE_INSTANT => seen.push(ev()),
+            _ => {}
+        }
+    }
+    (seen, tracks)
+}
+
+#[test]
+fn diagnoses_are_a_track_of_slices_over_their_evidence_cited_on_each_request() {
+    let (header, events) = synthetic();
+    let timeline = crate::stitch::stitch(&events, true);
+    let nvml = crate::diagnose::nvml_samples(&events);
+    let want = crate::diagnose::diagnose(&crate::diagnose::Input::new(&timeline, &nvml));
+    assert!(
+        !want.is_empty(),
+        "each synthetic request opens its own connection: at least one diagnosis"
+    );
+    let mut buf = Vec::new();
+    let summary = write_trace(&header, &events, &mut buf).expect("trace written");
+    assert_eq!(summary.diagnoses, want.len(), "a slice per diagnosis");
+    let trace = Trace::parse_from_bytes(&buf).expect("decodes");
+    check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+    let (seen, tracks) = events_of(&trace);
+
+    let root: Vec<u64> = tracks
+        .iter()
+        .filter(|(_, (name, parent))| name == DIAGNOSES_TRACK && parent.is_none())
+        .map(|(uuid, _)| *uuid)
+        .collect();
+    assert_eq!(root.len(), 1, "one top-level {DIAGNOSES_TRACK:?} track");
+    let slices: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| tracks[&s.track].1 == Some(root[0]))
+        .collect();
+    assert_eq!(
+        slices.len(),
+        want.len(),
+        "a slice per diagnosis: {slices:?}"
+    );
+    for d in &want {
+        let label = format!("[{}] {}", d.rule, d.title);
+        let name = format!("{label}: {}", crate::export::report::saving_line(d));
+        let s = slices
+            .iter()
+            .find(|s| s.track_name == label)
+            .unwrap_or_else(|| panic!("a row named {label:?}: {slices:?}"));
+        assert_eq!(s.name, name, "the slice names the fix and its saving");
+        assert_eq!(
+            (s.begin, s.end),
+            (d.evidence.start_ns, Some(d.evidence.end_ns)),
+            "{label}: the slice spans the evidence"
+        );
+        assert!(!d.evidence.request_ids.is_empty(), "{label} cites requests");
+        for &id in &d.evidence.request_ids {
+            let prefix = format!("request {id} ");
+            let cited = seen.iter().any(|e| {
+                e.end.is_none()
+                    && e.track_name.starts_with(&prefix)
+                    && e.name.starts_with("cited by ")
+                    && e.name.contains(&label)
+            });
+            assert!(cited, "request {id}'s track has an instant citing {label}");
+        }
+    }
+    println!(
+        "{}",
+        slices
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

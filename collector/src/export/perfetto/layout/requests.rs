@@ -1,13 +1,15 @@
 //! A track per request: stages as nested slices, a child track per observation
-//! point with an instant per token, and flows linking a token across points.
+//! point with an instant per token, and flows linking a token across points; an
+//! instant per diagnosis that cites the request.
 
+use super::diagnoses::Cites;
 use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, Stitched, TrackKind};
 use crate::stitch::chain::{self, End};
 use crate::stitch::conn::{Connection, Exchange, Role};
 use crate::stitch::{PointKind, Request};
 
 impl Builder {
-    pub(super) fn requests(&mut self, st: &Stitched) {
+    pub(super) fn requests(&mut self, st: &Stitched, cites: &Cites) {
         let (tl, links, chains) = (&st.timeline, &st.links, &st.chains);
         for r in &tl.requests {
             let parent = self.process(r.client_pid, &r.client_comm);
@@ -36,11 +38,17 @@ impl Builder {
                 "client",
                 Arg::Str(format!("{} {}", r.client_comm, r.client_addr)),
             ));
+            let cited_by = cites.labels(r.id);
+            if !cited_by.is_empty() {
+                a.push(("diagnoses", Arg::Strs(cited_by)));
+            }
             let args = self.args(a);
             let start = items.iter().map(|i| i.start).fold(r.start_ns, u64::min);
             let mut root = self.slice(start, end, &title, Cat::Request, args);
             root.depth = 0;
             items.push(root);
+            // At the request's start, where a reader of its track looks first.
+            items.extend(self.cited(cites, r.id, start));
             self.nest(track, items);
             self.plan.tracks[track as usize - 1].children = ChildOrder::Explicit;
             self.points(r, track);
