@@ -36,7 +36,10 @@ observation point), Esc goes back, / filters (route, client, status, or new-conn
 coalesced stalled open), s sorts (start, TTFT, ITL p99), p pauses the screen, ? helps.
 TTFT: first token - request start (connect() when the request opened its connection), at the
 first point traced and at the engine's write. ITL: gaps between tokens at one point; 0 means
-the same read (coalescing). Live drops (ring buffer full) are read every 200 ms.";
+the same read (coalescing). Live drops (ring buffer full) are read every 200 ms.
+The diagnoses panel shows what the rules of `tokenscope report` find in the window, largest
+saving first: [rule] the fix, its share of the TTFT p95 saving, where, then what was seen; a
+request's detail names the diagnoses that cite it. The report gives the fix lines.";
 
 /// `tokenscope top`: live (needs privileges) or `--replay FILE`.
 #[derive(clap::Args, Debug, Clone)]

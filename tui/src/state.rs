@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use collector::diagnose::{self, Diagnosis};
 use collector::ingest::Event;
 use collector::stitch::{stitch, Request};
 
@@ -122,6 +123,8 @@ pub struct State {
     pub gpu: Vec<GpuReading>,
     pub gpu_steps: usize,
     pub unparsed_ios: u64,
+    /// The window's diagnoses, the largest saving first.
+    pub diagnoses: Vec<Diagnosis>,
     /// Indices into `rows`, filtered and sorted.
     pub visible: Vec<usize>,
     /// Position in `visible`.
@@ -160,6 +163,7 @@ impl State {
             gpu: Vec::new(),
             gpu_steps: 0,
             unparsed_ios: 0,
+            diagnoses: Vec::new(),
             visible: Vec::new(),
             selected: 0,
             selected_key: None,
@@ -185,6 +189,13 @@ impl State {
 
     pub fn selected_request(&self) -> Option<&Request> {
         self.selected_row().map(|r| &self.requests[r.index])
+    }
+
+    /// The diagnoses that cite request `id` among their evidence.
+    pub fn diagnoses_citing(&self, id: usize) -> impl Iterator<Item = &Diagnosis> {
+        self.diagnoses
+            .iter()
+            .filter(move |d| d.evidence.request_ids.contains(&id))
     }
 
     /// The filter in effect: what is being typed, else the applied one.
@@ -214,7 +225,11 @@ impl State {
     fn restitch(&mut self) {
         // In place: cloning a window of events every second cost more than stitching it.
         let dropped = self.meta.dropped.is_some_and(|d| d > 0);
-        let timeline = stitch(self.events.make_contiguous(), dropped);
+        let events = self.events.make_contiguous();
+        let timeline = stitch(events, dropped);
+        // Here, not per frame: the rules read the whole window.
+        let nvml = diagnose::nvml_samples(events);
+        self.diagnoses = diagnose::diagnose(&diagnose::Input::new(&timeline, &nvml));
         self.rows = timeline
             .requests
             .iter()

@@ -131,6 +131,10 @@ fn replay_sort_filter_open_and_quit_restore_the_terminal() {
         screen.contains("/v1/chat/completions") && screen.contains("/v1/completions"),
         "both routes listed:\n{screen}"
     );
+    assert!(
+        screen.contains("diagnoses (3)") && screen.contains("[2] turn proxy buffering off"),
+        "the diagnoses panel names the untuned proxy's buffering first:\n{screen}"
+    );
 
     tmux.keys(&["s"]);
     tmux.wait_for("sorted by TTFT", |s| s.contains("sorted by TTFT"));

@@ -310,3 +310,28 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
         "the latest sample, not the last delivered:\n{screen}"
     );
 }
+
+#[test]
+fn diagnoses_come_with_the_restitch_as_the_report_has_them() {
+    let path = fixture();
+    let (mut state, rest, end) = halves(Replay::open(&path).expect("fixture").first_ns);
+    update(&mut state, Action::Events(rest));
+    assert!(
+        state.diagnoses.is_empty(),
+        "nothing diagnosed before a tick"
+    );
+    tick(&mut state, end, 0);
+    let rules: Vec<u8> = state.diagnoses.iter().map(|d| d.rule).collect();
+    assert_eq!(
+        rules,
+        [2, 6, 1],
+        "the report's diagnoses of the fixture, largest saving first: proxy buffering, queueing, new connections"
+    );
+    let cited: Vec<u8> = state.diagnoses_citing(4).map(|d| d.rule).collect();
+    assert_eq!(cited, [2, 6, 1], "request 4 is evidence of all three");
+    let cited: Vec<u8> = state.diagnoses_citing(23).map(|d| d.rule).collect();
+    assert!(
+        cited.is_empty(),
+        "a reused-connection chat request is evidence of none: {cited:?}"
+    );
+}

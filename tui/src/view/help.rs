@@ -1,4 +1,4 @@
-//! `?`: keys, columns and flags, over whatever is on screen.
+//! `?`: keys, columns, flags and panels, over whatever is on screen.
 
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -23,6 +23,10 @@ const HELP: &[&str] = &[
     "ITL panel buckets: 0 <5 <10 <25 <50 <100 <250 ms <1 s ≥1 s.",
     "Filter text matches route, client, status or flag names",
     "(new-conn tls coalesced stalled open).",
+    "Diagnoses panel: what tokenscope report's rules find in the",
+    "window, largest saving first: [rule] fix, ~its share of the",
+    "TTFT p95 saving, where; then what was seen. A request's",
+    "detail names the diagnoses citing it; the report has fixes.",
 ];
 
 pub fn render_help(f: &mut Frame, area: Rect) {

@@ -1,6 +1,7 @@
 //! `render(&mut Frame, &State)`: pure, one small function per panel.
 
 pub mod detail;
+pub mod diagnoses;
 pub mod fmt;
 pub mod header;
 pub mod help;

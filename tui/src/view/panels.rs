@@ -1,4 +1,4 @@
-//! Under the table: ITL per route, TTFT over time, diagnoses.
+//! Under the table: ITL per route, TTFT over time, diagnoses (view::diagnoses).
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -10,18 +10,19 @@ use super::fmt;
 use crate::state::State;
 
 pub fn render_panels(f: &mut Frame, state: &State, area: Rect) {
+    // The diagnoses get the most room: their lines are words, not columns of figures.
     let [itl, ttft, diag] = Layout::horizontal([
-        Constraint::Percentage(45),
-        Constraint::Percentage(30),
-        Constraint::Percentage(25),
+        Constraint::Percentage(43),
+        Constraint::Percentage(22),
+        Constraint::Percentage(35),
     ])
     .areas(area);
     render_itl_by_route(f, state, itl);
     render_ttft_over_time(f, state, ttft);
-    render_diagnoses(f, diag);
+    super::diagnoses::render_diagnoses(f, state, diag);
 }
 
-fn panel(title: &str) -> Block<'_> {
+pub(super) fn panel(title: &str) -> Block<'_> {
     Block::new()
         .borders(Borders::TOP | Borders::RIGHT)
         .title(Line::from(title).style(Style::new().add_modifier(Modifier::BOLD)))
@@ -109,20 +110,4 @@ fn render_ttft_over_time(f: &mut Frame, state: &State, area: Rect) {
         )),
     ];
     f.render_widget(Paragraph::new(lines).block(block), area);
-}
-
-fn render_diagnoses(f: &mut Frame, area: Rect) {
-    let lines = vec![
-        Line::from("no diagnoses yet"),
-        Line::from(Span::styled(
-            "(diagnosis rules are not built; the table and detail show the evidence)",
-            Style::new().add_modifier(Modifier::DIM),
-        )),
-    ];
-    f.render_widget(
-        Paragraph::new(lines)
-            .wrap(ratatui::widgets::Wrap { trim: true })
-            .block(panel(" diagnoses ")),
-        area,
-    );
 }
