@@ -1,6 +1,6 @@
-//! One request (Enter): a waterfall of its stages on one time axis, then its
-//! tokens as they crossed each observation point on another, so a buffering
-//! hop shows as bursts where the engine wrote evenly.
+//! One request (Enter): the diagnoses citing it, a waterfall of its stages on one
+//! time axis, then its tokens as they crossed each observation point on another,
+//! so a buffering hop shows as bursts where the engine wrote evenly.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -11,7 +11,7 @@ use ratatui::Frame;
 use collector::analyze::summarize;
 use collector::stitch::{Point, Request};
 
-use super::fmt;
+use super::{diagnoses, fmt};
 use crate::rows::Row;
 use crate::state::State;
 
@@ -30,6 +30,7 @@ pub fn render_detail(f: &mut Frame, state: &State, area: Rect) {
     let inner = block.inner(area);
     let width = inner.width as usize;
     let mut lines = summary(row, r);
+    lines.extend(cited_by(state, r, width));
     lines.extend(waterfall(r, width));
     lines.extend(token_timeline(r, width));
     lines.extend(gpu(r));
@@ -83,6 +84,22 @@ fn summary(row: &Row, r: &Request) -> Vec<Line<'static>> {
                 .map_or_else(|| "-".into(), |t| format!("{t:.0}"))
         )),
     ]
+}
+
+/// The diagnoses that list this request among their evidence, on one line.
+fn cited_by(state: &State, r: &Request, width: usize) -> Option<Line<'static>> {
+    let cites: Vec<String> = state
+        .diagnoses_citing(r.id)
+        .map(|d| format!("[{}] {} ({})", d.rule, d.title, diagnoses::saving_short(d)))
+        .collect();
+    if cites.is_empty() {
+        return None;
+    }
+    let text = format!("cited by {}", cites.join(", "));
+    Some(Line::from(Span::styled(
+        fmt::head(&text, width),
+        Style::new().add_modifier(Modifier::BOLD),
+    )))
 }
 
 /// A bar from `from` to `to` on the axis `[t0, t1]`, `width` cells, `before` up to it.
