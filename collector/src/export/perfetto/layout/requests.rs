@@ -149,14 +149,24 @@ impl Builder {
         } else {
             0
         };
-        self.plan.flows += linked;
+        // A flow runs engine -> client; where the probes' firing order puts a token's read a
+        // few microseconds before its write (the reader can return before the writer's
+        // tracepoint fires), that token gets no flow rather than one that runs backwards.
+        let forward: Vec<bool> = (0..linked)
+            .map(|k| {
+                r.points
+                    .windows(2)
+                    .all(|w| w[0].token_ns[k] >= w[1].token_ns[k])
+            })
+            .collect();
+        self.plan.flows += forward.iter().filter(|f| **f).count();
         for (j, p) in r.points.iter().enumerate() {
             let name = format!("{} ({} {})", p.kind.label(), p.comm, p.pid);
             let t = self.track(Some(request_track), name, TrackKind::Plain);
             self.plan.tracks[t as usize - 1].rank = Some(j as i32);
             let mut items = Vec::with_capacity(p.token_ns.len() + p.record_ns.len());
             for (k, &ts) in p.token_ns.iter().enumerate() {
-                let flow = if k >= linked {
+                let flow = if k >= linked || !forward[k] {
                     Flow::None
                 } else if j == 0 {
                     Flow::Last(flow_id(r.id, k))
