@@ -285,7 +285,7 @@ mod tests {
         let events = r
             .push(
                 b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
-                  1f\r\ndata: {\"id\":\"c1\",\"choices\":[]}\n\n\r\n",
+                  20\r\ndata: {\"id\":\"c1\",\"choices\":[]}\n\n\r\n",
             )
             .expect("valid response");
         assert_eq!(events.len(), 1, "one event in the first chunk");
