@@ -10,6 +10,7 @@ pub mod demo;
 pub mod engine;
 pub mod proxy;
 pub mod pyvenv;
+pub mod scenario;
 pub mod server;
 pub mod words;
 

@@ -39,6 +39,17 @@ pub struct EngineConfig {
     pub auth_delay: Duration,
     /// Send `X-Accel-Buffering: no` on streams (makes nginx forward each chunk).
     pub x_accel_buffering_no: bool,
+    /// Set TCP_NODELAY on accepted connections, as uvicorn does. Off, Nagle's algorithm
+    /// holds a small write while an earlier small segment waits for the client's ACK.
+    pub tcp_nodelay: bool,
+    /// Write each chunk of a streamed response in two writes, the chunk and then its
+    /// closing CRLF, and send the response head with the first token, as servers that
+    /// frame chunks by hand do. With `tcp_nodelay` off this is the write-write pattern
+    /// that waits for the client's delayed ACK.
+    pub split_chunk_writes: bool,
+    /// SO_SNDBUF of accepted connections (nginx's `listen ... sndbuf=`); None keeps the
+    /// kernel's autotuning (up to 4 MiB, which a token stream never fills).
+    pub send_buffer_bytes: Option<usize>,
     /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir; a
     /// path that does not exist yet gets the stand-in written there and kept.
     pub libcuda_path: Option<PathBuf>,
@@ -62,6 +73,9 @@ impl Default for EngineConfig {
             max_tokens_limit: 4096,
             auth_delay: Duration::from_millis(40),
             x_accel_buffering_no: false,
+            tcp_nodelay: true,
+            split_chunk_writes: false,
+            send_buffer_bytes: None,
             libcuda_path: None,
         }
     }

@@ -1,4 +1,5 @@
 //! The engine's HTTP/1.1 front: OpenAI routes, SSE streaming, a slow gateway-auth route.
+mod conn_io;
 pub mod openai;
 
 use std::convert::Infallible;
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use crate::clock::monotonic_ns;
 use crate::engine::{EngineCore, Prompt, RequestLog, ServedRequest, Submission, TokenEvent};
 use crate::words::seed_of;
+use conn_io::ConnIo;
 use openai::{ApiError, Endpoint, GenerationRequest, StreamFormatter};
 
 /// Largest request body accepted (a 6,000-word prompt is ~40 KiB).
@@ -41,8 +43,23 @@ pub struct SseStream {
     request_id: u64,
     log: RequestLog,
     tokens: mpsc::UnboundedReceiver<TokenEvent>,
+    /// A token taken before the head was sent, framed first.
+    first: Option<TokenEvent>,
     formatter: StreamFormatter,
     done: bool,
+}
+
+impl SseStream {
+    fn frame(&mut self, ev: TokenEvent) -> Frame<Bytes> {
+        self.done = ev.finished;
+        self.log.token(
+            self.request_id,
+            monotonic_ns(),
+            ev.cached_prompt_tokens,
+            ev.finished,
+        );
+        Frame::data(self.formatter.on_token(&ev))
+    }
 }
 
 impl Body for LabBody {
@@ -59,22 +76,16 @@ impl Body for LabBody {
                 if s.done {
                     return Poll::Ready(None);
                 }
+                if let Some(ev) = s.first.take() {
+                    return Poll::Ready(Some(Ok(s.frame(ev))));
+                }
                 match s.tokens.poll_recv(cx) {
                     Poll::Pending => Poll::Pending,
                     Poll::Ready(None) => {
                         s.done = true;
                         Poll::Ready(None)
                     }
-                    Poll::Ready(Some(ev)) => {
-                        s.done = ev.finished;
-                        s.log.token(
-                            s.request_id,
-                            monotonic_ns(),
-                            ev.cached_prompt_tokens,
-                            ev.finished,
-                        );
-                        Poll::Ready(Some(Ok(Frame::data(s.formatter.on_token(&ev)))))
-                    }
+                    Poll::Ready(Some(ev)) => Poll::Ready(Some(Ok(s.frame(ev)))),
                 }
             }
         }
@@ -104,6 +115,10 @@ fn json_response(status: u16, body: Bytes) -> Response<LabBody> {
     r
 }
 
+fn engine_stopped() -> ApiError {
+    ApiError::new(503, "ServiceUnavailable", "engine stopped")
+}
+
 fn error_response(e: &ApiError) -> Response<LabBody> {
     json_response(e.status, e.body())
 }
@@ -130,8 +145,8 @@ pub(crate) async fn serve(
             },
             _ = shutdown.changed() => return,
         };
-        // Inference servers (uvicorn) disable Nagle so each token leaves at once.
-        let _ = stream.set_nodelay(true);
+        conn_io::configure(&stream, &core.cfg);
+        let io = ConnIo::new(stream, core.cfg.split_chunk_writes);
         let core = core.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -143,7 +158,7 @@ pub(crate) async fn serve(
                 .keep_alive(true)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(io), service);
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
@@ -236,7 +251,7 @@ async fn generate(
         sink: tx,
     });
     if !submitted {
-        return error_response(&ApiError::new(503, "ServiceUnavailable", "engine stopped"));
+        return error_response(&engine_stopped());
     }
     core.requests.received(ServedRequest {
         request_id: id_num,
@@ -250,28 +265,29 @@ async fn generate(
     });
     let created = unix_now();
     if gen.stream {
-        stream_response(&core, &gen, id_num, id, created, prompt_tokens, rx)
+        let mut sse = SseStream {
+            request_id: id_num,
+            log: core.requests.clone(),
+            tokens: rx,
+            first: None,
+            formatter: StreamFormatter::new(&gen, id, created, prompt_tokens),
+            done: false,
+        };
+        if core.cfg.split_chunk_writes {
+            // The head then leaves with the first token, in one write.
+            match sse.tokens.recv().await {
+                Some(ev) => sse.first = Some(ev),
+                None => return error_response(&engine_stopped()),
+            }
+        }
+        stream_response(&core, sse)
     } else {
         full_response(&core, &gen, id_num, id, created, prompt_tokens, rx).await
     }
 }
 
-fn stream_response(
-    core: &EngineCore,
-    gen: &GenerationRequest,
-    request_id: u64,
-    id: String,
-    created: u64,
-    prompt_tokens: usize,
-    rx: mpsc::UnboundedReceiver<TokenEvent>,
-) -> Response<LabBody> {
-    let mut r = Response::new(LabBody::Sse(SseStream {
-        request_id,
-        log: core.requests.clone(),
-        tokens: rx,
-        formatter: StreamFormatter::new(gen, id, created, prompt_tokens),
-        done: false,
-    }));
+fn stream_response(core: &EngineCore, sse: SseStream) -> Response<LabBody> {
+    let mut r = Response::new(LabBody::Sse(sse));
     let h = r.headers_mut();
     h.insert(
         CONTENT_TYPE,
@@ -304,7 +320,7 @@ async fn full_response(
         }
     }
     if !tokens.last().is_some_and(|t| t.finished) {
-        return error_response(&ApiError::new(503, "ServiceUnavailable", "engine stopped"));
+        return error_response(&engine_stopped());
     }
     json_response(
         200,

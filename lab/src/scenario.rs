@@ -1,0 +1,510 @@
+//! Network pathologies on real TCP on this machine, each beside its negative, for the
+//! profiler's diagnoses: Nagle's algorithm against a delayed ACK (rule 7), segment loss
+//! and retransmission (rule 8), a slow client behind full socket buffers (rule 9). Each
+//! run starts the engine on loopback, tells the observer, runs a few seconds of load
+//! with a plain client and returns what that client measured, beside the engine's own
+//! log of when it handed each token to the connection (same CLOCK_MONOTONIC clock).
+mod client;
+mod netfilter;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::bench::Summary;
+use crate::clock::monotonic_ns;
+use crate::demo::DemoObserver;
+use crate::engine::{Engine, EngineConfig, EngineError, RequestLog};
+use crate::words::pseudo_text;
+use client::{ClientOptions, ReadStream, StreamClient};
+use netfilter::{kernel_retransmits, SegmentDropper};
+
+/// One side of a scenario pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Engine without TCP_NODELAY writing each chunk in two writes; a keep-alive client.
+    Nagle,
+    /// The same with TCP_NODELAY.
+    NagleFixed,
+    /// One in ten of the engine's data segments dropped.
+    Lossy,
+    /// The same load without drops.
+    Lossless,
+    /// A client with a 4 KiB receive buffer reading 256 bytes every 10 ms from a fast
+    /// stream, against an engine with a 16 KiB send buffer.
+    SlowClient,
+    /// The same engine and stream, read as fast as it comes.
+    FastClient,
+}
+
+impl Scenario {
+    pub fn all() -> [Scenario; 6] {
+        [
+            Scenario::Nagle,
+            Scenario::NagleFixed,
+            Scenario::Lossy,
+            Scenario::Lossless,
+            Scenario::SlowClient,
+            Scenario::FastClient,
+        ]
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Nagle => "nagle",
+            Scenario::NagleFixed => "nagle-fixed",
+            Scenario::Lossy => "lossy",
+            Scenario::Lossless => "lossless",
+            Scenario::SlowClient => "slow-client",
+            Scenario::FastClient => "fast-client",
+        }
+    }
+
+    /// The profiler's diagnosis rule the pair exercises.
+    pub fn rule(&self) -> u8 {
+        match self {
+            Scenario::Nagle | Scenario::NagleFixed => 7,
+            Scenario::Lossy | Scenario::Lossless => 8,
+            Scenario::SlowClient | Scenario::FastClient => 9,
+        }
+    }
+
+    /// True for the side that has the pathology, false for its negative.
+    pub fn has_pathology(&self) -> bool {
+        matches!(
+            self,
+            Scenario::Nagle | Scenario::Lossy | Scenario::SlowClient
+        )
+    }
+
+    /// The set-up in words.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Scenario::Nagle => {
+                "engine without TCP_NODELAY writes each chunk in two writes; one keep-alive \
+                 client sends request after request"
+            }
+            Scenario::NagleFixed => {
+                "engine with TCP_NODELAY writes each chunk in two writes; one keep-alive \
+                 client sends request after request"
+            }
+            Scenario::Lossy => {
+                "nftables drops 1 in 10 of the engine's data segments; four clients stream"
+            }
+            Scenario::Lossless => "no drops; four clients stream",
+            Scenario::SlowClient => {
+                "engine SO_SNDBUF 16 KiB streams fast; the client has SO_RCVBUF 4 KiB and \
+                 reads 256 bytes every 10 ms"
+            }
+            Scenario::FastClient => {
+                "engine SO_SNDBUF 16 KiB streams fast; the client reads as fast as it comes"
+            }
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        match self {
+            // Linux acknowledges a small segment as soon as the client reads it, unless the
+            // socket is interactive ("pingpong": it sent data soon after receiving); then
+            // the ACK waits for the 40 ms delayed-ACK timer, whose firing ends that mode. A
+            // client sending request after request on one connection re-enters it each
+            // time, so every stream but the first waits once: its second token sits behind
+            // the unacknowledged head + first token until the timer fires. A single long
+            // stream would show at most one such stall.
+            Scenario::Nagle | Scenario::NagleFixed => Plan {
+                engine: EngineConfig {
+                    tcp_nodelay: *self == Scenario::NagleFixed,
+                    split_chunk_writes: true,
+                    ..EngineConfig::default()
+                },
+                clients: vec![ClientOptions::prompt_reader()],
+                requests_per_client: 24,
+                max_tokens: 8,
+                drop_one_in: None,
+            },
+            Scenario::Lossy | Scenario::Lossless => Plan {
+                engine: EngineConfig {
+                    // Most losses are repaired by the next token's SACK within a step or
+                    // two; a timeout needs a lost last segment or a lost retransmission,
+                    // so the load is 48 streams of 48 tokens at ~9 ms a token.
+                    step_overhead_ns: 8_000_000,
+                    ..EngineConfig::default()
+                },
+                clients: vec![ClientOptions::prompt_reader(); 4],
+                requests_per_client: 12,
+                max_tokens: 48,
+                drop_one_in: (*self == Scenario::Lossy).then_some(10),
+            },
+            Scenario::SlowClient | Scenario::FastClient => Plan {
+                engine: EngineConfig {
+                    // ~300 tokens/s: far faster than the slow client reads.
+                    step_overhead_ns: 3_000_000,
+                    send_buffer_bytes: Some(16 << 10),
+                    ..EngineConfig::default()
+                },
+                clients: vec![if *self == Scenario::SlowClient {
+                    ClientOptions {
+                        recv_buffer: Some(4 << 10),
+                        read_size: 256,
+                        pause_per_read: Duration::from_millis(10),
+                    }
+                } else {
+                    ClientOptions::prompt_reader()
+                }],
+                requests_per_client: 1,
+                max_tokens: 500,
+                drop_one_in: None,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = ScenarioError;
+
+    fn from_str(s: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::all()
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| ScenarioError::Unknown(s.to_string()))
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ScenarioError {
+    #[error(
+        "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client)"
+    )]
+    Unknown(String),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("nft not found: apt-get install nftables")]
+    NftMissing,
+    #[error("nft could not {action}: {message}")]
+    Nft {
+        action: &'static str,
+        message: String,
+    },
+    #[error("client: {0}")]
+    Client(String),
+    #[error("the engine has no record of response {0}")]
+    Unmatched(String),
+}
+
+/// What a scenario sets up and sends.
+struct Plan {
+    engine: EngineConfig,
+    clients: Vec<ClientOptions>,
+    /// Requests each client sends one after another on its connection.
+    requests_per_client: usize,
+    max_tokens: usize,
+    /// Drop one in this many of the engine's data segments.
+    drop_one_in: Option<u32>,
+}
+
+/// Words in each prompt: a short question, so a request is mostly its stream.
+const PROMPT_WORDS: usize = 8;
+/// One request must not hang a scenario.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One stream as the client read it, beside the engine's log of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeasuredStream {
+    pub response_id: String,
+    pub client_port: u16,
+    /// CLOCK_MONOTONIC ns of the client read that completed each token.
+    pub client_read_ns: Vec<u64>,
+    /// CLOCK_MONOTONIC ns at which the engine handed each token to the connection.
+    pub engine_write_ns: Vec<u64>,
+}
+
+impl MeasuredStream {
+    /// Gaps between consecutive tokens at the client.
+    pub fn gaps_ns(&self) -> impl Iterator<Item = u64> + '_ {
+        self.client_read_ns.windows(2).map(|w| w[1] - w[0])
+    }
+
+    /// Per token: client read minus engine hand-off.
+    pub fn delays_ns(&self) -> impl Iterator<Item = u64> + '_ {
+        self.client_read_ns
+            .iter()
+            .zip(&self.engine_write_ns)
+            .map(|(r, w)| r.saturating_sub(*w))
+    }
+}
+
+/// What a scenario measured.
+#[derive(Debug, Clone)]
+pub struct ScenarioOutcome {
+    pub scenario: Scenario,
+    /// One line: the set-up's key fact and what the client measured.
+    pub summary: String,
+    pub engine: SocketAddr,
+    pub streams: Vec<MeasuredStream>,
+    /// Segments the kernel retransmitted while the load ran, all sockets (RetransSegs).
+    pub retransmits: Option<u64>,
+    /// Segments the loss rule dropped (lossy only).
+    pub dropped_segments: Option<u64>,
+    /// The load's wall time.
+    pub load_time: Duration,
+    /// What the observer reported when the load finished.
+    pub profile: Option<String>,
+}
+
+impl ScenarioOutcome {
+    pub fn tokens(&self) -> usize {
+        self.streams.iter().map(|s| s.client_read_ns.len()).sum()
+    }
+
+    /// Gaps between consecutive tokens of a stream at the client, all streams.
+    pub fn gaps(&self) -> Summary {
+        Summary::from_ns(self.streams.iter().flat_map(MeasuredStream::gaps_ns))
+    }
+
+    /// Client gaps in [lo_ms, hi_ms].
+    pub fn gaps_between_ms(&self, lo_ms: f64, hi_ms: f64) -> usize {
+        self.streams
+            .iter()
+            .flat_map(MeasuredStream::gaps_ns)
+            .filter(|g| (lo_ms..=hi_ms).contains(&(*g as f64 / 1e6)))
+            .count()
+    }
+
+    /// Engine hand-off to client read, all tokens.
+    pub fn delays(&self) -> Summary {
+        Summary::from_ns(self.streams.iter().flat_map(MeasuredStream::delays_ns))
+    }
+
+    /// The largest delay of a stream's last token, in ms.
+    pub fn last_token_delay_ms(&self) -> f64 {
+        self.streams
+            .iter()
+            .filter_map(|s| s.delays_ns().last())
+            .max()
+            .map_or(0.0, |ns| ns as f64 / 1e6)
+    }
+
+    /// The largest delay of a stream's first token, in ms.
+    pub fn first_token_delay_ms(&self) -> f64 {
+        self.streams
+            .iter()
+            .filter_map(|s| s.delays_ns().next())
+            .max()
+            .map_or(0.0, |ns| ns as f64 / 1e6)
+    }
+
+    fn summarize(&self) -> String {
+        let (gaps, delays) = (self.gaps(), self.delays());
+        let head = format!(
+            "{}: {} streams, {} tokens in {:.1} s",
+            self.scenario,
+            self.streams.len(),
+            self.tokens(),
+            self.load_time.as_secs_f64()
+        );
+        match self.scenario {
+            Scenario::Nagle | Scenario::NagleFixed => format!(
+                "{head}; {} of {} client gaps in 35-60 ms (p50 {:.1}, max {:.1} ms); \
+                 engine->client delay max {:.1} ms",
+                self.gaps_between_ms(35.0, 60.0),
+                gaps.count,
+                gaps.p50,
+                gaps.max,
+                delays.max
+            ),
+            Scenario::Lossy | Scenario::Lossless => format!(
+                "{head}; {} segments dropped, {} retransmitted (kernel-wide); {} client gaps \
+                 over 150 ms (p50 {:.1}, p99 {:.1}, max {:.1} ms)",
+                self.dropped_segments.unwrap_or(0),
+                self.retransmits
+                    .map_or_else(|| "?".to_string(), |r| r.to_string()),
+                self.gaps_between_ms(150.0, f64::INFINITY),
+                gaps.p50,
+                gaps.p99,
+                gaps.max
+            ),
+            Scenario::SlowClient | Scenario::FastClient => format!(
+                "{head}; engine->client delay first token {:.1} ms, p50 {:.1} ms, last token \
+                 {:.1} ms",
+                self.first_token_delay_ms(),
+                delays.p50,
+                self.last_token_delay_ms()
+            ),
+        }
+    }
+}
+
+/// Runs one scenario and tears everything down (the nftables rule included, also on
+/// error).
+pub async fn run(
+    s: Scenario,
+    observer: &mut dyn DemoObserver,
+) -> Result<ScenarioOutcome, ScenarioError> {
+    let plan = s.plan();
+    let engine =
+        Engine::start(plan.engine.clone(), "127.0.0.1:0".parse().expect("literal")).await?;
+    let addr = engine.addr();
+    let dropper = match plan.drop_one_in {
+        Some(n) => Some(SegmentDropper::install(addr.port(), n)?),
+        None => None,
+    };
+    observer.ready(false, addr, addr);
+    let retransmits_before = kernel_retransmits();
+    let started = monotonic_ns();
+    let load = run_load(&plan, addr).await;
+    let load_time = Duration::from_nanos(monotonic_ns() - started);
+    let retransmits = kernel_retransmits()
+        .zip(retransmits_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let dropped_segments = dropper.as_ref().map(SegmentDropper::dropped).transpose();
+    drop(dropper);
+    let profile = observer.finished(false);
+    let streams = load.and_then(|reads| match_engine_log(reads, &engine.request_log()));
+    engine.shutdown().await;
+    let mut outcome = ScenarioOutcome {
+        scenario: s,
+        summary: String::new(),
+        engine: addr,
+        streams: streams?,
+        retransmits,
+        dropped_segments: dropped_segments?,
+        load_time,
+        profile,
+    };
+    outcome.summary = outcome.summarize();
+    Ok(outcome)
+}
+
+/// Every client on its own connection, its requests one after another.
+async fn run_load(plan: &Plan, addr: SocketAddr) -> Result<Vec<ReadStream>, ScenarioError> {
+    let tasks: Vec<_> = plan
+        .clients
+        .iter()
+        .enumerate()
+        .map(|(i, opts)| {
+            let (opts, requests, max_tokens) =
+                (opts.clone(), plan.requests_per_client, plan.max_tokens);
+            tokio::spawn(async move {
+                let mut client = StreamClient::connect(addr, opts)
+                    .await
+                    .map_err(|e| format!("connect {addr}: {e}"))?;
+                let mut reads = Vec::with_capacity(requests);
+                for r in 0..requests {
+                    let prompt = pseudo_text((i * 1000 + r) as u64, PROMPT_WORDS);
+                    let read =
+                        tokio::time::timeout(REQUEST_TIMEOUT, client.complete(&prompt, max_tokens))
+                            .await
+                            .map_err(|_| format!("request {r} took over {REQUEST_TIMEOUT:?}"))??;
+                    reads.push(read);
+                }
+                Ok::<_, String>(reads)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        let reads = t
+            .await
+            .map_err(|e| ScenarioError::Client(format!("client task failed: {e}")))?
+            .map_err(ScenarioError::Client)?;
+        all.extend(reads);
+    }
+    Ok(all)
+}
+
+fn match_engine_log(
+    reads: Vec<ReadStream>,
+    log: &RequestLog,
+) -> Result<Vec<MeasuredStream>, ScenarioError> {
+    reads
+        .into_iter()
+        .map(|r| {
+            let served = log
+                .by_response_id(&r.response_id)
+                .ok_or_else(|| ScenarioError::Unmatched(r.response_id.clone()))?;
+            if served.token_ns.len() != r.token_read_ns.len() {
+                return Err(ScenarioError::Client(format!(
+                    "{}: the client read {} tokens, the engine wrote {}",
+                    r.response_id,
+                    r.token_read_ns.len(),
+                    served.token_ns.len()
+                )));
+            }
+            Ok(MeasuredStream {
+                response_id: r.response_id,
+                client_port: r.local_port,
+                client_read_ns: r.token_read_ns,
+                engine_write_ns: served.token_ns,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_pairs_share_a_rule() {
+        for s in Scenario::all() {
+            assert_eq!(s.name().parse::<Scenario>().unwrap(), s, "{s} parses back");
+        }
+        for pair in Scenario::all().chunks(2) {
+            assert_eq!(
+                pair[0].rule(),
+                pair[1].rule(),
+                "{} and {} pair",
+                pair[0],
+                pair[1]
+            );
+            assert!(
+                pair[0].has_pathology() && !pair[1].has_pathology(),
+                "positive first, negative second"
+            );
+        }
+        assert!(
+            "netem".parse::<Scenario>().is_err(),
+            "unknown names are errors"
+        );
+    }
+
+    #[test]
+    fn gaps_and_delays_come_from_client_reads_and_engine_writes() {
+        let ms = 1_000_000;
+        let outcome = ScenarioOutcome {
+            scenario: Scenario::Nagle,
+            summary: String::new(),
+            engine: "127.0.0.1:1".parse().unwrap(),
+            streams: vec![MeasuredStream {
+                response_id: "cmpl-lab-1".into(),
+                client_port: 2,
+                client_read_ns: vec![10 * ms, 52 * ms, 67 * ms],
+                engine_write_ns: vec![10 * ms, 25 * ms, 40 * ms],
+            }],
+            retransmits: Some(0),
+            dropped_segments: None,
+            load_time: Duration::from_secs(1),
+            profile: None,
+        };
+        assert_eq!(outcome.gaps_between_ms(35.0, 60.0), 1, "the 42 ms gap");
+        assert_eq!(outcome.gaps().count, 2, "two gaps for three tokens");
+        assert_eq!(outcome.last_token_delay_ms(), 27.0, "67 - 40");
+        assert_eq!(outcome.first_token_delay_ms(), 0.0, "read as written");
+        assert!(
+            outcome
+                .summarize()
+                .contains("1 of 2 client gaps in 35-60 ms"),
+            "summary says it: {}",
+            outcome.summarize()
+        );
+    }
+}
