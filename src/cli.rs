@@ -221,6 +221,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(args) => tokenscope_lab::cli::run_bench(args).map(|()| ExitCode::SUCCESS),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
+        Command::Lab(tokenscope_lab::cli::LabArgs {
+            command: tokenscope_lab::cli::LabCommand::Scenario(a),
+        }) if a.output.is_some() => crate::demo::scenario_recorded(a),
         Command::Lab(args) => tokenscope_lab::cli::run_lab(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => {
             let stdout = std::io::stdout();

@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitCode, Stdio};
 
 use collector::diagnose::Diagnosis;
 use collector::export::report;
@@ -23,6 +23,10 @@ pub struct RecordingObserver {
     problem: Option<String>,
     /// Each side's diagnoses (untuned, tuned), once its recording was read.
     diagnoses: [Option<Vec<Diagnosis>>; 2],
+    /// Record into this file (both sides, in turn) instead of the scratch directory.
+    output: Option<PathBuf>,
+    /// More `tokenscope record` arguments (e.g. --nvml-lib).
+    extra: Vec<std::ffi::OsString>,
 }
 
 impl RecordingObserver {
@@ -38,11 +42,25 @@ impl RecordingObserver {
             interactive,
             problem: None,
             diagnoses: [None, None],
+            output: None,
+            extra: Vec::new(),
         })
+    }
+
+    /// Records into `output` with `tokenscope record` (never top) and these extra arguments.
+    pub fn to_file(output: PathBuf, extra: Vec<std::ffi::OsString>) -> std::io::Result<Self> {
+        let mut o = RecordingObserver::new()?;
+        o.interactive = false;
+        o.output = Some(output);
+        o.extra = extra;
+        Ok(o)
     }
 
     /// Where one side's recording goes.
     fn side_path(&self, tuned: bool) -> PathBuf {
+        if let Some(path) = &self.output {
+            return path.clone();
+        }
         self.dir.join(if tuned {
             "tuned.tsrec"
         } else {
@@ -90,6 +108,7 @@ impl RecordingObserver {
                 "-o",
             ])
             .arg(&path)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -230,4 +249,31 @@ fn profile(path: &std::path::Path) -> anyhow::Result<(String, Vec<Diagnosis>)> {
     report::write_text(&built, &mut buf)?;
     text.push_str(&String::from_utf8_lossy(&buf));
     Ok((text, built.diagnoses))
+}
+
+/// `tokenscope lab scenario NAME -o FILE`: the scenario, recorded, then its report.
+pub fn scenario_recorded(args: tokenscope_lab::cli::ScenarioArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let output = args
+        .output
+        .clone()
+        .context("a scenario to record needs -o FILE")?;
+    let scratch = tempfile::tempdir().context("scratch directory")?;
+    let mut extra = Vec::new();
+    if let Some(script) = args.name.nvml_script() {
+        let lib = nvml_sampler::standin::scripted_copy(scratch.path(), script)
+            .context("writing the scripted NVML stand-in")?;
+        extra.extend(["--nvml-lib".into(), lib.into_os_string()]);
+        extra.extend(["--nvml-interval".into(), "50ms".into()]);
+    }
+    let mut observer = RecordingObserver::to_file(output, extra).context("scratch directory")?;
+    let rt = tokenscope_lab::cli::runtime()?;
+    let out = rt
+        .block_on(tokenscope_lab::scenario::run(args.name, &mut observer))
+        .with_context(|| format!("scenario {}", args.name))?;
+    println!("{}: {}\n{}", args.name, args.name.describe(), out.summary);
+    if let Some(profile) = &out.profile {
+        print!("{profile}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

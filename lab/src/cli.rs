@@ -158,7 +158,7 @@ impl BenchArgs {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -216,6 +216,31 @@ pub enum LabCommand {
         after_help = "Example:\n  tokenscope lab proxy --untuned --upstream 127.0.0.1:8000 --listen 127.0.0.1:8080"
     )]
     Proxy(ProxyArgs),
+    /// Reproduce one pathology (or its fix) on this machine with real TCP, nginx and the
+    /// lab engine, for a few seconds; with -o, tokenscope records it.
+    #[command(after_help = "\
+Examples:
+  tokenscope lab scenario nagle -o nagle.tsrec && tokenscope report nagle.tsrec
+  tokenscope lab scenario lossy          # needs root and nftables (drops 1 in 10 segments)
+
+Scenarios (positive / negative, and the diagnosis rules they show):
+  untuned / tuned-plain            rules 1-5: new connections, proxy buffering, gzip on SSE,
+                                   no prefix cache, prefill stalling decodes
+  queued                           rule 6: an engine running 2 sequences under 8 streams
+  nagle / nagle-fixed              rule 7: split writes without TCP_NODELAY, delayed ACK
+  lossy / lossless                 rule 8: 1 in 10 of the engine's segments dropped
+  slow-client / fast-client        rule 9: a client reading 256 bytes every 10 ms
+  gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling")]
+    Scenario(ScenarioArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ScenarioArgs {
+    /// Which scenario (see below).
+    pub name: crate::scenario::Scenario,
+    /// Record it with tokenscope into this file.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -341,6 +366,12 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async {
         match args.command {
+            LabCommand::Scenario(a) => {
+                let out = crate::scenario::run(a.name, &mut demo::NoObserver)
+                    .await
+                    .with_context(|| format!("scenario {}", a.name))?;
+                println!("{}: {}\n{}", a.name, a.name.describe(), out.summary);
+            }
             LabCommand::Engine(a) => {
                 let engine = Engine::start(a.to_config(), a.listen)
                     .await

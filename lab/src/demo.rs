@@ -23,6 +23,8 @@ pub enum DemoError {
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
     pub tuned: bool,
+    /// Tuned in plain HTTP/1.1 to clients instead of TLS + HTTP/2 (every hop in the clear).
+    pub plain: bool,
     pub duration: Duration,
     /// Request arrivals per second (open loop, as users arrive on their own).
     pub rate: f64,
@@ -43,6 +45,7 @@ impl Default for DemoConfig {
     fn default() -> Self {
         DemoConfig {
             tuned: false,
+            plain: false,
             duration: Duration::from_secs(30),
             rate: 1.45,
             concurrency: 24,
@@ -117,7 +120,7 @@ impl DemoConfig {
             long_prompt_tokens: self.long_prompt_tokens,
             max_tokens: self.max_tokens,
             chat: true,
-            http2: self.tuned,
+            http2: self.tuned && !self.plain,
             insecure: true,
             progress: self.progress,
             warmup_requests: 1,
@@ -140,10 +143,10 @@ pub async fn run_observed(
 ) -> Result<DemoOutcome, DemoError> {
     let engine =
         Engine::start(cfg.engine_config(), "127.0.0.1:0".parse().expect("literal")).await?;
-    let mode = if cfg.tuned {
-        ProxyMode::Tuned
-    } else {
-        ProxyMode::Untuned
+    let mode = match (cfg.tuned, cfg.plain) {
+        (true, false) => ProxyMode::Tuned,
+        (true, true) => ProxyMode::TunedPlain,
+        (false, _) => ProxyMode::Untuned,
     };
     let proxy = NginxProxy::start(ProxyConfig::new(mode, engine.addr())).await?;
     let proxy_url = proxy.url();

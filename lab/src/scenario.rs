@@ -15,8 +15,9 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::bench::Summary;
+use crate::bench::{self, BenchConfig};
 use crate::clock::monotonic_ns;
-use crate::demo::DemoObserver;
+use crate::demo::{DemoConfig, DemoObserver};
 use crate::engine::{Engine, EngineConfig, EngineError, RequestLog};
 use crate::words::pseudo_text;
 use client::{ClientOptions, ReadStream, StreamClient};
@@ -38,10 +39,23 @@ pub enum Scenario {
     SlowClient,
     /// The same engine and stream, read as fast as it comes.
     FastClient,
+    /// The untuned demo, short: no prefix cache, no chunked prefill, nginx without
+    /// keep-alive, buffering and gzip (rules 1-5 and their evidence).
+    Untuned,
+    /// The tuned engine behind nginx tuned but in plain HTTP/1.1 (keep-alive, no
+    /// buffering, no gzip), the same load: every hop in the clear, nothing to fix.
+    TunedPlain,
+    /// An engine that runs 2 sequences at once under 8 concurrent streams (rule 6).
+    Queued,
+    /// The engine's steps while NVML reports HW thermal throttling (rule 10; the
+    /// scripted stand-in libnvidia-ml, see `nvml_script`).
+    GpuThrottled,
+    /// The same with a busy, unthrottled GPU.
+    GpuCool,
 }
 
 impl Scenario {
-    pub fn all() -> [Scenario; 6] {
+    pub fn all() -> [Scenario; 11] {
         [
             Scenario::Nagle,
             Scenario::NagleFixed,
@@ -49,6 +63,12 @@ impl Scenario {
             Scenario::Lossless,
             Scenario::SlowClient,
             Scenario::FastClient,
+            Scenario::Untuned,
+            Scenario::TunedPlain,
+            Scenario::GpuThrottled,
+            Scenario::GpuCool,
+            // Its negative is tuned-plain (same engine, no queue).
+            Scenario::Queued,
         ]
     }
 
@@ -60,15 +80,41 @@ impl Scenario {
             Scenario::Lossless => "lossless",
             Scenario::SlowClient => "slow-client",
             Scenario::FastClient => "fast-client",
+            Scenario::Untuned => "untuned",
+            Scenario::TunedPlain => "tuned-plain",
+            Scenario::Queued => "queued",
+            Scenario::GpuThrottled => "gpu-throttled",
+            Scenario::GpuCool => "gpu-cool",
         }
     }
 
-    /// The profiler's diagnosis rule the pair exercises.
-    pub fn rule(&self) -> u8 {
+    /// The profiler's diagnosis rules the scenario exercises (positive or negative).
+    pub fn rules(&self) -> &'static [u8] {
         match self {
-            Scenario::Nagle | Scenario::NagleFixed => 7,
-            Scenario::Lossy | Scenario::Lossless => 8,
-            Scenario::SlowClient | Scenario::FastClient => 9,
+            Scenario::Nagle | Scenario::NagleFixed => &[7],
+            Scenario::Lossy | Scenario::Lossless => &[8],
+            Scenario::SlowClient | Scenario::FastClient => &[9],
+            Scenario::Untuned | Scenario::TunedPlain => &[1, 2, 3, 4, 5],
+            Scenario::Queued => &[6],
+            Scenario::GpuThrottled | Scenario::GpuCool => &[10],
+        }
+    }
+
+    /// For the GPU scenarios: the script of the stand-in libnvidia-ml.so.1 the recorder
+    /// should sample (`tokenscope record --nvml-lib`; format in nvml-sampler/standin).
+    pub fn nvml_script(&self) -> Option<&'static str> {
+        match self {
+            // gpu mem sm memclk used power temp throttle tx rx; the last row repeats.
+            Scenario::GpuThrottled => Some(concat!(
+                "devices 1\nname 0 Stand-in H200\nuuid 0 GPU-5ce7a710-0000-4000-8000-000000000000\n",
+                "row 0 97 61 1980 2619 2147483648 650000 79 0x0 1000 1000\n",
+                "row 0 98 62 1410 2619 2147483648 700000 91 0x40 1000 1000\n",
+            )),
+            Scenario::GpuCool => Some(concat!(
+                "devices 1\nname 0 Stand-in H200\nuuid 0 GPU-5ce7a710-0000-4000-8000-000000000000\n",
+                "row 0 97 61 1980 2619 2147483648 650000 62 0x0 1000 1000\n",
+            )),
+            _ => None,
         }
     }
 
@@ -76,7 +122,12 @@ impl Scenario {
     pub fn has_pathology(&self) -> bool {
         matches!(
             self,
-            Scenario::Nagle | Scenario::Lossy | Scenario::SlowClient
+            Scenario::Nagle
+                | Scenario::Lossy
+                | Scenario::SlowClient
+                | Scenario::Untuned
+                | Scenario::Queued
+                | Scenario::GpuThrottled
         )
     }
 
@@ -102,10 +153,26 @@ impl Scenario {
             Scenario::FastClient => {
                 "engine SO_SNDBUF 16 KiB streams fast; the client reads as fast as it comes"
             }
+            Scenario::Untuned => {
+                "the untuned demo for 10 s: no prefix cache, no chunked prefill; nginx without \
+                 keep-alive, buffering on, gzip on (half the clients accept it)"
+            }
+            Scenario::TunedPlain => {
+                "the tuned engine behind nginx in plain HTTP/1.1 (keep-alive, buffering off, \
+                 gzip off), the same load"
+            }
+            Scenario::Queued => {
+                "engine runs at most 2 sequences at once; 8 concurrent clients stream 24 requests"
+            }
+            Scenario::GpuThrottled => {
+                "engine under load while NVML reports HW thermal throttling (SM clock 1410 MHz)"
+            }
+            Scenario::GpuCool => "engine under load while NVML reports a busy, unthrottled GPU",
         }
     }
 
-    fn plan(&self) -> Plan {
+    /// The network scenarios' set-up (None for the others, which `run` sets up itself).
+    fn plan(&self) -> Option<Plan> {
         match self {
             // Linux acknowledges a small segment as soon as the client reads it, unless the
             // socket is interactive ("pingpong": it sent data soon after receiving); then
@@ -114,7 +181,7 @@ impl Scenario {
             // time, so every stream but the first waits once: its second token sits behind
             // the unacknowledged head + first token until the timer fires. A single long
             // stream would show at most one such stall.
-            Scenario::Nagle | Scenario::NagleFixed => Plan {
+            Scenario::Nagle | Scenario::NagleFixed => Some(Plan {
                 engine: EngineConfig {
                     tcp_nodelay: *self == Scenario::NagleFixed,
                     split_chunk_writes: true,
@@ -124,8 +191,8 @@ impl Scenario {
                 requests_per_client: 24,
                 max_tokens: 8,
                 drop_one_in: None,
-            },
-            Scenario::Lossy | Scenario::Lossless => Plan {
+            }),
+            Scenario::Lossy | Scenario::Lossless => Some(Plan {
                 engine: EngineConfig {
                     // Most losses are repaired by the next token's SACK within a step or
                     // two; a timeout needs a lost last segment or a lost retransmission,
@@ -137,8 +204,8 @@ impl Scenario {
                 requests_per_client: 12,
                 max_tokens: 48,
                 drop_one_in: (*self == Scenario::Lossy).then_some(10),
-            },
-            Scenario::SlowClient | Scenario::FastClient => Plan {
+            }),
+            Scenario::SlowClient | Scenario::FastClient => Some(Plan {
                 engine: EngineConfig {
                     // ~300 tokens/s: far faster than the slow client reads.
                     step_overhead_ns: 3_000_000,
@@ -157,7 +224,12 @@ impl Scenario {
                 requests_per_client: 1,
                 max_tokens: 500,
                 drop_one_in: None,
-            },
+            }),
+            Scenario::Untuned
+            | Scenario::TunedPlain
+            | Scenario::Queued
+            | Scenario::GpuThrottled
+            | Scenario::GpuCool => None,
         }
     }
 }
@@ -182,7 +254,8 @@ impl FromStr for Scenario {
 #[derive(Debug, Error)]
 pub enum ScenarioError {
     #[error(
-        "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client)"
+        "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client, \
+         untuned, tuned-plain, queued, gpu-throttled, gpu-cool)"
     )]
     Unknown(String),
     #[error("engine: {0}")]
@@ -196,6 +269,10 @@ pub enum ScenarioError {
     },
     #[error("client: {0}")]
     Client(String),
+    #[error("demo: {0}")]
+    Demo(#[from] crate::demo::DemoError),
+    #[error("bench: {0}")]
+    Bench(#[from] crate::bench::BenchError),
     #[error("the engine has no record of response {0}")]
     Unmatched(String),
 }
@@ -339,6 +416,8 @@ impl ScenarioOutcome {
                 delays.p50,
                 self.last_token_delay_ms()
             ),
+            // Summarised from the bench's report where they run (`run_lab_load`).
+            _ => head,
         }
     }
 }
@@ -349,7 +428,9 @@ pub async fn run(
     s: Scenario,
     observer: &mut dyn DemoObserver,
 ) -> Result<ScenarioOutcome, ScenarioError> {
-    let plan = s.plan();
+    let Some(plan) = s.plan() else {
+        return run_lab_load(s, observer).await;
+    };
     let engine =
         Engine::start(plan.engine.clone(), "127.0.0.1:0".parse().expect("literal")).await?;
     let addr = engine.addr();
@@ -449,19 +530,92 @@ fn match_engine_log(
         .collect()
 }
 
+/// The scenarios made of the lab's usual parts: the demo's chain (engine, nginx, bench),
+/// or the engine under bench load.
+async fn run_lab_load(
+    s: Scenario,
+    observer: &mut dyn DemoObserver,
+) -> Result<ScenarioOutcome, ScenarioError> {
+    let started = monotonic_ns();
+    let (engine, bench, profile) = match s {
+        Scenario::Untuned | Scenario::TunedPlain => {
+            let cfg = DemoConfig {
+                tuned: s == Scenario::TunedPlain,
+                plain: true,
+                duration: Duration::from_secs(10),
+                rate: 2.0,
+                // Few clients, each sending request after request, as a service's callers
+                // do (24 workers at 2/s would each send one request in 10 s).
+                concurrency: 6,
+                long_prompt_every: 10,
+                max_tokens: 48,
+                progress: false,
+                ..DemoConfig::default()
+            };
+            let out = crate::demo::run_observed(&cfg, observer).await?;
+            let engine = out
+                .proxy_url
+                .rsplit("//")
+                .next()
+                .and_then(|a| a.parse().ok());
+            (engine, out.bench, out.profile)
+        }
+        _ => {
+            let config = match s {
+                Scenario::Queued => EngineConfig {
+                    max_running_seqs: 2,
+                    ..EngineConfig::default()
+                },
+                _ => EngineConfig::default(),
+            };
+            let engine = Engine::start(config, "127.0.0.1:0".parse().expect("literal")).await?;
+            observer.ready(false, engine.addr(), engine.addr());
+            let load = BenchConfig {
+                url: engine.base_url(),
+                concurrency: if s == Scenario::Queued { 8 } else { 4 },
+                requests: Some(24),
+                prompt_tokens: 40,
+                max_tokens: 32,
+                progress: false,
+                timeout: REQUEST_TIMEOUT,
+                ..BenchConfig::default()
+            };
+            let bench = bench::run(&load).await;
+            let profile = observer.finished(false);
+            let addr = engine.addr();
+            engine.shutdown().await;
+            (Some(addr), bench?, profile)
+        }
+    };
+    let r = &bench.report;
+    Ok(ScenarioOutcome {
+        scenario: s,
+        summary: format!(
+            "{s}: {} requests ok, {} failed; TTFT p95 {:.0} ms, ITL p99 {:.0} ms",
+            r.ok, r.failed, r.ttft_ms.p95, r.itl_ms.p99
+        ),
+        engine: engine.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
+        streams: Vec::new(),
+        retransmits: None,
+        dropped_segments: None,
+        load_time: Duration::from_nanos(monotonic_ns() - started),
+        profile,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip_and_pairs_share_a_rule() {
+    fn names_round_trip_and_pairs_share_their_rules() {
         for s in Scenario::all() {
             assert_eq!(s.name().parse::<Scenario>().unwrap(), s, "{s} parses back");
         }
-        for pair in Scenario::all().chunks(2) {
+        for pair in Scenario::all()[..10].chunks(2) {
             assert_eq!(
-                pair[0].rule(),
-                pair[1].rule(),
+                pair[0].rules(),
+                pair[1].rules(),
                 "{} and {} pair",
                 pair[0],
                 pair[1]
@@ -471,6 +625,7 @@ mod tests {
                 "positive first, negative second"
             );
         }
+        assert!(Scenario::Queued.has_pathology());
         assert!(
             "netem".parse::<Scenario>().is_err(),
             "unknown names are errors"

@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod fixtures;
 mod gpu;
 mod setup;
 
@@ -21,6 +22,7 @@ tasks:
   demo    setup, then run `tokenscope demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios)
   lint    cargo fmt --check and clippy with warnings denied
+  fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
   gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload";
 
 fn main() {
@@ -31,6 +33,7 @@ fn main() {
         "demo" => demo::run(),
         "bench" => bench::run(),
         "lint" => lint(),
+        "fixtures" => fixtures::run(),
         "gpu-check" => gpu::run(),
         "" | "help" | "-h" | "--help" => {
             println!("{USAGE}");

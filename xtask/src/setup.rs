@@ -18,6 +18,8 @@ const PACKAGES: &[&str] = &[
     "python3-venv",
     "tmux",
     "util-linux",
+    // The lab's lossy scenario drops segments with an nftables rule.
+    "nftables",
 ];
 const POLICY_RC: &str = "/usr/sbin/policy-rc.d";
 

@@ -26,8 +26,11 @@ pub const RULES: [(u8, &str, &str); 10] = [
 const MIN_EVIDENCE: usize = 3;
 /// A proxy holds a token when it forwards it this much later than it read it.
 const HOLD_NS: u64 = 10_000_000;
-/// Linux's delayed-ACK minimum is 40 ms: a Nagle stall holds a write 30-250 ms.
-const NAGLE_NS: (u64, u64) = (30_000_000, 250_000_000);
+/// A Nagle stall ends when the peer's delayed ACK fires: the held token reaches the
+/// reader 35-220 ms (Linux: 40 ms minimum, 200 ms maximum) after the one before it...
+const NAGLE_NS: (u64, u64) = (35_000_000, 220_000_000);
+/// ... and was held on the hop at least this much longer than that one.
+const NAGLE_GREW_NS: u64 = 5_000_000;
 /// A prefill step stalls decodes when it runs this many decode steps long.
 const STALL_FACTOR: u64 = 4;
 /// Requests that waited this long for their first step, on a busy engine, queued.
@@ -143,9 +146,22 @@ fn new_connection_per_request(input: &Input) -> Option<Finding> {
     let paid: Vec<usize> = (0..reqs.len())
         .filter(|&i| reqs[i].new_connection && !reqs[i].points.is_empty())
         .collect();
+    // Used once: it carried this request only and was closed within a second of the
+    // response (a kept-alive connection that simply saw no second request stays open).
+    let closed_after = |r: &Request| -> bool {
+        let close = r
+            .connections
+            .first()
+            .and_then(|&c| input.connections.get(c))
+            .and_then(|c| c.close_ns);
+        match (close, r.end_ns) {
+            (Some(c), Some(e)) => c <= e + 1_000_000_000,
+            _ => false,
+        }
+    };
     let once = paid
         .iter()
-        .filter(|&&i| reqs[i].connection_requests <= 1)
+        .filter(|&&i| reqs[i].connection_requests <= 1 && closed_after(&reqs[i]))
         .count();
     // Most requests paid, and their connections were not reused (1 request each).
     if paid.len() < MIN_EVIDENCE || paid.len() * 2 < reqs.len() || once * 10 < paid.len() * 8 {
@@ -450,6 +466,26 @@ fn prefill_cost(r: &Request) -> Option<u64> {
     }
 }
 
+/// The share (per mille) of a request's wait at the engine (arrival -> first token) that
+/// steps with prefill work covered, when its engine's steps were probed.
+fn prefill_share_permille(input: &Input, r: &Request) -> Option<u64> {
+    let engine = r.point(PointKind::EngineWrite)?;
+    let (from, to) = (r.engine_received_ns?, *engine.token_ns.first()?);
+    if to <= from {
+        return None;
+    }
+    let mut any = false;
+    let covered: u64 = input
+        .steps
+        .iter()
+        .filter(|s| s.pid == engine.pid)
+        .inspect(|_| any = true)
+        .filter(|s| s.kind != StepKind::Decode)
+        .map(|s| s.end_ns.min(to).saturating_sub(s.start_ns.max(from)))
+        .sum();
+    any.then(|| covered * 1000 / (to - from))
+}
+
 /// Rule 4: prompts repeat a prefix an earlier request sent, yet cost as much to prefill
 /// per KiB as new ones (or, with no new ones to compare, over 50 ms): no prefix cache.
 fn no_prefix_cache(input: &Input) -> Option<Finding> {
@@ -482,13 +518,23 @@ fn no_prefix_cache(input: &Input) -> Option<Finding> {
     } else {
         median(&sharing_kib) * 2 >= median(&fresh_kib)
     };
-    // Prefill must matter: 20 ms and a third of the engine's wait for the first token
-    // (the rest of TTFT, such as a proxy's hold, is other rules' business).
-    let waits: Vec<u64> = sharing
+    // Prefill must matter: 20 ms, and a third of the engine's wait for the first token
+    // (its own prefill and the others' it queued behind, when GPU steps were probed; the
+    // rest of TTFT, such as a proxy's hold, is other rules' business).
+    let prefill_share: Vec<u64> = sharing
         .iter()
-        .filter_map(|&i| reqs[i].stages.upstream_wait_ns)
+        .filter_map(|&i| prefill_share_permille(input, &reqs[i]))
         .collect();
-    if !uncached || median(&cost) < 20_000_000 || median(&cost) * 3 < median(&waits) {
+    let matters = if prefill_share.is_empty() {
+        let waits: Vec<u64> = sharing
+            .iter()
+            .filter_map(|&i| reqs[i].stages.upstream_wait_ns)
+            .collect();
+        median(&cost) * 3 >= median(&waits)
+    } else {
+        median(&prefill_share) * 3 >= 1000
+    };
+    if !uncached || median(&cost) < 20_000_000 || !matters {
         return None;
     }
     let ttft: BTreeMap<usize, u64> = sharing
@@ -760,37 +806,55 @@ fn socket_hops(r: &Request) -> impl Iterator<Item = &crate::stitch::request::For
     })
 }
 
-/// Rule 7: tokens held 30-250 ms on one TCP hop that otherwise passes them in
-/// well under a millisecond: a small write waiting for the ACK of the previous one
-/// (Nagle) that the peer delays (delayed ACK, 40 ms minimum on Linux).
+/// Retransmit times on the connections that carried a request.
+fn retransmits_of(input: &Input, r: &Request) -> Vec<u64> {
+    r.connections
+        .iter()
+        .filter_map(|&c| input.connections.get(c))
+        .flat_map(|c| c.retransmits.iter().copied())
+        .collect()
+}
+
+/// Rule 7: on a TCP hop that passes tokens in well under 5 ms, some token is held
+/// longer than the one before it and reaches the reader a delayed-ACK timeout (Linux:
+/// 40 ms at least) after that one, with no retransmit meanwhile: a small write waiting
+/// (Nagle) for the ACK of the previous small segment, which the peer delays.
 fn nagle(input: &Input) -> Option<Finding> {
     let reqs = input.requests;
     let (mut all, mut held) = (Vec::new(), Vec::new());
     let mut itl = BTreeMap::new();
     let mut weights = BTreeMap::new();
     for (i, r) in reqs.iter().enumerate() {
+        let lost = retransmits_of(input, r);
         for hop in socket_hops(r) {
+            let Some(recv) = r.point(hop.to).map(|p| &p.token_ns) else {
+                continue;
+            };
             let d = &hop.delay_ns;
             all.extend(d.iter().copied());
-            for k in 0..d.len() {
-                if (NAGLE_NS.0..=NAGLE_NS.1).contains(&d[k]) {
-                    held.push(d[k]);
-                    *weights.entry(i).or_insert(0) += d[k];
-                    if k > 0 {
-                        // The gap before this token grew by how much more it was held.
-                        let grew = d[k].saturating_sub(d[k - 1]);
-                        *itl.entry((i, k - 1)).or_insert(0) += grew;
-                    }
+            for k in 1..d.len().min(recv.len()) {
+                let gap = recv[k] - recv[k - 1];
+                let grew = d[k].saturating_sub(d[k - 1]);
+                let sent = recv[k].saturating_sub(d[k]);
+                if grew >= NAGLE_GREW_NS
+                    && (NAGLE_NS.0..=NAGLE_NS.1).contains(&gap)
+                    && !lost.iter().any(|&t| t >= sent && t <= recv[k])
+                {
+                    held.push(grew);
+                    *weights.entry(i).or_insert(0) += grew;
+                    // The gap before this token grew by how much longer it was held.
+                    *itl.entry((i, k - 1)).or_insert(0) += grew;
                 }
             }
         }
     }
-    if held.len() < 5 || held.len() * 50 < all.len() || median(&all) >= 5_000_000 {
+    if held.len() < 5 || held.len() * 100 < all.len() || median(&all) >= 5_000_000 {
         return None;
     }
     let finding = format!(
-        "{} of {} tokens were held {} ms (p50) on a TCP hop that passes the others in {} ms: \
-         small writes waiting on a delayed ACK (Nagle)",
+        "{} of {} tokens were held {} ms (p50) longer than the token before them on a TCP hop \
+         that passes the others in {} ms, reaching the reader a delayed-ACK timeout after the \
+         previous one: small writes waiting on a delayed ACK (Nagle)",
         held.len(),
         all.len(),
         ms(median(&held)),
@@ -835,12 +899,7 @@ fn retransmits(input: &Input) -> Option<Finding> {
     let mut weights = BTreeMap::new();
     let (mut spikes, mut total) = (Vec::new(), 0usize);
     for (i, r) in reqs.iter().enumerate() {
-        let times: Vec<u64> = r
-            .connections
-            .iter()
-            .filter_map(|&c| input.connections.get(c))
-            .flat_map(|c| c.retransmits.iter().copied())
-            .collect();
+        let times = retransmits_of(input, r);
         total += times.len();
         let Some(p) = ttft_point(r) else { continue };
         for (k, w) in p.token_ns.windows(2).enumerate() {
@@ -906,8 +965,15 @@ fn slow_client(input: &Input) -> Option<Finding> {
         let (Some(&first), Some(&last)) = (d.first(), d.last()) else {
             continue;
         };
+        // Steady growth, not a spike (a retransmit's, rule 8): the delay rises at most
+        // tokens and from the first quarter of the stream to the third.
         let rising = d.windows(2).filter(|w| w[1] + 1_000_000 >= w[0]).count();
-        if last < 200_000_000 || last < first + 150_000_000 || rising * 10 < (d.len() - 1) * 8 {
+        let (q1, q3) = (d[d.len() / 4], d[d.len() * 3 / 4]);
+        if last < 200_000_000
+            || last < first + 150_000_000
+            || q3 < q1 + 100_000_000
+            || rising * 10 < (d.len() - 1) * 8
+        {
             continue;
         }
         for (k, w) in d.windows(2).enumerate() {

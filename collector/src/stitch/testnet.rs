@@ -95,6 +95,43 @@ impl Net {
         csk
     }
 
+    /// The client end closes (FIN), the server end follows: both reach CLOSE.
+    pub(crate) fn close(&mut self, ts: u64, csk: u64) {
+        let ssk = self.peer[&csk].0;
+        let (c, s) = (self.socks[&csk].clone(), self.socks[&ssk].clone());
+        let state = |sock: &Sock, old: TcpState, new: TcpState| {
+            Body::State(StateChange {
+                sock: Some(sock.clone()),
+                old: old as i32,
+                new: new as i32,
+            })
+        };
+        self.ev(
+            ts,
+            0,
+            "",
+            state(&c, TcpState::Established, TcpState::FinWait1),
+        );
+        self.ev(
+            ts + 10_000,
+            0,
+            "",
+            state(&s, TcpState::Established, TcpState::CloseWait),
+        );
+        self.ev(
+            ts + 20_000,
+            0,
+            "",
+            state(&s, TcpState::LastAck, TcpState::Close),
+        );
+        self.ev(
+            ts + 30_000,
+            0,
+            "",
+            state(&c, TcpState::FinWait2, TcpState::Close),
+        );
+    }
+
     pub(crate) fn io(
         &mut self,
         ts: u64,
@@ -193,4 +230,6 @@ pub(crate) fn proxied(net: &mut Net, t0: u64, cport: u16, uport: u16, req: &str)
     let done = [chunk("data: [DONE]\n\n"), b"0\r\n\r\n".to_vec()].concat();
     net.send(t0 + 300 * MS, ENGINE, e, &done, 100_000);
     net.send(t0 + 301 * MS, NGINX, a_srv, &done, 100_000);
+    // The client closes its connection, as curl does after one request.
+    net.close(t0 + 302 * MS, a);
 }

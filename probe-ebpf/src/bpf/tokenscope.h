@@ -14,8 +14,9 @@
  * coalesced SSE writes and TLS record headers. A power of two (the verifier
  * masks offsets with it). */
 #define TS_PAYLOAD_MAX 16384
-/* iovec entries walked per writev/readv/sendmsg/recvmsg when copying payload. */
-#define TS_IOV_MAX 8
+/* iovec entries walked per writev/readv/sendmsg/recvmsg when copying payload
+ * (nginx and hyper flush a backlog of chunks in one writev of many iovecs). */
+#define TS_IOV_MAX 64
 #define TS_MAX_FILTER_PORTS 8
 
 enum ts_event_kind {

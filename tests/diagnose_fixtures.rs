@@ -1,0 +1,139 @@
+//! The ten diagnosis rules on recorded fixtures (tests/fixtures/diagnose, re-recorded by
+//! `cargo xtask fixtures` from `tokenscope lab scenario NAME`): each fixture must yield
+//! exactly the rules its table row names, and every rule has a fixture where it fires
+//! and one where it must not. Unprivileged: it replays committed recordings.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use collector::export::report;
+use collector::ingest::record::RecordReader;
+
+/// (fixture, the rules it must yield; every other rule must stay silent).
+const TABLE: &[(&str, &[u8])] = &[
+    // The untuned demo chain: the seed article's five problems.
+    ("untuned", &[1, 2, 3, 4, 5]),
+    // The same load tuned, every hop in the clear: nothing to fix.
+    ("tuned-plain", &[]),
+    ("queued", &[6]),
+    ("nagle", &[7]),
+    ("nagle-fixed", &[]),
+    ("lossy", &[8]),
+    ("lossless", &[]),
+    ("slow-client", &[9]),
+    ("fast-client", &[]),
+    ("gpu-throttled", &[10]),
+    ("gpu-cool", &[]),
+];
+
+fn fixture(name: &str, dir: &Path) -> PathBuf {
+    let gz = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/diagnose")
+        .join(format!("{name}.tsrec.gz"));
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&gz).expect("fixture"))
+        .read_to_end(&mut bytes)
+        .expect("gunzip fixture");
+    let path = dir.join(format!("{name}.tsrec"));
+    std::fs::write(&path, bytes).expect("write fixture");
+    path
+}
+
+fn report_of(path: &Path) -> report::Report {
+    let mut reader = RecordReader::open(path).expect("open fixture");
+    let events = reader.read_all().expect("read fixture");
+    report::build(&reader.header, &events)
+}
+
+#[test]
+fn every_rule_has_a_positive_and_a_negative_fixture() {
+    for rule in 1..=10u8 {
+        let fires = TABLE.iter().filter(|(_, r)| r.contains(&rule)).count();
+        let silent = TABLE.iter().filter(|(_, r)| !r.contains(&rule)).count();
+        assert!(
+            fires > 0 && silent > 0,
+            "rule {rule}: {fires} positive, {silent} negative"
+        );
+    }
+}
+
+#[test]
+fn each_fixture_yields_exactly_its_rules_with_evidence_and_a_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/report.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut wrong = Vec::new();
+    for (name, expected) in TABLE {
+        let built = report_of(&fixture(name, dir.path()));
+        let got: BTreeSet<u8> = built.diagnoses.iter().map(|d| d.rule).collect();
+        let want: BTreeSet<u8> = expected.iter().copied().collect();
+        println!("{name}: {:?}", got);
+        for d in &built.diagnoses {
+            println!("  [{}] {}: {}", d.rule, d.title, d.finding);
+            // Evidence: named figures and a time span; requests unless NVML-only (10).
+            assert!(
+                !d.evidence.figures.is_empty(),
+                "{name} [{}] figures",
+                d.rule
+            );
+            assert!(d.evidence.end_ns >= d.evidence.start_ns && d.evidence.start_ns > 0);
+            if d.rule != 10 {
+                assert!(
+                    d.evidence.requests >= 1 && !d.evidence.request_ids.is_empty(),
+                    "{name} [{}] cites requests",
+                    d.rule
+                );
+                let ids: BTreeSet<usize> = built.requests.iter().map(|r| r.id).collect();
+                assert!(d.evidence.request_ids.iter().all(|i| ids.contains(i)));
+            }
+            assert!(
+                !d.fix.is_empty() && !d.finding.is_empty(),
+                "{name} [{}]",
+                d.rule
+            );
+        }
+        if got != want {
+            wrong.push(format!("{name}: expected {want:?}, got {got:?}"));
+        }
+        let json = serde_json::to_value(&built).unwrap();
+        collector::export::schema_check::check(&schema, &json)
+            .unwrap_or_else(|e| panic!("{name}: report JSON breaks the schema: {e}"));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn savings_are_consistent() {
+    // The rules' shares of the joint TTFT p95 saving add up to at most the TTFT p95
+    // itself, and no fix alone saves more than it either.
+    let dir = tempfile::tempdir().unwrap();
+    for (name, _) in TABLE {
+        let built = report_of(&fixture(name, dir.path()));
+        let ttft_p95 = built
+            .requests
+            .iter()
+            .filter_map(collector::diagnose::request_ttft)
+            .collect::<Vec<_>>();
+        let p95 = collector::analyze::summarize(&ttft_p95).map_or(0, |s| s.p95_ns);
+        let total: u64 = built
+            .diagnoses
+            .iter()
+            .filter_map(|d| d.saving.ttft_p95_ns)
+            .sum();
+        assert!(
+            total <= p95,
+            "{name}: savings {total} ns exceed TTFT p95 {p95} ns"
+        );
+        for d in &built.diagnoses {
+            if let (Some(a), Some(b)) = (d.saving.ttft_p95_ns, d.saving.ttft_p95_alone_ns) {
+                assert!(a <= p95 && b <= p95, "{name} [{}]", d.rule);
+            }
+        }
+    }
+}
