@@ -155,7 +155,7 @@ impl Scenario {
             }
             Scenario::Untuned => {
                 "the untuned demo for 10 s: no prefix cache, no chunked prefill; nginx without \
-                 keep-alive, buffering on, gzip on (half the clients accept it)"
+                 keep-alive, buffering on, gzip on (one client in four accepts it)"
             }
             Scenario::TunedPlain => {
                 "the tuned engine behind nginx in plain HTTP/1.1 (keep-alive, buffering off, \

@@ -4,11 +4,12 @@
 //!
 //! Savings. Each rule says, per request, how much of its TTFT the fix removes
 //! (and, per inter-token gap, how much of the gap). The causes overlap (a token
-//! held by both proxy buffering and gzip is freed only when both go), so the
-//! rules' removals are applied together: the joint saving is p95(TTFT) minus
-//! p95(TTFT with every removal), and each rule gets the share of it that its
-//! removals make up in the slowest tenth of requests. The shares add up to the
-//! joint saving; each rule also carries what it would save alone.
+//! held by both proxy buffering and gzip is freed only when both go; a proxy's
+//! bursts hide an engine stall until buffering is off), so the removals are
+//! applied together: the joint saving is p95(TTFT) minus p95(TTFT with every
+//! removal) (p99 for ITL), shared between the rules by Shapley value (each rule's
+//! marginal saving averaged over every order of applying the fixes). The shares
+//! add up to the joint saving; each rule also carries what it would save alone.
 
 mod rules;
 pub mod slo;
@@ -120,8 +121,9 @@ pub(crate) struct Finding {
     pub diagnosis: Diagnosis,
     /// Per request index: TTFT the fix removes.
     pub ttft: BTreeMap<usize, u64>,
-    /// Per (request index, gap index at the request's TTFT point): gap time removed.
-    pub itl: BTreeMap<(usize, usize), u64>,
+    /// Per (request index, gap index at the request's TTFT point): gap time removed
+    /// (negative: the fix lengthens the gap, as unbatching a burst does).
+    pub itl: BTreeMap<(usize, usize), i64>,
 }
 
 /// All diagnoses for a timeline, the largest saving first.
@@ -156,33 +158,91 @@ fn p99(v: &[u64]) -> u64 {
     summarize(v).map_or(0, |s| s.p99_ns)
 }
 
+/// Most rules whose savings are shared exactly (2^n subsets are evaluated); past it,
+/// shares are proportional to what each fix saves alone.
+const MAX_SHAPLEY: usize = 10;
+
+/// Each removal map's share of the joint saving of `stat` over `samples`, and what it
+/// saves alone. Shares are Shapley values: a rule's marginal saving averaged over every
+/// order in which the fixes could be applied, so causes that hide each other (a proxy's
+/// bursts hide an engine stall) are credited fairly and the shares add up to the joint
+/// saving.
+fn shapley<K: Ord>(
+    samples: &[(K, u64)],
+    removals: &[&BTreeMap<K, i64>],
+    stat: fn(&[u64]) -> u64,
+) -> Vec<(u64, u64)> {
+    let live: Vec<usize> = (0..removals.len())
+        .filter(|&j| !removals[j].is_empty())
+        .collect();
+    let m = live.len();
+    let mut out = vec![(0, 0); removals.len()];
+    if m == 0 || samples.is_empty() {
+        return out;
+    }
+    // Per sample, what each live rule removes from it.
+    let rem: Vec<Vec<i64>> = samples
+        .iter()
+        .map(|(k, _)| {
+            live.iter()
+                .map(|&j| removals[j].get(k).copied().unwrap_or(0))
+                .collect()
+        })
+        .collect();
+    let base = stat(&samples.iter().map(|s| s.1).collect::<Vec<_>>());
+    let saving = |mask: usize| -> u64 {
+        let after: Vec<u64> = samples
+            .iter()
+            .zip(&rem)
+            .map(|((_, v), r)| {
+                let removed: i64 = (0..m).filter(|b| mask & (1 << b) != 0).map(|b| r[b]).sum();
+                (*v as i64 - removed).max(0) as u64
+            })
+            .collect();
+        base.saturating_sub(stat(&after))
+    };
+    let alone: Vec<u64> = (0..m).map(|b| saving(1 << b)).collect();
+    let shares: Vec<u64> = if m <= MAX_SHAPLEY {
+        let v: Vec<u64> = (0..1usize << m).map(saving).collect();
+        let fact = |n: usize| (1..=n).map(|x| x as f64).product::<f64>();
+        (0..m)
+            .map(|b| {
+                let phi: f64 = (0..1usize << m)
+                    .filter(|mask| mask & (1 << b) == 0)
+                    .map(|mask| {
+                        let size = mask.count_ones() as usize;
+                        let weight = fact(size) * fact(m - size - 1) / fact(m);
+                        weight * (v[mask | (1 << b)] as f64 - v[mask] as f64)
+                    })
+                    .sum();
+                phi.max(0.0).round() as u64
+            })
+            .collect()
+    } else {
+        let joint = saving((1 << m) - 1);
+        let total: u64 = alone.iter().sum();
+        alone
+            .iter()
+            .map(|&a| {
+                (u128::from(joint) * u128::from(a))
+                    .checked_div(u128::from(total))
+                    .unwrap_or(0) as u64
+            })
+            .collect()
+    };
+    for (b, &j) in live.iter().enumerate() {
+        out[j] = (shares[b], alone[b]);
+    }
+    out
+}
+
 fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis> {
     // TTFT: one sample per request that has one.
-    let base: Vec<(usize, u64)> = requests
+    let ttft: Vec<(usize, u64)> = requests
         .iter()
         .enumerate()
         .filter_map(|(i, r)| Some((i, request_ttft(r)?)))
         .collect();
-    let base_v: Vec<u64> = base.iter().map(|b| b.1).collect();
-    let after = |removals: &[&BTreeMap<usize, u64>]| -> Vec<u64> {
-        base.iter()
-            .map(|&(i, t)| {
-                let removed: u64 = removals.iter().filter_map(|m| m.get(&i)).sum();
-                t.saturating_sub(removed)
-            })
-            .collect()
-    };
-    let all_ttft: Vec<&BTreeMap<usize, u64>> = findings.iter().map(|f| &f.ttft).collect();
-    let joint_ttft = p95(&base_v).saturating_sub(p95(&after(&all_ttft)));
-    let tail_ttft = summarize(&base_v).map_or(0, |s| s.p90_ns);
-    let ttft_weight = |m: &BTreeMap<usize, u64>| -> u128 {
-        base.iter()
-            .filter(|&&(_, t)| t >= tail_ttft)
-            .filter_map(|(i, _)| m.get(i))
-            .map(|&v| u128::from(v))
-            .sum()
-    };
-
     // ITL: one sample per gap at each request's TTFT point.
     let gaps: Vec<((usize, usize), u64)> = requests
         .iter()
@@ -195,44 +255,28 @@ fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis>
                 .map(move |(k, w)| ((i, k), w[1] - w[0]))
         })
         .collect();
-    let gaps_v: Vec<u64> = gaps.iter().map(|g| g.1).collect();
-    let after_itl = |removals: &[&BTreeMap<(usize, usize), u64>]| -> Vec<u64> {
-        gaps.iter()
-            .map(|&(key, g)| {
-                let removed: u64 = removals.iter().filter_map(|m| m.get(&key)).sum();
-                g.saturating_sub(removed)
-            })
-            .collect()
-    };
-    let all_itl: Vec<&BTreeMap<(usize, usize), u64>> = findings.iter().map(|f| &f.itl).collect();
-    let joint_itl = p99(&gaps_v).saturating_sub(p99(&after_itl(&all_itl)));
-    let tail_itl = summarize(&gaps_v).map_or(0, |s| s.p99_ns);
-    let itl_weight = |m: &BTreeMap<(usize, usize), u64>| -> u128 {
-        gaps.iter()
-            .filter(|&&(_, g)| g >= tail_itl)
-            .filter_map(|(k, _)| m.get(k))
-            .map(|&v| u128::from(v))
-            .sum()
-    };
-
-    let ttft_total: u128 = findings.iter().map(|f| ttft_weight(&f.ttft)).sum();
-    let itl_total: u128 = findings.iter().map(|f| itl_weight(&f.itl)).sum();
-    let share = |joint: u64, w: u128, total: u128| -> u64 {
-        (u128::from(joint) * w).checked_div(total).unwrap_or(0) as u64
-    };
+    let ttft_maps: Vec<BTreeMap<usize, i64>> = findings
+        .iter()
+        .map(|f| f.ttft.iter().map(|(&k, &v)| (k, v as i64)).collect())
+        .collect();
+    let ttft_shares = shapley(&ttft, &ttft_maps.iter().collect::<Vec<_>>(), p95);
+    let itl_shares = shapley(
+        &gaps,
+        &findings.iter().map(|f| &f.itl).collect::<Vec<_>>(),
+        p99,
+    );
     findings
         .into_iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(j, f)| {
             let mut d = f.diagnosis;
-            if !f.ttft.is_empty() && !base.is_empty() {
-                d.saving.ttft_p95_ns = Some(share(joint_ttft, ttft_weight(&f.ttft), ttft_total));
-                d.saving.ttft_p95_alone_ns =
-                    Some(p95(&base_v).saturating_sub(p95(&after(&[&f.ttft]))));
+            if !f.ttft.is_empty() && !ttft.is_empty() {
+                d.saving.ttft_p95_ns = Some(ttft_shares[j].0);
+                d.saving.ttft_p95_alone_ns = Some(ttft_shares[j].1);
             }
             if !f.itl.is_empty() && !gaps.is_empty() {
-                d.saving.itl_p99_ns = Some(share(joint_itl, itl_weight(&f.itl), itl_total));
-                d.saving.itl_p99_alone_ns =
-                    Some(p99(&gaps_v).saturating_sub(p99(&after_itl(&[&f.itl]))));
+                d.saving.itl_p99_ns = Some(itl_shares[j].0);
+                d.saving.itl_p99_alone_ns = Some(itl_shares[j].1);
             }
             d
         })

@@ -233,9 +233,10 @@ struct Pass {
     tokens: usize,
     writes_down: u32,
     writes_up: u32,
-    /// Per gap index where the request's TTFT is read: how much longer the gap is there
-    /// than as the proxy read it (the batching's share of the gap).
-    itl_excess: BTreeMap<usize, u64>,
+    /// Per gap index where the request's TTFT is read: how much longer (or, inside a
+    /// burst, shorter) the gap is there than as the proxy read it. Unbatched, the reader
+    /// would see the upstream rhythm, stalls included.
+    itl_excess: BTreeMap<usize, i64>,
 }
 
 fn passes(reqs: &[Request]) -> Vec<Pass> {
@@ -258,8 +259,8 @@ fn passes(reqs: &[Request]) -> Vec<Pass> {
                 .zip(up.token_ns.windows(2))
                 .enumerate()
                 .filter_map(|(k, (a, b))| {
-                    let excess = (a[1] - a[0]).saturating_sub(b[1] - b[0]);
-                    (excess > 0).then_some((k, excess))
+                    let excess = (a[1] - a[0]) as i64 - (b[1] - b[0]) as i64;
+                    (excess != 0).then_some((k, excess))
                 })
                 .collect();
             out.push(Pass {
@@ -314,7 +315,7 @@ fn proxy_holds(input: &Input) -> Vec<Finding> {
                 let f = share(p);
                 ttft.insert(p.request, (p.hold_ns as f64 * f) as u64);
                 for (&k, &e) in &p.itl_excess {
-                    itl.insert((p.request, k), (e as f64 * f) as u64);
+                    itl.insert((p.request, k), (e as f64 * f) as i64);
                 }
             }
             (ttft, itl)
@@ -354,7 +355,7 @@ fn hold_finding(
     reqs: &[Request],
     evidence: &[&Pass],
     ttft: BTreeMap<usize, u64>,
-    itl: BTreeMap<(usize, usize), u64>,
+    itl: BTreeMap<(usize, usize), i64>,
     pid: u32,
     comm: &str,
 ) -> Finding {
@@ -644,15 +645,12 @@ fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
             if s.step_kind != StepKind::Prefill || step == 0 || s.step_ns < STALL_FACTOR * step {
                 continue;
             }
-            // The same token's gap where the request's TTFT is read (the client, if seen).
-            let at = ttft_point(r).map_or(0, |p| {
-                p.token_ns
-                    .get(s.token)
-                    .zip(p.token_ns.get(s.token - 1))
-                    .map_or(0, |(b, a)| b - a)
-            });
-            let removed = s.gap_ns.saturating_sub(step).min(at);
-            itl.insert((i, s.token - 1), removed);
+            // The same token's gap where the request's TTFT is read (the client, if seen)
+            // loses the stall. Not capped by that gap as seen now: a proxy that batches
+            // tokens hides the stall in its bursts until it is fixed too (rule 2), and the
+            // joint saving applies both.
+            let removed = s.gap_ns.saturating_sub(step);
+            itl.insert((i, s.token - 1), removed as i64);
             *weights.entry(i).or_insert(0) += s.gap_ns;
             gaps.push(s.gap_ns);
             steps.push(s.step_ns);
@@ -843,7 +841,7 @@ fn nagle(input: &Input) -> Option<Finding> {
                     held.push(grew);
                     *weights.entry(i).or_insert(0) += grew;
                     // The gap before this token grew by how much longer it was held.
-                    *itl.entry((i, k - 1)).or_insert(0) += grew;
+                    *itl.entry((i, k - 1)).or_insert(0) += grew as i64;
                 }
             }
         }
@@ -906,7 +904,7 @@ fn retransmits(input: &Input) -> Option<Finding> {
             let gap = w[1] - w[0];
             if gap >= (3 * typical).max(50_000_000) && times.iter().any(|&t| t > w[0] && t <= w[1])
             {
-                itl.insert((i, k), gap - typical);
+                itl.insert((i, k), (gap - typical) as i64);
                 *weights.entry(i).or_insert(0) += gap;
                 spikes.push(gap);
             }
@@ -978,7 +976,7 @@ fn slow_client(input: &Input) -> Option<Finding> {
         }
         for (k, w) in d.windows(2).enumerate() {
             if w[1] > w[0] {
-                itl.insert((i, k), w[1] - w[0]);
+                itl.insert((i, k), (w[1] - w[0]) as i64);
             }
         }
         weights.insert(i, last);

@@ -52,7 +52,7 @@ fn request(id: usize, ttft: u64, gaps: &[u64]) -> Request {
     }
 }
 
-fn finding(rule: u8, ttft: &[(usize, u64)], itl: &[((usize, usize), u64)]) -> Finding {
+fn finding(rule: u8, ttft: &[(usize, u64)], itl: &[((usize, usize), i64)]) -> Finding {
     Finding {
         diagnosis: Diagnosis {
             rule,
@@ -95,7 +95,7 @@ fn shares_add_up_to_the_joint_saving_and_alone_is_each_fix_by_itself() {
     assert_eq!(saving(&out[0]), (500 * MS, 800 * MS));
     assert_eq!(saving(&out[1]), (500 * MS, 800 * MS));
     // A rule with no TTFT removal claims no TTFT saving.
-    let out = share_savings(&reqs, vec![finding(5, &[], &[((0, 0), 10 * MS)])]);
+    let out = share_savings(&reqs, vec![finding(5, &[], &[((0, 0), 10 * MS as i64)])]);
     assert_eq!(out[0].saving.ttft_p95_ns, None);
 }
 
@@ -111,7 +111,7 @@ fn itl_savings_come_from_the_gaps_a_rule_shortens() {
             request(i, 100 * MS, &gaps)
         })
         .collect();
-    let stalls: Vec<((usize, usize), u64)> = (0..3).map(|i| ((i, 5), 480 * MS)).collect();
+    let stalls: Vec<((usize, usize), i64)> = (0..3).map(|i| ((i, 5), 480 * MS as i64)).collect();
     let out = share_savings(&reqs, vec![finding(5, &[], &stalls)]);
     // p99 of 200 gaps: rank 197.01 of the sorted gaps, i.e. a 500 ms gap; after: 20 ms.
     assert_eq!(out[0].saving.itl_p99_ns, Some(480 * MS));
