@@ -1075,6 +1075,42 @@ fn gpu_throttled(input: &Input) -> Option<Finding> {
     };
     let start_ns = during.first().map_or(0, |s| s.0);
     let end_ns = during.last().map_or(0, |s| s.0);
+    // Estimate, when the recording also saw the GPU faster: a compute-bound step scales
+    // with the SM clock, so a token gap that ended while a throttled sample held shrinks
+    // by 1 - clock / the fastest clock seen.
+    let fastest = input
+        .nvml
+        .iter()
+        .filter_map(|(_, s)| s.sm_clock_mhz)
+        .max()
+        .unwrap_or(0);
+    let slowed = |t: u64| -> f64 {
+        let k = input.nvml.partition_point(|(ts, _)| *ts <= t);
+        let Some((_, s)) = k.checked_sub(1).map(|k| &input.nvml[k]) else {
+            return 0.0;
+        };
+        match s.sm_clock_mhz {
+            Some(c) if s.throttle_reasons.unwrap_or(0) & THROTTLE_MASK != 0 && fastest > 0 => {
+                1.0 - f64::from(c) / f64::from(fastest)
+            }
+            _ => 0.0,
+        }
+    };
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for (i, r) in input.requests.iter().enumerate() {
+        let Some(p) = ttft_point(r) else { continue };
+        for (k, w) in p.token_ns.windows(2).enumerate() {
+            let f = slowed(w[1]);
+            if f > 0.0 {
+                let cut = ((w[1] - w[0]) as f64 * f) as i64;
+                itl.insert((i, k), cut);
+                *weights.entry(i).or_insert(0u64) += cut as u64;
+            }
+        }
+    }
+    let mut ranked: Vec<(&usize, &u64)> = weights.iter().collect();
+    ranked.sort_by_key(|(i, w)| (std::cmp::Reverse(**w), **i));
     let (key, title) = rule_meta(10);
     let d = Diagnosis {
         rule: 10,
@@ -1083,19 +1119,32 @@ fn gpu_throttled(input: &Input) -> Option<Finding> {
         finding,
         scope: format!("GPU {}", during[0].1.device),
         evidence: Evidence {
-            requests: 0,
-            request_ids: Vec::new(),
+            requests: weights.len(),
+            request_ids: ranked
+                .iter()
+                .take(20)
+                .map(|(i, _)| input.requests[**i].id)
+                .collect(),
             figures: vec![
                 fig("samples during steps", during.len() as f64, "samples"),
                 fig("throttled samples", throttled.len() as f64, "samples"),
                 fig("GPU utilisation p50", median(&utils) as f64, "%"),
                 fig("SM clock p50", median(&clocks) as f64, "MHz"),
+                fig("fastest SM clock seen", f64::from(fastest), "MHz"),
             ],
             start_ns,
             end_ns,
         },
         saving: Saving {
-            basis: "not estimated: NVML does not say how fast an unthrottled step would run".into(),
+            basis: if itl.is_empty() {
+                "not estimated: the recording never saw this GPU run faster, and NVML does not \
+                 say how fast an unthrottled step would be"
+                    .into()
+            } else {
+                "token gaps that ended while throttled shrink with the SM clock (compute-bound \
+                 steps; the fastest clock in the recording as the unthrottled one)"
+                    .into()
+            },
             ..Default::default()
         },
         fix: vec![fix(
@@ -1110,6 +1159,6 @@ fn gpu_throttled(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
-        itl: BTreeMap::new(),
+        itl,
     })
 }
