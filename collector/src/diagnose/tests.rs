@@ -1,4 +1,5 @@
 use super::*;
+use crate::analyze::summarize;
 use crate::stitch::{Point, PointKind};
 
 const MS: u64 = 1_000_000;
@@ -155,4 +156,23 @@ fn the_slo_gate_lists_violations_with_the_diagnoses_that_help_most() {
     // No samples at all is not a pass.
     let r = slo::check(&slos[..1], &[], &[]);
     assert!(!r[0].met && r[0].measured_ns.is_none());
+}
+
+#[test]
+fn the_linear_time_percentile_matches_the_reports() {
+    let mut seed = 7u64;
+    for n in [1usize, 2, 3, 10, 101, 1000] {
+        let v: Vec<u64> = (0..n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                seed >> 40
+            })
+            .collect();
+        let s = summarize(&v).unwrap();
+        assert_eq!(p95(&v), s.p95_ns, "p95 of {n}");
+        assert_eq!(p99(&v), s.p99_ns, "p99 of {n}");
+    }
+    assert_eq!(p95(&[]), 0);
 }

@@ -117,7 +117,12 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
     }
     for (i, w) in windows.iter().enumerate() {
         let Some(w) = w else { continue };
-        let mine: Vec<&GpuStep> = steps.iter().filter(|s| s.pid == w.pid).collect();
+        // Its engine's steps, in start order (steps are sorted by start).
+        let mine: Vec<&GpuStep> = by_pid
+            .get(&w.pid)
+            .map(|ks| ks.iter().map(|&k| &steps[k]).collect())
+            .unwrap_or_default();
+        let from = |t: u64| mine.partition_point(|s| s.start_ns < t);
         let mut share = GpuShare {
             queue_ns: served[i]
                 .first()
@@ -127,15 +132,17 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             ..Default::default()
         };
         let last = *w.tokens.last().unwrap_or(&w.first);
-        share.decode_steps = mine
+        share.decode_steps = mine[from(w.first)..]
             .iter()
-            .filter(|s| s.start_ns >= w.first && s.end_ns <= last)
+            .take_while(|s| s.start_ns <= last)
+            .filter(|s| s.end_ns <= last)
             .count() as u32;
         for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);
-            let Some(s) = mine
+            let Some(s) = mine[from(a)..]
                 .iter()
-                .find(|s| s.kind != StepKind::Decode && s.start_ns >= a && s.end_ns <= b)
+                .take_while(|s| s.start_ns <= b)
+                .find(|s| s.kind != StepKind::Decode && s.end_ns <= b)
             else {
                 continue;
             };
