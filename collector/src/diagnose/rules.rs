@@ -146,25 +146,45 @@ fn new_connection_per_request(input: &Input) -> Option<Finding> {
     let paid: Vec<usize> = (0..reqs.len())
         .filter(|&i| reqs[i].new_connection && !reqs[i].points.is_empty())
         .collect();
-    // Used once: it carried this request only and was closed within a second of the
-    // response (a kept-alive connection that simply saw no second request stays open).
-    let closed_after = |r: &Request| -> bool {
+    // Used once: it carried this request only, was closed within a second of the
+    // response, and the same client (address) then opened another connection to the same
+    // server. A kept-alive connection that saw no second request stays open, and one
+    // closed because its client was done is not followed by another.
+    let close_of = |r: &Request| -> Option<u64> {
         let close = r
             .connections
             .first()
             .and_then(|&c| input.connections.get(c))
-            .and_then(|c| c.close_ns);
-        match (close, r.end_ns) {
-            (Some(c), Some(e)) => c <= e + 1_000_000_000,
-            _ => false,
-        }
+            .and_then(|c| c.close_ns)?;
+        (close <= r.end_ns? + 1_000_000_000).then_some(close)
+    };
+    let client_ip = |r: &Request| -> String {
+        r.client_addr
+            .rsplit_once(':')
+            .map_or(r.client_addr.clone(), |(ip, _)| ip.to_string())
+    };
+    let mut opened: HashMap<(String, Option<String>), Vec<u64>> = HashMap::new();
+    for &i in &paid {
+        opened
+            .entry((client_ip(&reqs[i]), reqs[i].host.clone()))
+            .or_default()
+            .push(reqs[i].start_ns);
+    }
+    let reconnected = |r: &Request| -> bool {
+        let Some(close) = close_of(r) else {
+            return false;
+        };
+        opened
+            .get(&(client_ip(r), r.host.clone()))
+            .is_some_and(|starts| starts.iter().any(|&s| s >= close))
     };
     let once = paid
         .iter()
-        .filter(|&&i| reqs[i].connection_requests <= 1 && closed_after(&reqs[i]))
+        .filter(|&&i| reqs[i].connection_requests <= 1 && reconnected(&reqs[i]))
         .count();
-    // Most requests paid, and their connections were not reused (1 request each).
-    if paid.len() < MIN_EVIDENCE || paid.len() * 2 < reqs.len() || once * 10 < paid.len() * 8 {
+    // Most requests paid a handshake, and most of their connections were used once and
+    // replaced by a new one.
+    if paid.len() < MIN_EVIDENCE || paid.len() * 2 < reqs.len() || once * 2 < paid.len() {
         return None;
     }
     let handshake = |r: &Request| r.stages.connect_ns.unwrap_or(0) + r.stages.tls_ns.unwrap_or(0);
@@ -186,8 +206,9 @@ fn new_connection_per_request(input: &Input) -> Option<Finding> {
         figures.push(fig("TLS handshake p50", ms(median(&tls)), "ms"));
     }
     let finding = format!(
-        "{} of {} requests ({:.0}%) opened a new connection and {once} of those connections \
-         carried no other request: each paid a handshake of {} ms (p50)",
+        "{} of {} requests ({:.0}%) opened a new connection; {once} of those connections carried \
+         no other request before the client opened the next: each paid a handshake of {} ms \
+         (p50)",
         paid.len(),
         reqs.len(),
         share * 100.0,

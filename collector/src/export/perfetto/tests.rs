@@ -217,10 +217,10 @@ fn cuda(net: &mut Net, ts: u64, api: CudaApi, entry: bool) {
 fn synthetic() -> (FileHeader, Vec<Event>) {
     let mut net = Net::default();
     for k in 0..8u16 {
-        let t0 = 1_000 * MS + u64::from(k) * 7 * MS;
+        let t0 = 1_000 * MS + u64::from(k) * 310 * MS;
         proxied(&mut net, t0, 41000 + k, 51000 + k, &format!("req-{k}"));
     }
-    // A step every 10 ms while the engine streams: prefill first, then decode.
+    // A step every 10 ms while the first requests stream: prefill first, then decode.
     for s in 0..40u64 {
         let t = 1_030 * MS + s * 10 * MS;
         let launch = if s < 4 {
