@@ -200,12 +200,40 @@ fn request_line_is_shown_and_secrets_never_leave() {
         "the header name is kept, its value redacted:\n{text}"
     );
     let file = std::fs::read(&path).expect("read recording");
+    // Every other output of the recording too: the report (text and JSON, diagnoses
+    // included) and the Perfetto trace.
+    let output = |args: &[&str]| -> Vec<u8> {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .arg(&path)
+            .output()
+            .expect("run tokenscope");
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let report = output(&["report"]);
+    let json = output(&["report", "--json"]);
+    let trace_path = dir.path().join("t.pftrace");
+    let trace_arg = trace_path.to_str().unwrap();
+    output(&["export", "-o", trace_arg]);
+    let trace = std::fs::read(&trace_path).expect("read trace");
     for secret in [AUTH, COOKIE, PROMPT, "QUERY-SECRET"] {
         assert!(!text.contains(secret), "{secret} appears in the dump");
-        assert!(
-            !contains(&file, secret.as_bytes()),
-            "{secret} appears in the record file"
-        );
+        for (what, bytes) in [
+            ("the record file", &file),
+            ("the report", &report),
+            ("the JSON report", &json),
+            ("the Perfetto trace", &trace),
+        ] {
+            assert!(
+                !contains(bytes, secret.as_bytes()),
+                "{secret} appears in {what}"
+            );
+        }
     }
 }
 
