@@ -174,3 +174,77 @@ fn dump_of_garbage_or_missing_file_is_one_clear_line() {
     );
     assert!(e.contains("No such file"), "{e}");
 }
+
+/// Stopped while tokens stream, the recording still parses: the probes that emit I/O
+/// records detach before the syscall probes that give them their buffers, so the
+/// last I/Os are whole (before that order, hundreds of I/Os arrived without payload
+/// while detaching and every stream in flight was lost).
+#[test]
+fn stopping_mid_stream_leaves_every_stream_readable() {
+    use std::time::Duration;
+    use tokenscope_lab::bench::{self, BenchConfig};
+    use tokenscope_lab::{Engine, EngineConfig};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (path, report) = rt.block_on(async {
+        let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("engine");
+        let port = engine.addr().port().to_string();
+        let rec = Recorder::start(dir.path(), &["--port", &port, "--gpu", "off"]);
+        let load = BenchConfig {
+            url: engine.base_url(),
+            concurrency: 8,
+            requests: Some(16),
+            max_tokens: 200,
+            progress: false,
+            timeout: Duration::from_secs(60),
+            ..BenchConfig::default()
+        };
+        let bench = tokio::spawn(async move { bench::run(&load).await });
+        // Stop while all 8 streams are mid-way (200 tokens at ~20 ms take ~4 s).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let path = rec.path.clone();
+        tokio::task::spawn_blocking(move || rec.stop())
+            .await
+            .expect("stop");
+        let out = bench.await.expect("bench task").expect("bench");
+        assert!(out.records.iter().all(|r| r.ok), "every request succeeded");
+        engine.shutdown().await;
+        let report = report_json(&path);
+        (path, report)
+    });
+    let (header, _) = read_recording(&path);
+    assert!(header.complete, "sealed");
+    assert_eq!(
+        report["unparsed_ios"], 0,
+        "no I/O lost its stream when the recording stopped"
+    );
+    let requests = report["requests"].as_array().expect("requests");
+    assert_eq!(
+        requests.len(),
+        8,
+        "the 8 streams in flight, nothing made up"
+    );
+    for r in requests {
+        let tokens = |kind: &str| {
+            r["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["kind"] == kind)
+                .map_or(0, |p| p["token_ns"].as_array().unwrap().len())
+        };
+        assert!(
+            tokens("engine_write") > 10 && tokens("client_read") > 10,
+            "request {} has its tokens at both ends: {}",
+            r["id"],
+            r["points"]
+        );
+    }
+}

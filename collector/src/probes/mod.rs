@@ -221,8 +221,14 @@ impl Probes {
     }
 
     /// Detaches every program, so no new records arrive; the maps stay readable.
+    ///
+    /// In reverse attach order: the socket-layer tracepoints that emit I/O records go
+    /// before the syscall tracepoints that give them their buffers. The other way round,
+    /// the I/Os of the second or so that detaching takes arrived without payload and broke
+    /// every stream in flight (hundreds of unparsed I/Os when a recording stopped
+    /// mid-stream).
     pub fn detach(&mut self) {
-        for (program, id) in self.links.drain(..) {
+        for (program, id) in self.links.drain(..).rev() {
             if let Some(tp) = self
                 .ebpf
                 .program_mut(program)
