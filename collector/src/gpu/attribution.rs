@@ -53,6 +53,57 @@ fn window(r: &Request) -> Option<Window> {
     })
 }
 
+/// Graph-only steps are decode by their launches, but engines that capture mixed batches
+/// in CUDA graphs (vLLM V1's full graphs) prefill inside them too. A request whose wait
+/// for its first token held no step with kernel launches had its prefill in the step
+/// that ended last before its first token was written: if that step began after the
+/// request arrived, it did prefill work (mixed when another request was streaming across
+/// it, else prefill). Engines that prefill with kernels are left as they are.
+pub fn reclassify(requests: &[Request], steps: &mut [GpuStep]) {
+    let windows: Vec<Window> = requests.iter().filter_map(window).collect();
+    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (k, s) in steps.iter().enumerate() {
+        by_pid.entry(s.pid).or_default().push(k);
+    }
+    let mut changes = Vec::new();
+    for w in &windows {
+        let Some(ks) = by_pid.get(&w.pid) else {
+            continue;
+        };
+        let n = ks.partition_point(|&k| steps[k].end_ns <= w.first);
+        let Some(&last) = n.checked_sub(1).and_then(|n| ks.get(n)) else {
+            continue;
+        };
+        let in_wait = ks[..n]
+            .iter()
+            .rev()
+            .take_while(|&&k| steps[k].start_ns >= w.arrived);
+        if steps[last].start_ns < w.arrived
+            || steps[last].kind != StepKind::Decode
+            || in_wait.clone().any(|&k| steps[k].kind != StepKind::Decode)
+        {
+            continue;
+        }
+        let s = &steps[last];
+        let streaming = windows.iter().any(|o| {
+            o.pid == w.pid
+                && o.first <= s.start_ns
+                && o.tokens.last().is_some_and(|&t| t >= s.end_ns)
+        });
+        changes.push((
+            last,
+            if streaming {
+                StepKind::Mixed
+            } else {
+                StepKind::Prefill
+            },
+        ));
+    }
+    for (k, kind) in changes {
+        steps[k].kind = kind;
+    }
+}
+
 pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
     if steps.is_empty() {
         return;
@@ -158,5 +209,113 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
             }
         }
         requests[i].gpu = Some(share);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stitch::Point;
+
+    const MS: u64 = 1_000_000;
+
+    /// A request the engine (pid 7) received at `arrived` and answered with tokens at `tokens`.
+    fn request(id: usize, arrived: u64, tokens: Vec<u64>) -> Request {
+        Request {
+            id,
+            method: "POST".into(),
+            path: "/v1/completions".into(),
+            host: None,
+            status: Some(200),
+            client_pid: 1,
+            client_comm: "client".into(),
+            client_addr: "127.0.0.1:40000".into(),
+            start_ns: arrived,
+            first_byte_ns: arrived,
+            end_ns: tokens.last().copied(),
+            new_connection: false,
+            connection_requests: 1,
+            body_bytes: None,
+            prefix_prints: Vec::new(),
+            connections: Vec::new(),
+            tls: false,
+            encrypted: false,
+            coalesced: false,
+            truncated: false,
+            events_dropped: false,
+            chunk_mismatches: 0,
+            stages: Default::default(),
+            engine_received_ns: Some(arrived),
+            gpu: None,
+            points: vec![Point {
+                kind: PointKind::EngineWrite,
+                pid: 7,
+                comm: "engine".into(),
+                ttft_ns: None,
+                token_ns: tokens,
+                ios: 1,
+                max_tokens_per_io: 1,
+                done: true,
+                compressed: false,
+                record_ns: Vec::new(),
+            }],
+            forward: Vec::new(),
+        }
+    }
+
+    /// Steps of 20 ms every 20 ms from t=0, all graph launches (decode by their launches).
+    fn graph_steps(n: u64) -> Vec<GpuStep> {
+        (0..n)
+            .map(|i| GpuStep {
+                pid: 7,
+                tid: 7,
+                comm: "engine".into(),
+                start_ns: i * 20 * MS + 100_000,
+                end_ns: (i + 1) * 20 * MS,
+                kind: StepKind::Decode,
+                kernel_launches: 0,
+                graph_launches: 1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_graph_step_that_ends_a_waiting_requests_prefill_did_prefill_work() {
+        let mut steps = graph_steps(10);
+        // Request 0 streams from 21 ms on; request 1 arrives at 45 ms and its first token
+        // follows step 3 (60..80 ms): that step prefilled it beside request 0's decode.
+        // Request 2 arrives at 150 ms, alone after request 0 ended: step 8 prefilled it.
+        let tokens = |from: u64, n: u64| (0..n).map(|i| from + i * 20 * MS + MS).collect();
+        let mut reqs = vec![
+            request(0, 0, tokens(20 * MS, 6)),
+            request(1, 45 * MS, tokens(80 * MS, 3)),
+            request(2, 150 * MS, tokens(180 * MS, 1)),
+        ];
+        reclassify(&reqs, &mut steps);
+        let kinds: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds[3], StepKind::Mixed, "{kinds:?}");
+        assert_eq!(kinds[8], StepKind::Prefill, "{kinds:?}");
+        // Request 0 arrived as step 0 began, with nothing streaming: a prefill step.
+        assert_eq!(kinds[0], StepKind::Prefill, "{kinds:?}");
+        assert_eq!(
+            kinds.iter().filter(|k| **k == StepKind::Decode).count(),
+            7,
+            "the others stay decode: {kinds:?}"
+        );
+        attribute(&mut reqs, &steps);
+        let prefill = |i: usize| reqs[i].gpu.as_ref().unwrap().prefill_steps;
+        assert_eq!((prefill(1), prefill(2)), (1, 1));
+    }
+
+    #[test]
+    fn engines_that_prefill_with_kernels_keep_their_step_kinds() {
+        let mut steps = graph_steps(6);
+        steps[2].kind = StepKind::Prefill;
+        steps[2].kernel_launches = 4;
+        let reqs = vec![request(0, 30 * MS, vec![101 * MS, 121 * MS])];
+        let before: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
+        reclassify(&reqs, &mut steps);
+        let after: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
+        assert_eq!(before, after, "a kernel step in its wait did the prefill");
     }
 }

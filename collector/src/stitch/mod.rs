@@ -49,7 +49,8 @@ pub fn stitch_linked(events: &[Event], dropped: bool) -> Linked {
         .enumerate()
         .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
         .collect();
-    let steps = crate::gpu::steps(events);
+    let mut steps = crate::gpu::steps(events);
+    crate::gpu::attribution::reclassify(&requests, &mut steps);
     crate::gpu::attribution::attribute(&mut requests, &steps);
     let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
     Linked {
