@@ -279,46 +279,6 @@ mod tests {
     }
 
     pub(crate) fn bare_request() -> Request {
-        use collector::stitch::Point;
-        Request {
-            id: 0,
-            method: "POST".into(),
-            path: "/v1/completions".into(),
-            host: None,
-            status: None,
-            client_pid: 1,
-            client_comm: "bench".into(),
-            client_addr: "127.0.0.1:40000".into(),
-            start_ns: 0,
-            first_byte_ns: 0,
-            end_ns: None,
-            new_connection: false,
-            connection_requests: 1,
-            body_bytes: None,
-            prefix_prints: Vec::new(),
-            connections: Vec::new(),
-            tls: false,
-            encrypted: false,
-            coalesced: false,
-            truncated: false,
-            events_dropped: false,
-            chunk_mismatches: 0,
-            stages: Default::default(),
-            engine_received_ns: None,
-            gpu: None,
-            points: vec![Point {
-                kind: PointKind::ClientRead,
-                pid: 1,
-                comm: "bench".into(),
-                ttft_ns: None,
-                token_ns: Vec::new(),
-                ios: 0,
-                max_tokens_per_io: 0,
-                done: true,
-                compressed: false,
-                record_ns: Vec::new(),
-            }],
-            forward: Vec::new(),
-        }
+        Request::at_point(0, PointKind::ClientRead, 1, "bench", Vec::new())
     }
 }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::analyze::summarize;
-use crate::stitch::{Point, PointKind};
+use crate::stitch::PointKind;
 
 const MS: u64 = 1_000_000;
 
@@ -11,46 +11,14 @@ fn request(id: usize, ttft: u64, gaps: &[u64]) -> Request {
     for g in gaps {
         tokens.push(tokens.last().unwrap() + g);
     }
-    Request {
-        id,
-        method: "POST".into(),
-        path: "/v1/chat/completions".into(),
-        host: Some("api".into()),
-        status: Some(200),
-        client_pid: 1,
-        client_comm: "client".into(),
-        client_addr: "127.0.0.1:40000".into(),
-        start_ns: start,
-        first_byte_ns: start,
-        end_ns: tokens.last().copied(),
-        new_connection: false,
-        connection_requests: 1,
-        body_bytes: None,
-        prefix_prints: Vec::new(),
-        connections: Vec::new(),
-        tls: false,
-        encrypted: false,
-        coalesced: false,
-        truncated: false,
-        events_dropped: false,
-        chunk_mismatches: 0,
-        stages: Default::default(),
-        engine_received_ns: None,
-        gpu: None,
-        points: vec![Point {
-            kind: PointKind::ClientRead,
-            pid: 1,
-            comm: "client".into(),
-            ttft_ns: Some(ttft),
-            token_ns: tokens,
-            ios: gaps.len() as u32 + 1,
-            max_tokens_per_io: 1,
-            done: true,
-            compressed: false,
-            record_ns: Vec::new(),
-        }],
-        forward: Vec::new(),
-    }
+    let mut r = Request::at_point(id, PointKind::ClientRead, 1, "client", tokens);
+    r.path = "/v1/chat/completions".into();
+    r.host = Some("api".into());
+    r.status = Some(200);
+    r.start_ns = start;
+    r.first_byte_ns = start;
+    r.points[0].ttft_ns = Some(ttft);
+    r
 }
 
 fn finding(rule: u8, ttft: &[(usize, u64)], itl: &[((usize, usize), i64)]) -> Finding {

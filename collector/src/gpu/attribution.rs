@@ -215,52 +215,15 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stitch::Point;
 
     const MS: u64 = 1_000_000;
 
     /// A request the engine (pid 7) received at `arrived` and answered with tokens at `tokens`.
     fn request(id: usize, arrived: u64, tokens: Vec<u64>) -> Request {
-        Request {
-            id,
-            method: "POST".into(),
-            path: "/v1/completions".into(),
-            host: None,
-            status: Some(200),
-            client_pid: 1,
-            client_comm: "client".into(),
-            client_addr: "127.0.0.1:40000".into(),
-            start_ns: arrived,
-            first_byte_ns: arrived,
-            end_ns: tokens.last().copied(),
-            new_connection: false,
-            connection_requests: 1,
-            body_bytes: None,
-            prefix_prints: Vec::new(),
-            connections: Vec::new(),
-            tls: false,
-            encrypted: false,
-            coalesced: false,
-            truncated: false,
-            events_dropped: false,
-            chunk_mismatches: 0,
-            stages: Default::default(),
-            engine_received_ns: Some(arrived),
-            gpu: None,
-            points: vec![Point {
-                kind: PointKind::EngineWrite,
-                pid: 7,
-                comm: "engine".into(),
-                ttft_ns: None,
-                token_ns: tokens,
-                ios: 1,
-                max_tokens_per_io: 1,
-                done: true,
-                compressed: false,
-                record_ns: Vec::new(),
-            }],
-            forward: Vec::new(),
-        }
+        let mut r = Request::at_point(id, PointKind::EngineWrite, 7, "engine", tokens);
+        r.engine_received_ns = Some(arrived);
+        r.start_ns = arrived;
+        r
     }
 
     /// Steps of 20 ms every 20 ms from t=0, all graph launches (decode by their launches).

@@ -123,6 +123,58 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request known only by one observation point (views and tests that build
+    /// requests by hand): its tokens there, nothing else known; start and end from them.
+    pub fn at_point(
+        id: usize,
+        kind: PointKind,
+        pid: u32,
+        comm: &str,
+        token_ns: Vec<u64>,
+    ) -> Request {
+        let start = token_ns.first().copied().unwrap_or(0);
+        Request {
+            id,
+            method: "POST".into(),
+            path: "/v1/completions".into(),
+            host: None,
+            status: None,
+            client_pid: pid,
+            client_comm: comm.into(),
+            client_addr: "127.0.0.1:40000".into(),
+            start_ns: start,
+            first_byte_ns: start,
+            end_ns: token_ns.last().copied(),
+            new_connection: false,
+            connection_requests: 1,
+            body_bytes: None,
+            prefix_prints: Vec::new(),
+            connections: Vec::new(),
+            tls: false,
+            encrypted: false,
+            coalesced: false,
+            truncated: false,
+            events_dropped: false,
+            chunk_mismatches: 0,
+            stages: Stages::default(),
+            engine_received_ns: None,
+            gpu: None,
+            points: vec![Point {
+                kind,
+                pid,
+                comm: comm.into(),
+                ttft_ns: None,
+                ios: token_ns.len() as u32,
+                max_tokens_per_io: u32::from(!token_ns.is_empty()),
+                token_ns,
+                done: true,
+                compressed: false,
+                record_ns: Vec::new(),
+            }],
+            forward: Vec::new(),
+        }
+    }
+
     pub fn route(&self) -> String {
         match &self.host {
             Some(h) => format!("{h}{}", self.path),
