@@ -68,19 +68,28 @@ impl RecordingObserver {
         })
     }
 
-    fn start_top(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
+    /// `tokenscope SUBCOMMAND` watching the engine's and the proxy's ports into this
+    /// side's recording, and that recording's path.
+    fn watcher(
+        &self,
+        sub: &str,
+        tuned: bool,
+        ports: [u16; 2],
+    ) -> Result<(Command, PathBuf), String> {
         let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
         let path = self.side_path(tuned);
-        let child = Command::new(exe)
-            .args([
-                "top",
-                "--port",
-                &ports[0].to_string(),
-                "--port",
-                &ports[1].to_string(),
-                "-o",
-            ])
-            .arg(&path)
+        let mut cmd = Command::new(exe);
+        cmd.arg(sub);
+        for port in ports {
+            cmd.args(["--port", &port.to_string()]);
+        }
+        cmd.arg("-o").arg(&path).args(&self.extra);
+        Ok((cmd, path))
+    }
+
+    fn start_top(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
+        let (mut cmd, path) = self.watcher("top", tuned, ports)?;
+        let child = cmd
             .spawn()
             .map_err(|e| format!("starting tokenscope top: {e}"))?;
         // Start the load once top's probes are attached: its recording's header lists them.
@@ -96,19 +105,8 @@ impl RecordingObserver {
     }
 
     fn start(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
-        let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
-        let path = self.side_path(tuned);
-        let mut child = Command::new(exe)
-            .args([
-                "record",
-                "--port",
-                &ports[0].to_string(),
-                "--port",
-                &ports[1].to_string(),
-                "-o",
-            ])
-            .arg(&path)
-            .args(&self.extra)
+        let (mut cmd, path) = self.watcher("record", tuned, ports)?;
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -112,11 +112,10 @@ fn expected(device: u32, k: usize) -> NvmlSample {
     }
 }
 
-#[test]
-fn the_recording_holds_exactly_the_scripted_nvml_values() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let lib = nvml_sampler::standin::scripted_copy(dir.path(), SCRIPT).expect("stand-in copy");
-    let path = dir.path().join("n.tsrec");
+/// `tokenscope record` of nothing (port 1, no GPU probes) for `duration`, sampling NVML
+/// every 20 ms through `lib`: the recording's path and the command's output.
+fn record_nvml(dir: &Path, lib: &Path, duration: &str) -> (PathBuf, std::process::Output) {
+    let path = dir.join("n.tsrec");
     let out = Command::new(BIN)
         .args([
             "record",
@@ -126,15 +125,21 @@ fn the_recording_holds_exactly_the_scripted_nvml_values() {
             "off",
             "--nvml-interval",
             "20ms",
-            "--duration",
-            "500ms",
-            "--nvml-lib",
         ])
-        .arg(&lib)
+        .args(["--duration", duration, "--nvml-lib"])
+        .arg(lib)
         .arg("-o")
         .arg(&path)
         .output()
         .expect("run record");
+    (path, out)
+}
+
+#[test]
+fn the_recording_holds_exactly_the_scripted_nvml_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lib = nvml_sampler::standin::scripted_copy(dir.path(), SCRIPT).expect("stand-in copy");
+    let (path, out) = record_nvml(dir.path(), &lib, "500ms");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("NVML: sampling 2 GPU(s)"), "{stderr}");
@@ -178,23 +183,11 @@ fn the_recording_holds_exactly_the_scripted_nvml_values() {
 #[test]
 fn without_a_driver_nvml_is_one_line_and_recording_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("n.tsrec");
-    let out = Command::new(BIN)
-        .args([
-            "record",
-            "--port",
-            "1",
-            "--gpu",
-            "off",
-            "--duration",
-            "200ms",
-            "--nvml-lib",
-        ])
-        .arg(dir.path().join("no-such-libnvidia-ml.so.1"))
-        .arg("-o")
-        .arg(&path)
-        .output()
-        .expect("run record");
+    let (path, out) = record_nvml(
+        dir.path(),
+        &dir.path().join("no-such-libnvidia-ml.so.1"),
+        "200ms",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -219,25 +212,7 @@ fn debians_real_libnvidia_ml_without_a_driver_says_driver_not_loaded() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let lib = debian_libnvidia_ml(dir.path());
-    let path = dir.path().join("n.tsrec");
-    let out = Command::new(BIN)
-        .args([
-            "record",
-            "--port",
-            "1",
-            "--gpu",
-            "off",
-            "--nvml-interval",
-            "20ms",
-            "--duration",
-            "500ms",
-            "--nvml-lib",
-        ])
-        .arg(&lib)
-        .arg("-o")
-        .arg(&path)
-        .output()
-        .expect("run record");
+    let (path, out) = record_nvml(dir.path(), &lib, "500ms");
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}");
     assert!(

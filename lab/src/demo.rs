@@ -63,6 +63,7 @@ impl Default for DemoConfig {
 #[derive(Debug, Clone)]
 pub struct DemoOutcome {
     pub tuned: bool,
+    pub engine: std::net::SocketAddr,
     pub proxy_url: String,
     pub bench: BenchOutcome,
     pub steps: Vec<Step>,
@@ -156,10 +157,12 @@ pub async fn run_observed(
     let profile = observer.finished(cfg.tuned);
     let bench = bench?;
     let steps = engine.step_log().snapshot();
+    let engine_addr = engine.addr();
     drop(proxy);
     engine.shutdown().await;
     Ok(DemoOutcome {
         tuned: cfg.tuned,
+        engine: engine_addr,
         proxy_url,
         bench,
         steps,

@@ -553,12 +553,7 @@ async fn run_lab_load(
                 ..DemoConfig::default()
             };
             let out = crate::demo::run_observed(&cfg, observer).await?;
-            let engine = out
-                .proxy_url
-                .rsplit("//")
-                .next()
-                .and_then(|a| a.parse().ok());
-            (engine, out.bench, out.profile)
+            (out.engine, out.bench, out.profile)
         }
         _ => {
             let config = match s {
@@ -584,7 +579,7 @@ async fn run_lab_load(
             let profile = observer.finished(false);
             let addr = engine.addr();
             engine.shutdown().await;
-            (Some(addr), bench?, profile)
+            (addr, bench?, profile)
         }
     };
     let r = &bench.report;
@@ -594,7 +589,7 @@ async fn run_lab_load(
             "{s}: {} requests ok, {} failed; TTFT p95 {:.0} ms, ITL p99 {:.0} ms",
             r.ok, r.failed, r.ttft_ms.p95, r.itl_ms.p99
         ),
-        engine: engine.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
+        engine,
         streams: Vec::new(),
         retransmits: None,
         dropped_segments: None,

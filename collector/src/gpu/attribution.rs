@@ -55,37 +55,32 @@ fn window(r: &Request) -> Option<Window> {
 
 /// Graph-only steps are decode by their launches, but engines that capture mixed batches
 /// in CUDA graphs (vLLM V1's full graphs) prefill inside them too. A request whose wait
-/// for its first token held no step with kernel launches had its prefill in the step
-/// that ended last before its first token was written: if that step began after the
-/// request arrived, it did prefill work (mixed when another request was streaming across
-/// it, else prefill). Engines that prefill with kernels are left as they are.
-pub fn reclassify(requests: &[Request], steps: &mut [GpuStep]) {
-    let windows: Vec<Window> = requests.iter().filter_map(window).collect();
-    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (k, s) in steps.iter().enumerate() {
-        by_pid.entry(s.pid).or_default().push(k);
-    }
+/// for its first token held no step with kernel launches had its prefill in the step it
+/// `ended_in`: if that step began after the request arrived, it did prefill work (mixed
+/// when another request was streaming across it, else prefill). Engines that prefill with
+/// kernels are left as they are.
+fn reclassify(
+    windows: &[Option<Window>],
+    ended_in: &[Option<usize>],
+    by_pid: &HashMap<u32, Vec<usize>>,
+    steps: &mut [GpuStep],
+) {
     let mut changes = Vec::new();
-    for w in &windows {
-        let Some(ks) = by_pid.get(&w.pid) else {
+    for (w, &last) in windows.iter().zip(ended_in) {
+        let (Some(w), Some(last)) = (w, last) else {
             continue;
         };
-        let n = ks.partition_point(|&k| steps[k].end_ns <= w.first);
-        let Some(&last) = n.checked_sub(1).and_then(|n| ks.get(n)) else {
-            continue;
-        };
-        let in_wait = ks[..n]
+        let ks = &by_pid[&w.pid];
+        let n = ks.partition_point(|&k| k <= last);
+        let mut in_wait = ks[..n]
             .iter()
             .rev()
             .take_while(|&&k| steps[k].start_ns >= w.arrived);
-        if steps[last].start_ns < w.arrived
-            || steps[last].kind != StepKind::Decode
-            || in_wait.clone().any(|&k| steps[k].kind != StepKind::Decode)
-        {
+        if steps[last].start_ns < w.arrived || in_wait.any(|&k| steps[k].kind != StepKind::Decode) {
             continue;
         }
         let s = &steps[last];
-        let streaming = windows.iter().any(|o| {
+        let streaming = windows.iter().flatten().any(|o| {
             o.pid == w.pid
                 && o.first <= s.start_ns
                 && o.tokens.last().is_some_and(|&t| t >= s.end_ns)
@@ -104,11 +99,29 @@ pub fn reclassify(requests: &[Request], steps: &mut [GpuStep]) {
     }
 }
 
-pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
+/// Joins steps to requests (see the module doc); first refines step kinds by who was
+/// waiting (see `reclassify`).
+pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
     if steps.is_empty() {
         return;
     }
     let windows: Vec<Option<Window>> = requests.iter().map(window).collect();
+    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (k, s) in steps.iter().enumerate() {
+        by_pid.entry(s.pid).or_default().push(k);
+    }
+    // An engine's steps do not overlap, so their ends rise with their starts.
+    let last_step_before = |pid: u32, t: u64| -> Option<usize> {
+        let ks = by_pid.get(&pid)?;
+        let n = ks.partition_point(|&k| steps[k].end_ns <= t);
+        n.checked_sub(1).map(|n| ks[n])
+    };
+    let ended_in: Vec<Option<usize>> = windows
+        .iter()
+        .map(|w| w.as_ref().and_then(|w| last_step_before(w.pid, w.first)))
+        .collect();
+    reclassify(&windows, &ended_in, &by_pid, steps);
+    let steps: &[GpuStep] = steps;
     let waiting = |pid: u32, s: &GpuStep| -> Vec<usize> {
         windows
             .iter()
@@ -126,20 +139,6 @@ pub fn attribute(requests: &mut [Request], steps: &[GpuStep]) {
     // request's prefill ended in a step, the oldest waiting request was being chunked
     // (first come, first served). A step that also starts another prompt credits
     // only the first: a known limit without request ids in the GPU calls.
-    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (k, s) in steps.iter().enumerate() {
-        by_pid.entry(s.pid).or_default().push(k);
-    }
-    // An engine's steps do not overlap, so their ends rise with their starts.
-    let last_step_before = |pid: u32, t: u64| -> Option<usize> {
-        let ks = by_pid.get(&pid)?;
-        let n = ks.partition_point(|&k| steps[k].end_ns <= t);
-        n.checked_sub(1).map(|n| ks[n])
-    };
-    let ended_in: Vec<Option<usize>> = windows
-        .iter()
-        .map(|w| w.as_ref().and_then(|w| last_step_before(w.pid, w.first)))
-        .collect();
     let mut served: Vec<Vec<&GpuStep>> = vec![Vec::new(); requests.len()];
     for (k, s) in steps
         .iter()
@@ -254,7 +253,7 @@ mod tests {
             request(1, 45 * MS, tokens(80 * MS, 3)),
             request(2, 150 * MS, tokens(180 * MS, 1)),
         ];
-        reclassify(&reqs, &mut steps);
+        attribute(&mut reqs, &mut steps);
         let kinds: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
         assert_eq!(kinds[3], StepKind::Mixed, "{kinds:?}");
         assert_eq!(kinds[8], StepKind::Prefill, "{kinds:?}");
@@ -265,7 +264,6 @@ mod tests {
             7,
             "the others stay decode: {kinds:?}"
         );
-        attribute(&mut reqs, &steps);
         let prefill = |i: usize| reqs[i].gpu.as_ref().unwrap().prefill_steps;
         assert_eq!((prefill(1), prefill(2)), (1, 1));
     }
@@ -275,9 +273,9 @@ mod tests {
         let mut steps = graph_steps(6);
         steps[2].kind = StepKind::Prefill;
         steps[2].kernel_launches = 4;
-        let reqs = vec![request(0, 30 * MS, vec![101 * MS, 121 * MS])];
+        let mut reqs = vec![request(0, 30 * MS, vec![101 * MS, 121 * MS])];
         let before: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
-        reclassify(&reqs, &mut steps);
+        attribute(&mut reqs, &mut steps);
         let after: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
         assert_eq!(before, after, "a kernel step in its wait did the prefill");
     }

@@ -50,8 +50,7 @@ pub fn stitch_linked(events: &[Event], dropped: bool) -> Linked {
         .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
         .collect();
     let mut steps = crate::gpu::steps(events);
-    crate::gpu::attribution::reclassify(&requests, &mut steps);
-    crate::gpu::attribution::attribute(&mut requests, &steps);
+    crate::gpu::attribution::attribute(&mut requests, &mut steps);
     let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
     Linked {
         timeline: Timeline {

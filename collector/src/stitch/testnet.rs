@@ -7,6 +7,15 @@ use crate::ingest::model::{event::Body, Accept, Direction, Sock, SockIo, StateCh
 use crate::ingest::Event;
 use crate::protocol::stream::StreamParser;
 
+/// A TCP state change of `sock`.
+fn state(sock: &Sock, old: TcpState, new: TcpState) -> Body {
+    Body::State(StateChange {
+        sock: Some(sock.clone()),
+        old: old as i32,
+        new: new as i32,
+    })
+}
+
 #[derive(Default)]
 pub(crate) struct Net {
     pub(crate) events: Vec<Event>,
@@ -54,13 +63,6 @@ impl Net {
             daddr: lo,
             dport: cport.into(),
         };
-        let state = |sock: &Sock, old: TcpState, new: TcpState| {
-            Body::State(StateChange {
-                sock: Some(sock.clone()),
-                old: old as i32,
-                new: new as i32,
-            })
-        };
         self.ev(
             ts,
             cpid,
@@ -99,13 +101,6 @@ impl Net {
     pub(crate) fn close(&mut self, ts: u64, csk: u64) {
         let ssk = self.peer[&csk].0;
         let (c, s) = (self.socks[&csk].clone(), self.socks[&ssk].clone());
-        let state = |sock: &Sock, old: TcpState, new: TcpState| {
-            Body::State(StateChange {
-                sock: Some(sock.clone()),
-                old: old as i32,
-                new: new as i32,
-            })
-        };
         self.ev(
             ts,
             0,

@@ -1,0 +1,374 @@
+//! Rules read from prompts and the engine's GPU steps: no prefix cache (4), prefill
+//! stalling decodes (5), queueing (6).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::{diagnosis, fig, fix, median, ms, MIN_EVIDENCE};
+use crate::diagnose::{Finding, Input};
+use crate::gpu::StepKind;
+use crate::stitch::{PointKind, Request};
+
+/// A prefill step stalls decodes when it runs this many decode steps long.
+const STALL_FACTOR: u64 = 4;
+/// Requests that waited this long for their first step, on a busy engine, queued.
+const QUEUE_NS: u64 = 50_000_000;
+
+/// A request's prompt: how much of it an earlier request already sent (whole KiB of
+/// shared prefix over its body length).
+pub(in crate::diagnose) fn shared_fractions(reqs: &[Request]) -> Vec<Option<f64>> {
+    let mut order: Vec<usize> = (0..reqs.len()).collect();
+    order.sort_by_key(|&i| reqs[i].first_byte_ns);
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut out = vec![None; reqs.len()];
+    for i in order {
+        let r = &reqs[i];
+        let Some(bytes) = r.body_bytes.filter(|b| *b > 0) else {
+            continue;
+        };
+        if r.prefix_prints.is_empty() {
+            continue;
+        }
+        let shared = r
+            .prefix_prints
+            .iter()
+            .take_while(|h| seen.contains(h))
+            .count();
+        out[i] = Some(((shared * 1024) as f64 / bytes as f64).min(1.0));
+        seen.extend(r.prefix_prints.iter().copied());
+    }
+    out
+}
+
+/// The engine time before a request's first token: prefill steps when the GPU was
+/// probed, else the engine's wait (read the request -> wrote the first token).
+fn prefill_cost(r: &Request) -> Option<u64> {
+    match &r.gpu {
+        Some(g) if g.prefill_steps > 0 => Some(g.prefill_ns),
+        _ => r.stages.upstream_wait_ns,
+    }
+}
+
+/// The share (per mille) of a request's wait at the engine (arrival -> first token) that
+/// steps with prefill work covered, when its engine's steps were probed.
+fn prefill_share_permille(input: &Input, r: &Request) -> Option<u64> {
+    let engine = r.point(PointKind::EngineWrite)?;
+    let (from, to) = (r.engine_received_ns?, *engine.token_ns.first()?);
+    if to <= from {
+        return None;
+    }
+    let mut any = false;
+    let covered: u64 = input
+        .steps
+        .iter()
+        .filter(|s| s.pid == engine.pid)
+        .inspect(|_| any = true)
+        .filter(|s| s.kind != StepKind::Decode)
+        .map(|s| s.end_ns.min(to).saturating_sub(s.start_ns.max(from)))
+        .sum();
+    any.then(|| covered * 1000 / (to - from))
+}
+
+/// Rule 4: prompts repeat a prefix an earlier request sent, yet cost as much to prefill
+/// per KiB as new ones (or, with no new ones to compare, over 50 ms): no prefix cache.
+pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
+    let reqs = input.requests;
+    let fractions = shared_fractions(reqs);
+    let printed = fractions.iter().filter(|f| f.is_some()).count();
+    let per_kib = |i: usize| -> Option<u64> {
+        let kib = reqs[i].body_bytes? as f64 / 1024.0;
+        Some((prefill_cost(&reqs[i])? as f64 / kib.max(1.0)) as u64)
+    };
+    let (mut sharing, mut fresh) = (Vec::new(), Vec::new());
+    for (i, f) in fractions.iter().enumerate() {
+        match f {
+            Some(f) if *f >= 0.25 && prefill_cost(&reqs[i]).is_some() => sharing.push(i),
+            Some(_) if prefill_cost(&reqs[i]).is_some() => fresh.push(i),
+            _ => {}
+        }
+    }
+    if sharing.len() < MIN_EVIDENCE || sharing.len() * 10 < printed * 3 {
+        return None;
+    }
+    let cost: Vec<u64> = sharing
+        .iter()
+        .filter_map(|&i| prefill_cost(&reqs[i]))
+        .collect();
+    let sharing_kib: Vec<u64> = sharing.iter().filter_map(|&i| per_kib(i)).collect();
+    let fresh_kib: Vec<u64> = fresh.iter().filter_map(|&i| per_kib(i)).collect();
+    let uncached = if fresh_kib.is_empty() {
+        median(&cost) >= 50_000_000
+    } else {
+        median(&sharing_kib) * 2 >= median(&fresh_kib)
+    };
+    // Prefill must matter: 20 ms, and a third of the engine's wait for the first token
+    // (its own prefill and the others' it queued behind, when GPU steps were probed; the
+    // rest of TTFT, such as a proxy's hold, is other rules' business).
+    let prefill_share: Vec<u64> = sharing
+        .iter()
+        .filter_map(|&i| prefill_share_permille(input, &reqs[i]))
+        .collect();
+    let matters = if prefill_share.is_empty() {
+        let waits: Vec<u64> = sharing
+            .iter()
+            .filter_map(|&i| reqs[i].stages.upstream_wait_ns)
+            .collect();
+        median(&cost) * 3 >= median(&waits)
+    } else {
+        median(&prefill_share) * 3 >= 1000
+    };
+    if !uncached || median(&cost) < 20_000_000 || !matters {
+        return None;
+    }
+    let ttft: BTreeMap<usize, u64> = sharing
+        .iter()
+        .map(|&i| {
+            let wait = reqs[i]
+                .stages
+                .upstream_wait_ns
+                .or(prefill_cost(&reqs[i]))
+                .unwrap_or(0);
+            (i, (wait as f64 * fractions[i].unwrap_or(0.0)) as u64)
+        })
+        .collect();
+    let shared: Vec<u64> = sharing
+        .iter()
+        .map(|&i| (fractions[i].unwrap_or(0.0) * 1000.0) as u64)
+        .collect();
+    let mut figures = vec![
+        fig(
+            "requests repeating an earlier prompt prefix",
+            sharing.len() as f64,
+            "requests",
+        ),
+        fig(
+            "shared share of the prompt p50",
+            median(&shared) as f64 / 10.0,
+            "%",
+        ),
+        fig("prefill p50", ms(median(&cost)), "ms"),
+        fig("prefill per prompt KiB p50", ms(median(&sharing_kib)), "ms"),
+    ];
+    if !fresh_kib.is_empty() {
+        figures.push(fig(
+            "prefill per KiB of new prompts p50",
+            ms(median(&fresh_kib)),
+            "ms",
+        ));
+    }
+    let finding = format!(
+        "{} requests start with a prompt prefix an earlier request sent ({:.0}% of the prompt, \
+         p50), yet prefill takes {} ms (p50){}: the engine recomputes the shared prefix",
+        sharing.len(),
+        median(&shared) as f64 / 10.0,
+        ms(median(&cost)),
+        if fresh_kib.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} ms per KiB vs {} ms for new prompts",
+                ms(median(&sharing_kib)),
+                ms(median(&fresh_kib))
+            )
+        }
+    );
+    let diagnosis = diagnosis(
+        4,
+        reqs,
+        &ttft,
+        finding,
+        figures,
+        "the shared share of each repeating request's engine wait (queue + prefill) goes",
+        vec![
+            fix(
+                "vLLM",
+                &["--enable-prefix-caching  # on by default in the V1 engine"],
+            ),
+            fix(
+                "SGLang",
+                &["radix cache is on by default: drop --disable-radix-cache"],
+            ),
+            fix(
+                "client",
+                &["keep the shared system prompt first and byte-identical (no timestamps in it)"],
+            ),
+        ],
+    );
+    Some(Finding {
+        diagnosis,
+        ttft,
+        itl: BTreeMap::new(),
+    })
+}
+
+/// The median decode step per engine process.
+fn decode_step_medians(input: &Input) -> HashMap<u32, u64> {
+    let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
+    for s in input.steps.iter().filter(|s| s.kind == StepKind::Decode) {
+        by_pid.entry(s.pid).or_default().push(s.end_ns - s.start_ns);
+    }
+    by_pid.into_iter().map(|(p, v)| (p, median(&v))).collect()
+}
+
+/// Rule 5: decode gaps that span another request's whole-prompt prefill step (one many
+/// decode steps long). Removes each such gap down to one decode step.
+pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
+    let reqs = input.requests;
+    let decode = decode_step_medians(input);
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    let (mut gaps, mut steps, mut culprits) = (Vec::new(), Vec::new(), BTreeSet::new());
+    for (i, r) in reqs.iter().enumerate() {
+        let (Some(g), Some(engine)) = (&r.gpu, r.point(PointKind::EngineWrite)) else {
+            continue;
+        };
+        let step = decode.get(&engine.pid).copied().unwrap_or(0);
+        for s in &g.stalled_by {
+            if s.step_kind != StepKind::Prefill || step == 0 || s.step_ns < STALL_FACTOR * step {
+                continue;
+            }
+            // The same token's gap where the request's TTFT is read (the client, if seen)
+            // loses the stall. Not capped by that gap as seen now: a proxy that batches
+            // tokens hides the stall in its bursts until it is fixed too (rule 2), and the
+            // joint saving applies both.
+            let removed = s.gap_ns.saturating_sub(step);
+            itl.insert((i, s.token - 1), removed as i64);
+            *weights.entry(i).or_insert(0) += s.gap_ns;
+            gaps.push(s.gap_ns);
+            steps.push(s.step_ns);
+            culprits.extend(s.requests.iter().copied());
+        }
+    }
+    if gaps.len() < MIN_EVIDENCE {
+        return None;
+    }
+    let step = median(&decode.values().copied().collect::<Vec<_>>());
+    let finding = format!(
+        "{} decode gaps in {} streams span another request's prefill step ({} ms p50, \
+         {:.0} decode steps of {} ms): {} prompts stalled every running stream while they prefilled",
+        gaps.len(),
+        weights.len(),
+        ms(median(&steps)),
+        median(&steps) as f64 / step.max(1) as f64,
+        ms(step),
+        culprits.len()
+    );
+    let mut d = diagnosis(
+        5,
+        reqs,
+        &weights,
+        finding,
+        vec![
+            fig("stalled decode gaps", gaps.len() as f64, "gaps"),
+            fig("stalled gap p50", ms(median(&gaps)), "ms"),
+            fig("stalling prefill step p50", ms(median(&steps)), "ms"),
+            fig("decode step p50", ms(step), "ms"),
+            fig(
+                "prompts that stalled others",
+                culprits.len() as f64,
+                "requests",
+            ),
+        ],
+        "each stalled gap would last one decode step (the prefill runs in chunks beside decodes)",
+        vec![
+            fix(
+                "vLLM",
+                &["--enable-chunked-prefill --max-num-batched-tokens 2048"],
+            ),
+            fix("SGLang", &["--chunked-prefill-size 2048"]),
+        ],
+    );
+    let listed = d.evidence.request_ids.clone();
+    d.evidence.request_ids.extend(
+        culprits
+            .iter()
+            .copied()
+            .filter(|c| !listed.contains(c))
+            .take(5),
+    );
+    Some(Finding {
+        diagnosis: d,
+        ttft: BTreeMap::new(),
+        itl,
+    })
+}
+
+/// Rule 6: requests wait for their first step while the engine's steps run back to
+/// back. Queueing a prefix cache would remove (rule 4) is not counted here.
+pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> Option<Finding> {
+    let reqs = input.requests;
+    let mut by_pid: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    for s in input.steps {
+        by_pid
+            .entry(s.pid)
+            .or_default()
+            .push((s.start_ns, s.end_ns));
+    }
+    let busy = |pid: u32, from: u64, to: u64| -> f64 {
+        let Some(spans) = by_pid.get(&pid) else {
+            return 0.0;
+        };
+        let covered: u64 = spans
+            .iter()
+            .map(|&(a, b)| b.min(to).saturating_sub(a.max(from)))
+            .sum();
+        covered as f64 / (to - from).max(1) as f64
+    };
+    let mut ttft = BTreeMap::new();
+    let mut queues = Vec::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let (Some(q), Some(arrived), Some(engine)) = (
+            r.gpu.as_ref().and_then(|g| g.queue_ns),
+            r.engine_received_ns,
+            r.point(PointKind::EngineWrite),
+        ) else {
+            continue;
+        };
+        let left = q.saturating_sub(prefix_removed.get(&i).copied().unwrap_or(0));
+        if left >= QUEUE_NS && busy(engine.pid, arrived, arrived + q) >= 0.9 {
+            ttft.insert(i, left);
+            queues.push(q);
+        }
+    }
+    if ttft.len() < MIN_EVIDENCE || ttft.len() * 10 < reqs.len() {
+        return None;
+    }
+    let finding = format!(
+        "{} requests waited {} ms (p50) for their first GPU step while the engine ran steps \
+         back to back",
+        ttft.len(),
+        ms(median(&queues))
+    );
+    let d = diagnosis(
+        6,
+        reqs,
+        &ttft,
+        finding,
+        vec![
+            fig("requests queued", ttft.len() as f64, "requests"),
+            fig("queue p50", ms(median(&queues)), "ms"),
+        ],
+        "each queued request would start at once (enough capacity); queueing behind prefills \
+         a prefix cache would shorten is left to that rule",
+        vec![
+            fix(
+                "vLLM",
+                &[
+                    "--max-num-seqs (more sequences per step, if memory allows)",
+                    "more replicas behind the proxy",
+                ],
+            ),
+            fix(
+                "SGLang",
+                &[
+                    "--max-running-requests",
+                    "--dp-size (data-parallel replicas)",
+                ],
+            ),
+        ],
+    );
+    Some(Finding {
+        diagnosis: d,
+        ttft,
+        itl: BTreeMap::new(),
+    })
+}

@@ -1,0 +1,144 @@
+//! Rule 10, read from NVML samples taken while the engine ran steps.
+
+use std::collections::BTreeMap;
+
+use super::{diagnosis, fig, fix, median};
+use crate::diagnose::{ttft_point, Finding, Input};
+
+/// NVML clock-throttle reasons that slow a busy GPU: SW power cap, HW slowdown,
+/// SW thermal, HW thermal, HW power brake (nvmlClocksThrottleReason*).
+const THROTTLE_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+
+/// Rule 10: NVML samples taken while the engine ran steps show clock throttling
+/// (power or thermal) or low utilisation.
+pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
+    if input.steps.is_empty() || input.nvml.is_empty() {
+        return None;
+    }
+    let running = |t: u64| {
+        let k = input.steps.partition_point(|s| s.start_ns <= t);
+        input.steps[..k].iter().rev().take(8).any(|s| s.end_ns >= t)
+    };
+    let during: Vec<&(u64, crate::ingest::model::NvmlSample)> =
+        input.nvml.iter().filter(|(t, _)| running(*t)).collect();
+    if during.len() < 5 {
+        return None;
+    }
+    let throttled: Vec<&&(u64, _)> = during
+        .iter()
+        .filter(|(_, s)| s.throttle_reasons.unwrap_or(0) & THROTTLE_MASK != 0)
+        .collect();
+    let utils: Vec<u64> = during
+        .iter()
+        .filter_map(|(_, s)| s.gpu_util_pct.map(u64::from))
+        .collect();
+    let low_util = !utils.is_empty() && median(&utils) < 50;
+    if throttled.len() * 5 < during.len() && !low_util {
+        return None;
+    }
+    let mut reasons = 0u64;
+    for (_, s) in &throttled {
+        reasons |= s.throttle_reasons.unwrap_or(0) & THROTTLE_MASK;
+    }
+    let names: Vec<&str> = [
+        (0x4, "SW power cap"),
+        (0x8, "HW slowdown"),
+        (0x20, "SW thermal"),
+        (0x40, "HW thermal"),
+        (0x80, "HW power brake"),
+    ]
+    .iter()
+    .filter(|(bit, _)| reasons & bit != 0)
+    .map(|(_, n)| *n)
+    .collect();
+    let clocks: Vec<u64> = during
+        .iter()
+        .filter_map(|(_, s)| s.sm_clock_mhz.map(u64::from))
+        .collect();
+    let finding = if throttled.len() * 5 >= during.len() {
+        format!(
+            "{} of {} NVML samples taken during GPU steps show clock throttling ({}); SM clock p50 {} MHz",
+            throttled.len(),
+            during.len(),
+            names.join(", "),
+            median(&clocks)
+        )
+    } else {
+        format!(
+            "GPU utilisation is {}% (p50) while the engine runs steps: the GPU waits on the host",
+            median(&utils)
+        )
+    };
+    // Estimate, when the recording also saw the GPU faster: a compute-bound step scales
+    // with the SM clock, so a token gap that ended while a throttled sample held shrinks
+    // by 1 - clock / the fastest clock seen.
+    let fastest = input
+        .nvml
+        .iter()
+        .filter_map(|(_, s)| s.sm_clock_mhz)
+        .max()
+        .unwrap_or(0);
+    let slowed = |t: u64| -> f64 {
+        let k = input.nvml.partition_point(|(ts, _)| *ts <= t);
+        let Some((_, s)) = k.checked_sub(1).map(|k| &input.nvml[k]) else {
+            return 0.0;
+        };
+        match s.sm_clock_mhz {
+            Some(c) if s.throttle_reasons.unwrap_or(0) & THROTTLE_MASK != 0 && fastest > 0 => {
+                1.0 - f64::from(c) / f64::from(fastest)
+            }
+            _ => 0.0,
+        }
+    };
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for (i, r) in input.requests.iter().enumerate() {
+        let Some(p) = ttft_point(r) else { continue };
+        for (k, w) in p.token_ns.windows(2).enumerate() {
+            let f = slowed(w[1]);
+            if f > 0.0 {
+                let cut = ((w[1] - w[0]) as f64 * f) as i64;
+                itl.insert((i, k), cut);
+                *weights.entry(i).or_insert(0u64) += cut as u64;
+            }
+        }
+    }
+    let basis = if itl.is_empty() {
+        "not estimated: the recording never saw this GPU run faster, and NVML does not say \
+         how fast an unthrottled step would be"
+    } else {
+        "token gaps that ended while throttled shrink with the SM clock (compute-bound steps; \
+         the fastest clock in the recording as the unthrottled one)"
+    };
+    let mut d = diagnosis(
+        10,
+        input.requests,
+        &weights,
+        finding,
+        vec![
+            fig("samples during steps", during.len() as f64, "samples"),
+            fig("throttled samples", throttled.len() as f64, "samples"),
+            fig("GPU utilisation p50", median(&utils) as f64, "%"),
+            fig("SM clock p50", median(&clocks) as f64, "MHz"),
+            fig("fastest SM clock seen", f64::from(fastest), "MHz"),
+        ],
+        basis,
+        vec![fix(
+            "host",
+            &[
+                "nvidia-smi -q -d PERFORMANCE  # which throttle reason is active",
+                "check cooling and the power limit (nvidia-smi -q -d POWER); low utilisation: the \
+                 engine is host-bound (scheduling, tokenisation, a small batch)",
+            ],
+        )],
+    );
+    // The evidence is the samples: their span, on the GPU they came from.
+    d.scope = format!("GPU {}", during[0].1.device);
+    d.evidence.start_ns = during.first().map_or(0, |s| s.0);
+    d.evidence.end_ns = during.last().map_or(0, |s| s.0);
+    Some(Finding {
+        diagnosis: d,
+        ttft: BTreeMap::new(),
+        itl,
+    })
+}

@@ -1,0 +1,134 @@
+//! The ten rules. Each reads the timeline, decides on a precise trigger, and
+//! returns its evidence plus what the fix would remove (per request TTFT, per
+//! inter-token gap); `super::share_savings` turns removals into savings. By what
+//! they read: `network` (connections, proxies, TCP hops: rules 1-3, 7-9), `engine`
+//! (prompts and GPU steps: rules 4-6), `gpu` (NVML: rule 10).
+
+mod engine;
+mod gpu;
+mod network;
+
+use std::collections::BTreeMap;
+
+use super::{Diagnosis, Evidence, Figure, Finding, Fix, Input, Saving};
+use crate::stitch::Request;
+
+#[cfg(test)]
+pub(super) use engine::shared_fractions;
+
+/// (number, key, title) of every rule, in order.
+pub const RULES: [(u8, &str, &str); 10] = [
+    (1, "new_connection_per_request", "keep connections alive"),
+    (2, "proxy_buffering", "turn proxy buffering off"),
+    (3, "compression_buffering", "do not gzip event streams"),
+    (4, "no_prefix_cache", "enable prefix caching"),
+    (5, "prefill_stalls_decode", "enable chunked prefill"),
+    (6, "queueing", "add serving capacity"),
+    (7, "nagle_delayed_ack", "set TCP_NODELAY"),
+    (8, "retransmits", "find the packet loss"),
+    (9, "slow_client", "the client reads too slowly"),
+    (10, "gpu_throttled", "the GPU is throttled or idle"),
+];
+
+/// A rule needs at least this many requests (or events) showing it.
+const MIN_EVIDENCE: usize = 3;
+
+pub(super) fn run(input: &Input) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.extend(network::new_connection_per_request(input));
+    out.extend(network::proxy_holds(input));
+    let prefix = engine::no_prefix_cache(input);
+    let prefix_removed = prefix.as_ref().map(|f| f.ttft.clone()).unwrap_or_default();
+    out.extend(prefix);
+    out.extend(engine::prefill_stalls_decode(input));
+    out.extend(engine::queueing(input, &prefix_removed));
+    out.extend(network::nagle(input));
+    out.extend(network::retransmits(input));
+    out.extend(network::slow_client(input));
+    out.extend(gpu::gpu_throttled(input));
+    out
+}
+
+fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e6 * 100.0).round() / 100.0
+}
+
+fn median(v: &[u64]) -> u64 {
+    crate::analyze::summarize(v).map_or(0, |s| s.p50_ns)
+}
+
+fn fig(name: &'static str, value: f64, unit: &'static str) -> Figure {
+    Figure { name, value, unit }
+}
+
+fn rule_meta(n: u8) -> (&'static str, &'static str) {
+    let (_, key, title) = RULES[usize::from(n) - 1];
+    (key, title)
+}
+
+/// A diagnosis for rule `n` over the requests in `weights` (index -> how much each
+/// shows it; the heaviest are listed first).
+fn diagnosis(
+    n: u8,
+    requests: &[Request],
+    weights: &BTreeMap<usize, u64>,
+    finding: String,
+    figures: Vec<Figure>,
+    basis: &str,
+    fix: Vec<Fix>,
+) -> Diagnosis {
+    let (key, title) = rule_meta(n);
+    let mut ranked: Vec<(&usize, &u64)> = weights.iter().collect();
+    ranked.sort_by_key(|(i, w)| (std::cmp::Reverse(**w), **i));
+    let span = weights.keys().map(|&i| &requests[i]);
+    let start_ns = span.clone().map(|r| r.start_ns).min().unwrap_or(0);
+    let end_ns = span
+        .map(|r| r.end_ns.unwrap_or(r.start_ns))
+        .max()
+        .unwrap_or(0);
+    Diagnosis {
+        rule: n,
+        key,
+        title,
+        finding,
+        scope: scope(requests, weights.keys().copied()),
+        evidence: Evidence {
+            requests: weights.len(),
+            request_ids: ranked
+                .iter()
+                .take(20)
+                .map(|(i, _)| requests[**i].id)
+                .collect(),
+            figures,
+            start_ns,
+            end_ns,
+        },
+        saving: Saving {
+            basis: basis.to_string(),
+            ..Default::default()
+        },
+        fix,
+    }
+}
+
+/// The routes (host + path) the evidence requests went to, most frequent first.
+fn scope(requests: &[Request], ids: impl Iterator<Item = usize>) -> String {
+    let mut routes: BTreeMap<String, usize> = BTreeMap::new();
+    for i in ids {
+        *routes.entry(requests[i].route()).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = routes.into_iter().collect();
+    v.sort_by_key(|(r, n)| (std::cmp::Reverse(*n), r.clone()));
+    match v.len() {
+        0 => String::new(),
+        1 => v[0].0.clone(),
+        n => format!("{} (+{} more routes)", v[0].0, n - 1),
+    }
+}
+
+fn fix(target: &'static str, lines: &[&'static str]) -> Fix {
+    Fix {
+        target,
+        lines: lines.to_vec(),
+    }
+}

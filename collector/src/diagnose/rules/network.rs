@@ -1,0 +1,552 @@
+//! Rules read from connections, a proxy's two sides and TCP hops: new connection per
+//! request (1), proxy buffering (2), compression buffering (3), Nagle / delayed ACK
+//! (7), retransmits (8), slow client (9).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{diagnosis, fig, fix, median, ms, MIN_EVIDENCE};
+use crate::diagnose::{ttft_point, Finding, Input};
+use crate::stitch::{PointKind, Request};
+
+/// A proxy holds a token when it forwards it this much later than it read it.
+const HOLD_NS: u64 = 10_000_000;
+/// A Nagle stall ends when the peer's delayed ACK fires: the held token reaches the
+/// reader 35-220 ms (Linux: 40 ms minimum, 200 ms maximum) after the one before it...
+const NAGLE_NS: (u64, u64) = (35_000_000, 220_000_000);
+/// ... and was held on the hop at least this much longer than that one.
+const NAGLE_GREW_NS: u64 = 5_000_000;
+
+/// Rule 1: most requests pay a TCP (and TLS) handshake because connections carry one
+/// request each. Removes each such request's handshakes.
+pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
+    let reqs = input.requests;
+    let paid: Vec<usize> = (0..reqs.len())
+        .filter(|&i| reqs[i].new_connection && !reqs[i].points.is_empty())
+        .collect();
+    // Used once: it carried this request only, was closed within a second of the
+    // response, and the same client (address) then opened another connection to the same
+    // server. A kept-alive connection that saw no second request stays open, and one
+    // closed because its client was done is not followed by another.
+    let close_of = |r: &Request| -> Option<u64> {
+        let close = r
+            .connections
+            .first()
+            .and_then(|&c| input.connections.get(c))
+            .and_then(|c| c.close_ns)?;
+        (close <= r.end_ns? + 1_000_000_000).then_some(close)
+    };
+    let client_ip = |r: &Request| -> String {
+        r.client_addr
+            .rsplit_once(':')
+            .map_or(r.client_addr.clone(), |(ip, _)| ip.to_string())
+    };
+    let mut opened: HashMap<(String, Option<String>), Vec<u64>> = HashMap::new();
+    for &i in &paid {
+        opened
+            .entry((client_ip(&reqs[i]), reqs[i].host.clone()))
+            .or_default()
+            .push(reqs[i].start_ns);
+    }
+    let reconnected = |r: &Request| -> bool {
+        let Some(close) = close_of(r) else {
+            return false;
+        };
+        opened
+            .get(&(client_ip(r), r.host.clone()))
+            .is_some_and(|starts| starts.iter().any(|&s| s >= close))
+    };
+    let once = paid
+        .iter()
+        .filter(|&&i| reqs[i].connection_requests <= 1 && reconnected(&reqs[i]))
+        .count();
+    // Most requests paid a handshake, and most of their connections were used once and
+    // replaced by a new one.
+    if paid.len() < MIN_EVIDENCE || paid.len() * 2 < reqs.len() || once * 2 < paid.len() {
+        return None;
+    }
+    let handshake = |r: &Request| r.stages.connect_ns.unwrap_or(0) + r.stages.tls_ns.unwrap_or(0);
+    let ttft: BTreeMap<usize, u64> = paid.iter().map(|&i| (i, handshake(&reqs[i]))).collect();
+    let hs: Vec<u64> = ttft.values().copied().collect();
+    let tls: Vec<u64> = paid.iter().filter_map(|&i| reqs[i].stages.tls_ns).collect();
+    let share = paid.len() as f64 / reqs.len() as f64;
+    let mut figures = vec![
+        fig(
+            "requests that opened a connection",
+            paid.len() as f64,
+            "requests",
+        ),
+        fig("share of requests", (share * 1000.0).round() / 10.0, "%"),
+        fig("connections used once", once as f64, "connections"),
+        fig("handshake p50", ms(median(&hs)), "ms"),
+    ];
+    if !tls.is_empty() {
+        figures.push(fig("TLS handshake p50", ms(median(&tls)), "ms"));
+    }
+    let finding = format!(
+        "{} of {} requests ({:.0}%) opened a new connection; {once} of those connections carried \
+         no other request before the client opened the next: each paid a handshake of {} ms \
+         (p50)",
+        paid.len(),
+        reqs.len(),
+        share * 100.0,
+        ms(median(&hs))
+    );
+    let diagnosis = diagnosis(
+        1,
+        reqs,
+        &ttft,
+        finding,
+        figures,
+        "each request that opened its connection would skip its TCP (and TLS) handshake",
+        vec![
+            fix(
+                "nginx",
+                &[
+                    "keepalive_timeout 75s;  # to clients",
+                    "upstream engine { server ...; keepalive 32; }",
+                    "proxy_http_version 1.1; proxy_set_header Connection \"\";  # to the engine",
+                    "listen 443 ssl; http2 on;  # multiplex streams on one connection",
+                ],
+            ),
+            fix(
+                "client",
+                &["create the HTTP client once and reuse it (openai.OpenAI(), httpx.Client, requests.Session)"],
+            ),
+        ],
+    );
+    Some(Finding {
+        diagnosis,
+        ttft,
+        itl: BTreeMap::new(),
+    })
+}
+
+/// A proxy's pass of one response: its first token's hold, and the writes.
+struct Pass {
+    request: usize,
+    pid: u32,
+    comm: String,
+    hold_ns: u64,
+    compressed: bool,
+    tokens: usize,
+    writes_down: u32,
+    writes_up: u32,
+    /// Per gap index where the request's TTFT is read: how much longer (or, inside a
+    /// burst, shorter) the gap is there than as the proxy read it. Unbatched, the reader
+    /// would see the upstream rhythm, stalls included.
+    itl_excess: BTreeMap<usize, i64>,
+}
+
+fn passes(reqs: &[Request]) -> Vec<Pass> {
+    let mut out = Vec::new();
+    for (i, r) in reqs.iter().enumerate() {
+        for w in r.points.windows(2) {
+            let (down, up) = (&w[0], &w[1]);
+            if down.kind != PointKind::ProxyWrite
+                || up.kind != PointKind::ProxyRead
+                || down.pid != up.pid
+            {
+                continue;
+            }
+            let (Some(&d), Some(&u)) = (down.token_ns.first(), up.token_ns.first()) else {
+                continue;
+            };
+            let at = ttft_point(r).map_or(&[][..], |p| &p.token_ns[..]);
+            let itl_excess = at
+                .windows(2)
+                .zip(up.token_ns.windows(2))
+                .enumerate()
+                .filter_map(|(k, (a, b))| {
+                    let excess = (a[1] - a[0]) as i64 - (b[1] - b[0]) as i64;
+                    (excess != 0).then_some((k, excess))
+                })
+                .collect();
+            out.push(Pass {
+                request: i,
+                pid: down.pid,
+                comm: down.comm.clone(),
+                hold_ns: d.saturating_sub(u),
+                compressed: down.compressed,
+                tokens: down.token_ns.len(),
+                writes_down: down.ios.max(1),
+                writes_up: up.ios.max(1),
+                itl_excess,
+            });
+        }
+    }
+    out
+}
+
+/// Rules 2 and 3: a proxy holds tokens and writes them in batches. Uncompressed
+/// responses show buffering alone; compressed ones show buffering and gzip
+/// together, so gzip gets only what they are held beyond the uncompressed ones.
+pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
+    let reqs = input.requests;
+    let all = passes(reqs);
+    let mut by_proxy: BTreeMap<u32, Vec<&Pass>> = BTreeMap::new();
+    for p in &all {
+        by_proxy.entry(p.pid).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    for (pid, ps) in by_proxy {
+        let comm = ps[0].comm.clone();
+        let (gz, plain): (Vec<&Pass>, Vec<&Pass>) = ps.into_iter().partition(|p| p.compressed);
+        let held = |v: &[&Pass]| -> bool {
+            let holds: Vec<u64> = v.iter().map(|p| p.hold_ns).collect();
+            v.len() >= MIN_EVIDENCE && median(&holds) >= HOLD_NS && batching(v) >= 2.0
+        };
+        let plain_hold = median(&plain.iter().map(|p| p.hold_ns).collect::<Vec<_>>());
+        let buffering = held(&plain);
+        // Buffering's share of a compressed response's delays: the typical plain hold's
+        // share of its own hold (all of it for plain responses).
+        let buffered_share = |p: &Pass| -> f64 {
+            match (p.compressed, buffering) {
+                (false, _) => 1.0,
+                (true, false) => 0.0,
+                (true, true) => p.hold_ns.min(plain_hold) as f64 / p.hold_ns.max(1) as f64,
+            }
+        };
+        let removals = |v: &[&Pass], share: &dyn Fn(&Pass) -> f64| {
+            let mut ttft = BTreeMap::new();
+            let mut itl = BTreeMap::new();
+            for p in v {
+                let f = share(p);
+                ttft.insert(p.request, (p.hold_ns as f64 * f) as u64);
+                for (&k, &e) in &p.itl_excess {
+                    itl.insert((p.request, k), (e as f64 * f) as i64);
+                }
+            }
+            (ttft, itl)
+        };
+        let every: Vec<&Pass> = plain.iter().chain(&gz).copied().collect();
+        if buffering {
+            let (ttft, itl) = removals(&every, &buffered_share);
+            out.push(hold_finding(2, reqs, &plain, ttft, itl, pid, &comm));
+        }
+        if held(&gz) {
+            let (ttft, itl) = removals(&gz, &|p: &Pass| 1.0 - buffered_share(p));
+            out.push(hold_finding(3, reqs, &gz, ttft, itl, pid, &comm));
+        }
+    }
+    out
+}
+
+/// Token events per downstream write over per upstream read (1 = passed as read).
+fn batching(v: &[&Pass]) -> f64 {
+    let down: f64 = v
+        .iter()
+        .map(|p| p.tokens as f64 / f64::from(p.writes_down))
+        .sum();
+    let up: f64 = v
+        .iter()
+        .map(|p| p.tokens as f64 / f64::from(p.writes_up))
+        .sum();
+    if up == 0.0 {
+        0.0
+    } else {
+        down / up
+    }
+}
+
+fn hold_finding(
+    n: u8,
+    reqs: &[Request],
+    evidence: &[&Pass],
+    ttft: BTreeMap<usize, u64>,
+    itl: BTreeMap<(usize, usize), i64>,
+    pid: u32,
+    comm: &str,
+) -> Finding {
+    let holds: Vec<u64> = evidence.iter().map(|p| p.hold_ns).collect();
+    let tokens: usize = evidence.iter().map(|p| p.tokens).sum();
+    let writes: u32 = evidence.iter().map(|p| p.writes_down).sum();
+    let per_write = tokens as f64 / f64::from(writes.max(1));
+    let weights: BTreeMap<usize, u64> = evidence.iter().map(|p| (p.request, p.hold_ns)).collect();
+    let (what, basis, fixes) = if n == 2 {
+        (
+            "forwards each response's first token",
+            "tokens would leave the proxy as they arrive (first token and gaps as read \
+             upstream); compressed responses are credited only up to the uncompressed \
+             responses' hold (the rest goes to gzip)",
+            vec![
+                fix(
+                    "nginx",
+                    &[
+                        "proxy_buffering off;  # in the location that proxies the stream",
+                        "proxy_http_version 1.1;",
+                        "proxy_set_header Connection \"\";",
+                    ],
+                ),
+                fix(
+                    "server",
+                    &["or send the response header X-Accel-Buffering: no"],
+                ),
+            ],
+        )
+    } else {
+        (
+            "forwards each gzip-compressed event stream's first token",
+            "tokens would leave as they arrive, less what buffering alone holds (the \
+             uncompressed responses' hold)",
+            vec![
+                fix(
+                    "nginx",
+                    &[
+                        "gzip_types: leave text/event-stream out (or gzip off; in the SSE location)",
+                    ],
+                ),
+                fix("server", &["or flush the compressor after every event (Z_SYNC_FLUSH)"]),
+            ],
+        )
+    };
+    let finding = format!(
+        "{comm}/{pid} {what} {} ms (p50) after reading it, {} ms p95, and writes {per_write:.1} \
+         token events per write (it read them one by one)",
+        ms(median(&holds)),
+        ms(crate::analyze::summarize(&holds).map_or(0, |s| s.p95_ns)),
+    );
+    let mut d = diagnosis(
+        n,
+        reqs,
+        &weights,
+        finding,
+        vec![
+            fig("responses held", evidence.len() as f64, "responses"),
+            fig("first-token hold p50", ms(median(&holds)), "ms"),
+            fig(
+                "token events per downstream write",
+                (per_write * 10.0).round() / 10.0,
+                "events",
+            ),
+        ],
+        basis,
+        fixes,
+    );
+    d.scope = format!("{comm}/{pid}: {}", d.scope);
+    Finding {
+        diagnosis: d,
+        ttft,
+        itl,
+    }
+}
+
+/// The TCP hops of a request: sender's write -> receiver's read of the same tokens.
+fn socket_hops(r: &Request) -> impl Iterator<Item = &crate::stitch::request::Forward> {
+    r.forward.iter().filter(|f| {
+        matches!(
+            (f.from, f.to),
+            (PointKind::EngineWrite, PointKind::ProxyRead)
+                | (PointKind::ProxyWrite, PointKind::ClientRead)
+                | (PointKind::EngineWrite, PointKind::ClientRead)
+        )
+    })
+}
+
+/// Retransmit times on the connections that carried a request.
+fn retransmits_of(input: &Input, r: &Request) -> Vec<u64> {
+    r.connections
+        .iter()
+        .filter_map(|&c| input.connections.get(c))
+        .flat_map(|c| c.retransmits.iter().copied())
+        .collect()
+}
+
+/// Rule 7: on a TCP hop that passes tokens in well under 5 ms, some token is held
+/// longer than the one before it and reaches the reader a delayed-ACK timeout (Linux:
+/// 40 ms at least) after that one, with no retransmit meanwhile: a small write waiting
+/// (Nagle) for the ACK of the previous small segment, which the peer delays.
+pub(super) fn nagle(input: &Input) -> Option<Finding> {
+    let reqs = input.requests;
+    let (mut all, mut held) = (Vec::new(), Vec::new());
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let lost = retransmits_of(input, r);
+        for hop in socket_hops(r) {
+            let Some(recv) = r.point(hop.to).map(|p| &p.token_ns) else {
+                continue;
+            };
+            let d = &hop.delay_ns;
+            all.extend(d.iter().copied());
+            for k in 1..d.len().min(recv.len()) {
+                let gap = recv[k] - recv[k - 1];
+                let grew = d[k].saturating_sub(d[k - 1]);
+                let sent = recv[k].saturating_sub(d[k]);
+                if grew >= NAGLE_GREW_NS
+                    && (NAGLE_NS.0..=NAGLE_NS.1).contains(&gap)
+                    && !lost.iter().any(|&t| t >= sent && t <= recv[k])
+                {
+                    held.push(grew);
+                    *weights.entry(i).or_insert(0) += grew;
+                    // The gap before this token grew by how much longer it was held.
+                    *itl.entry((i, k - 1)).or_insert(0) += grew as i64;
+                }
+            }
+        }
+    }
+    if held.len() < 5 || held.len() * 100 < all.len() || median(&all) >= 5_000_000 {
+        return None;
+    }
+    let finding = format!(
+        "{} of {} tokens were held {} ms (p50) longer than the token before them on a TCP hop \
+         that passes the others in {} ms, reaching the reader a delayed-ACK timeout after the \
+         previous one: small writes waiting on a delayed ACK (Nagle)",
+        held.len(),
+        all.len(),
+        ms(median(&held)),
+        ms(median(&all))
+    );
+    let d = diagnosis(
+        7,
+        reqs,
+        &weights,
+        finding,
+        vec![
+            fig("tokens held", held.len() as f64, "tokens"),
+            fig("hold p50", ms(median(&held)), "ms"),
+            fig("hop delay p50", ms(median(&all)), "ms"),
+        ],
+        "each held token would cross the hop as the others do",
+        vec![
+            fix("server", &["setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1) on the streaming socket", "write each event in one write (or writev), not header and body apart"]),
+            fix(
+                "nginx",
+                &["nginx sets TCP_NODELAY (tcp_nodelay on) only on keep-alive connections: with keepalive_timeout 0 its writes wait on ACKs; turn keep-alive on"],
+            ),
+        ],
+    );
+    Some(Finding {
+        diagnosis: d,
+        ttft: BTreeMap::new(),
+        itl,
+    })
+}
+
+/// Rule 8: TCP retransmits on a request's connections inside its long token gaps.
+pub(super) fn retransmits(input: &Input) -> Option<Finding> {
+    let reqs = input.requests;
+    let all_gaps: Vec<u64> = reqs
+        .iter()
+        .filter_map(ttft_point)
+        .flat_map(|p| p.token_ns.windows(2).map(|w| w[1] - w[0]))
+        .collect();
+    let typical = median(&all_gaps);
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    let (mut spikes, mut total) = (Vec::new(), 0usize);
+    for (i, r) in reqs.iter().enumerate() {
+        let times = retransmits_of(input, r);
+        total += times.len();
+        let Some(p) = ttft_point(r) else { continue };
+        for (k, w) in p.token_ns.windows(2).enumerate() {
+            let gap = w[1] - w[0];
+            if gap >= (3 * typical).max(50_000_000) && times.iter().any(|&t| t > w[0] && t <= w[1])
+            {
+                itl.insert((i, k), (gap - typical) as i64);
+                *weights.entry(i).or_insert(0) += gap;
+                spikes.push(gap);
+            }
+        }
+    }
+    if spikes.len() < 2 {
+        return None;
+    }
+    let finding = format!(
+        "{} token gaps of {} ms (p50, typical gap {} ms) each contain a TCP retransmit on the \
+         request's own connections ({total} retransmits in all)",
+        spikes.len(),
+        ms(median(&spikes)),
+        ms(typical)
+    );
+    let d = diagnosis(
+        8,
+        reqs,
+        &weights,
+        finding,
+        vec![
+            fig("gaps with a retransmit", spikes.len() as f64, "gaps"),
+            fig("gap p50", ms(median(&spikes)), "ms"),
+            fig("typical gap", ms(typical), "ms"),
+            fig("retransmits", total as f64, "segments"),
+        ],
+        "each gap with a retransmit would last a typical gap",
+        vec![fix(
+            "host",
+            &[
+                "find where packets are lost: ss -ti (retrans), nstat -az TcpRetransSegs, NIC errors (ip -s link)",
+                "check MTU and offload settings on the path; a lossy overlay or a full queue drops segments",
+            ],
+        )],
+    );
+    Some(Finding {
+        diagnosis: d,
+        ttft: BTreeMap::new(),
+        itl,
+    })
+}
+
+/// Rule 9: the delay from the last sender's write to the client's read grows over the
+/// stream: the client reads slower than tokens come, the socket buffers fill, and the
+/// sender's writes wait.
+pub(super) fn slow_client(input: &Input) -> Option<Finding> {
+    let reqs = input.requests;
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    let mut lags = Vec::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let Some(hop) = r.forward.iter().find(|f| f.to == PointKind::ClientRead) else {
+            continue;
+        };
+        let d = &hop.delay_ns;
+        let (Some(&first), Some(&last)) = (d.first(), d.last()) else {
+            continue;
+        };
+        // Steady growth, not a spike (a retransmit's, rule 8): the delay rises at most
+        // tokens and from the first quarter of the stream to the third.
+        let rising = d.windows(2).filter(|w| w[1] + 1_000_000 >= w[0]).count();
+        let (q1, q3) = (d[d.len() / 4], d[d.len() * 3 / 4]);
+        if last < 200_000_000
+            || last < first + 150_000_000
+            || q3 < q1 + 100_000_000
+            || rising * 10 < (d.len() - 1) * 8
+        {
+            continue;
+        }
+        for (k, w) in d.windows(2).enumerate() {
+            if w[1] > w[0] {
+                itl.insert((i, k), (w[1] - w[0]) as i64);
+            }
+        }
+        weights.insert(i, last);
+        lags.push(last);
+    }
+    if weights.is_empty() {
+        return None;
+    }
+    let finding = format!(
+        "{} clients fell behind their streams: by the last token they read {} ms (p50) after \
+         it was written, and the lag grew token after token",
+        weights.len(),
+        ms(median(&lags))
+    );
+    let d = diagnosis(
+        9,
+        reqs,
+        &weights,
+        finding,
+        vec![
+            fig("slow streams", weights.len() as f64, "requests"),
+            fig("last-token lag p50", ms(median(&lags)), "ms"),
+        ],
+        "the client would read each token as it was written (its own ITL; the server is not slow)",
+        vec![
+            fix("client", &["read the stream without blocking work in the loop; do not set a small SO_RCVBUF"]),
+            fix("nginx", &["send_timeout bounds how long a stalled client holds a worker connection"]),
+        ],
+    );
+    Some(Finding {
+        diagnosis: d,
+        ttft: BTreeMap::new(),
+        itl,
+    })
+}
