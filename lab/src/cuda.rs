@@ -214,7 +214,7 @@ impl CudaDriver {
         })
     }
 
-    /// Copies `tokens` sampled token ids back to the host, as every step ends.
+    /// Copies `tokens` sampled token ids (u32) back to the host, as every step ends.
     pub fn copy_token_ids(&mut self, tokens: usize) -> Result<(), CudaError> {
         if self.token_ids.len() < tokens {
             self.token_ids.resize(tokens, 0);

@@ -4,7 +4,8 @@
 //! A decode gap that spans a step with prefill work is blamed on the requests
 //! whose prefill was running then.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use serde::Serialize;
 
@@ -99,6 +100,126 @@ fn reclassify(
     }
 }
 
+/// Greatest common divisor, for the size of one row of the token copy.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The step each request's prefill began in. Its prefill ended in the engine's last step
+/// that ended before its first token was written (the write lags the step's end, and may
+/// land after the next step started); `last_in` is the step that sampled its last token.
+/// Where a prefill began is the engine's choice and the GPU calls carry no request ids, so
+/// prompts are taken to start in the order their prefills end (first come, first served;
+/// each no earlier than its arrival), and a step
+/// starts the prompts whose prefill ended in it. Beyond that:
+/// - Engines that copy one sampled token per scheduled request (vLLM V1; the row size is
+///   the greatest common divisor of the engine's copies) say how many requests each step
+///   ran. Less those decoding (first token sampled earlier, last not yet) and those already
+///   in prefill, the rest are prompts that started in it. This assumes prompts already in
+///   prefill get a chunk in every step, as vLLM V1 and SGLang schedule running requests
+///   first; an engine that lets new prompts overtake long ones (the lab's long-prefill
+///   threshold) makes their start late, and their queue time grows by what prefill loses.
+/// - Without such copies: an engine that prefills whole prompts (none of its steps mixes
+///   prefill with decode) starts the oldest waiting prompt in each step with prefill work;
+///   a chunking engine starts one in a step in which every prompt already in prefill ends.
+fn prefill_starts(
+    windows: &[Option<Window>],
+    ended_in: &[Option<usize>],
+    last_in: &[Option<usize>],
+    steps: &[GpuStep],
+) -> Vec<Option<usize>> {
+    let n = steps.len();
+    let mut started: Vec<Option<usize>> = vec![None; windows.len()];
+    let mut ending: HashMap<usize, Vec<usize>> = HashMap::new();
+    // Per engine: the requests yet to start in the order their prefills end (first come,
+    // first served: arrivals microseconds apart may reach the scheduler in either order),
+    // the size of one copied row,
+    // the change in the number decoding at each step (a difference array), whether it mixes
+    // prefill and decode in a step.
+    let mut queues: HashMap<u32, VecDeque<usize>> = HashMap::new();
+    let mut row: HashMap<u32, u64> = HashMap::new();
+    let mut decoding: HashMap<u32, Vec<i64>> = HashMap::new();
+    let mut chunking: HashSet<u32> = HashSet::new();
+    for s in steps {
+        let r = row.entry(s.pid).or_default();
+        *r = gcd(*r, s.copied_bytes);
+        if s.kind == StepKind::Mixed {
+            chunking.insert(s.pid);
+        }
+    }
+    let mut in_order: Vec<(usize, u64, usize)> = Vec::new();
+    for (i, w) in windows.iter().enumerate() {
+        let (Some(w), Some(e)) = (w, ended_in[i]) else {
+            continue;
+        };
+        ending.entry(e).or_default().push(i);
+        in_order.push((e, w.arrived, i));
+        if let Some(l) = last_in[i].filter(|&l| l > e) {
+            let d = decoding.entry(w.pid).or_insert_with(|| vec![0; n + 1]);
+            d[e + 1] += 1;
+            d[l + 1] -= 1;
+        }
+    }
+    in_order.sort_unstable();
+    for (_, _, i) in in_order {
+        let pid = windows[i].as_ref().map_or(0, |w| w.pid);
+        queues.entry(pid).or_default().push_back(i);
+    }
+    // Per engine: how many decode now, and the steps in which prompts in prefill end.
+    let mut decoders: HashMap<u32, i64> = HashMap::new();
+    let mut active: HashMap<u32, BinaryHeap<Reverse<usize>>> = HashMap::new();
+    for (k, s) in steps.iter().enumerate() {
+        let now = decoders.entry(s.pid).or_default();
+        *now += decoding.get(&s.pid).map_or(0, |d| d[k]);
+        let decoders_now = (*now).max(0) as u64;
+        let active = active.entry(s.pid).or_default();
+        while active.peek().is_some_and(|Reverse(e)| *e < k) {
+            active.pop();
+        }
+        let rows = row
+            .get(&s.pid)
+            .filter(|&&r| r > 0)
+            .map(|r| s.copied_bytes / r);
+        let mut any = false;
+        for &i in ending.get(&k).into_iter().flatten() {
+            if started[i].is_none() && (rows.is_some() || s.kind != StepKind::Decode) {
+                started[i] = Some(k);
+                active.push(Reverse(k));
+                any = true;
+            }
+        }
+        let Some(queue) = queues.get_mut(&s.pid) else {
+            continue;
+        };
+        // Drop those that started, or whose prefill ended in a step without prefill work.
+        queue.retain(|&i| started[i].is_none() && ended_in[i].is_some_and(|e| e >= k));
+        let starts = match rows {
+            Some(rows) => rows.saturating_sub(decoders_now + active.len() as u64),
+            None if s.kind == StepKind::Decode => 0,
+            None if chunking.contains(&s.pid) => u64::from(active.iter().all(|Reverse(e)| *e <= k)),
+            None => u64::from(!any),
+        };
+        for _ in 0..starts {
+            let Some(at) = queue
+                .iter()
+                .position(|&i| windows[i].as_ref().is_some_and(|w| w.arrived <= s.start_ns))
+            else {
+                break;
+            };
+            let i = queue.remove(at).expect("found");
+            started[i] = Some(k);
+            if let Some(e) = ended_in[i] {
+                active.push(Reverse(e));
+            }
+        }
+    }
+    started
+}
+
 /// Joins steps to requests (see the module doc); first refines step kinds by who was
 /// waiting (see `reclassify`).
 pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
@@ -120,6 +241,13 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
         .iter()
         .map(|w| w.as_ref().and_then(|w| last_step_before(w.pid, w.first)))
         .collect();
+    let last_in: Vec<Option<usize>> = windows
+        .iter()
+        .map(|w| {
+            w.as_ref()
+                .and_then(|w| last_step_before(w.pid, *w.tokens.last()?))
+        })
+        .collect();
     reclassify(&windows, &ended_in, &by_pid, steps);
     let steps: &[GpuStep] = steps;
     let waiting = |pid: u32, s: &GpuStep| -> Vec<usize> {
@@ -133,38 +261,7 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
             })
             .collect()
     };
-    // Which requests each step with prefill work served. A request's prefill ended in
-    // the engine's last step that ended before its first token was written (the write
-    // lags the step's end, and may land after the next step started); when no waiting
-    // request's prefill ended in a step, the oldest waiting request was being chunked
-    // (first come, first served). A step that also starts another prompt credits
-    // only the first: a known limit without request ids in the GPU calls.
-    let mut served: Vec<Vec<&GpuStep>> = vec![Vec::new(); requests.len()];
-    for (k, s) in steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.kind != StepKind::Decode)
-    {
-        let candidates = waiting(s.pid, s);
-        let finishing: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&i| ended_in[i] == Some(k))
-            .collect();
-        let chosen = if finishing.is_empty() {
-            candidates
-                .iter()
-                .copied()
-                .min_by_key(|&i| windows[i].as_ref().map_or(u64::MAX, |w| w.arrived))
-                .into_iter()
-                .collect()
-        } else {
-            finishing
-        };
-        for i in chosen {
-            served[i].push(s);
-        }
-    }
+    let started = prefill_starts(&windows, &ended_in, &last_in, steps);
     for (i, w) in windows.iter().enumerate() {
         let Some(w) = w else { continue };
         // Its engine's steps, in start order (steps are sorted by start).
@@ -173,14 +270,16 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
             .map(|ks| ks.iter().map(|&k| &steps[k]).collect())
             .unwrap_or_default();
         let from = |t: u64| mine.partition_point(|s| s.start_ns < t);
-        let mut share = GpuShare {
-            queue_ns: served[i]
-                .first()
-                .map(|s| s.start_ns.saturating_sub(w.arrived)),
-            prefill_steps: served[i].len() as u32,
-            prefill_ns: served[i].iter().map(|s| s.end_ns - s.start_ns).sum(),
-            ..Default::default()
-        };
+        let mut share = GpuShare::default();
+        if let (Some(first), Some(last)) = (started[i], ended_in[i]) {
+            let (a, b) = (&steps[first], &steps[last]);
+            share.queue_ns = Some(a.start_ns.saturating_sub(w.arrived));
+            share.prefill_ns = b.end_ns.saturating_sub(a.start_ns);
+            share.prefill_steps = mine[from(a.start_ns)..]
+                .iter()
+                .take_while(|s| s.start_ns <= b.start_ns)
+                .count() as u32;
+        }
         let last = *w.tokens.last().unwrap_or(&w.first);
         share.decode_steps = mine[from(w.first)..]
             .iter()
@@ -237,6 +336,7 @@ mod tests {
                 kind: StepKind::Decode,
                 kernel_launches: 0,
                 graph_launches: 1,
+                copied_bytes: 0,
             })
             .collect()
     }
@@ -266,6 +366,42 @@ mod tests {
         );
         let prefill = |i: usize| reqs[i].gpu.as_ref().unwrap().prefill_steps;
         assert_eq!((prefill(1), prefill(2)), (1, 1));
+    }
+
+    #[test]
+    fn token_copies_tell_when_a_chunked_prompt_started() {
+        // A chunking engine that copies one token row (4 bytes) per scheduled request.
+        // A and B arrive together; A's prompt fills steps 0-2 and B's first chunk waits
+        // for step 3 (A's last chunk used the whole budget), then B ends in step 4.
+        let rows = [1, 1, 1, 2, 2, 2];
+        let mut steps = graph_steps(6);
+        for (s, n) in steps.iter_mut().zip(rows) {
+            s.kind = if n == 1 {
+                StepKind::Prefill
+            } else {
+                StepKind::Mixed
+            };
+            s.kernel_launches = 1;
+            s.copied_bytes = 4 * n;
+        }
+        let after = |k: u64| (k + 1) * 20 * MS + MS;
+        let mut reqs = vec![
+            request(0, 0, (2..6).map(after).collect()),
+            request(1, 10_000, (4..6).map(after).collect()),
+        ];
+        attribute(&mut reqs, &mut steps.clone());
+        let g = |i: usize| reqs[i].gpu.clone().unwrap();
+        assert_eq!((g(0).queue_ns, g(0).prefill_steps), (Some(100_000), 3));
+        assert_eq!(g(0).prefill_ns, 60 * MS - 100_000, "steps 0-2");
+        assert_eq!(g(1).prefill_steps, 2, "steps 3-4");
+        assert_eq!(g(1).queue_ns, Some(60 * MS + 100_000 - 10_000));
+        // Without the copies' sizes, B is taken to start as soon as A's prefill ends.
+        for s in &mut steps {
+            s.copied_bytes = 0;
+        }
+        attribute(&mut reqs, &mut steps);
+        let b = reqs[1].gpu.as_ref().unwrap();
+        assert_eq!(b.prefill_steps, 3, "steps 2-4");
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub struct GpuStep {
     pub kind: StepKind,
     pub kernel_launches: u32,
     pub graph_launches: u32,
+    /// Bytes copied device-to-host in the step: the sampled token ids, one row per request
+    /// in the batch for engines that sample every scheduled request (vLLM V1 does, and
+    /// drops the rows of prompts still in prefill on the host).
+    pub copied_bytes: u64,
 }
 
 #[derive(Default)]
@@ -39,6 +43,7 @@ struct Open {
     kernels: u32,
     graphs: u32,
     copied: bool,
+    bytes: u64,
 }
 
 /// Steps per engine thread, ordered by start.
@@ -75,6 +80,7 @@ pub fn steps(events: &[Event]) -> Vec<GpuStep> {
             (CudaApi::MemcpyDtoHAsync | CudaApi::MemcpyDtoH, true) => {
                 if let Some(o) = open.get_mut(&key) {
                     o.copied = true;
+                    o.bytes += call.bytes;
                 }
             }
             (
@@ -99,6 +105,7 @@ pub fn steps(events: &[Event]) -> Vec<GpuStep> {
                     kind,
                     kernel_launches: o.kernels,
                     graph_launches: o.graphs,
+                    copied_bytes: o.bytes,
                 });
             }
             _ => {}

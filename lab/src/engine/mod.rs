@@ -334,8 +334,11 @@ impl SchedulerLoop {
                 kernel_launches += 1;
             }
         }
+        // vLLM V1 samples a token for every scheduled request, copies them all to the host
+        // and drops there the rows of prompts still in prefill.
+        self.driver
+            .copy_token_ids(plan.prefill.len() + plan.decode.len())?;
         let sampled = plan.sampled();
-        self.driver.copy_token_ids(sampled.len())?;
         self.driver.synchronize()?;
         let end = monotonic_ns();
         self.log.push(Step {
