@@ -147,7 +147,7 @@ fn prefill_errors(run: &Run, report: &Value) -> Vec<u64> {
                     .any(|r| r.request_id == served.request_id && r.prefill_tokens > 0)
             });
             let first_chunk = chunks.next().expect("a prefill chunk");
-            let logged = chunks.last().unwrap_or(first_chunk).end_ns - first_chunk.start_ns;
+            let logged = chunks.next_back().unwrap_or(first_chunk).end_ns - first_chunk.start_ns;
             let first = served.token_ns[0];
             let r = requests
                 .iter()
@@ -193,6 +193,12 @@ fn prefill_times_match(config: EngineConfig, chunked: &str, prompt: usize) {
         errors.len()
     );
     if errors.iter().any(|e| *e > 1_000_000) {
+        println!(
+            "{} requests reported of {} served; recording: {}",
+            report["requests"].as_array().map_or(0, |r| r.len()),
+            run.served.len(),
+            report["recording"]
+        );
         for step in run.log.iter().filter(|s| s.prefill_tokens > 0) {
             println!(
                 "step {} {}..{} prefills {:?}",
