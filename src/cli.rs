@@ -86,6 +86,7 @@ numpy and vllm bench serve), with counts.")]
     #[command(after_help = "\
 Examples:
   tokenscope export run.tsrec -o run.pftrace
+  tokenscope export day.tsrec -o day.pftrace --window 5m   # fewer, longer windows
 
 Open https://ui.perfetto.dev and drop the file on it (it stays in the browser). Tracks: a
 process per traced process; under it a track per request (stages nested: connect, tls,
@@ -128,6 +129,15 @@ struct ExportArgs {
     /// The Perfetto trace to write (e.g. run.pftrace).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
+    /// Stream the recording in windows this long: memory holds one window (with 30 s
+    /// before it, and after it as long as its requests stream), whatever the recording's
+    /// length. Each window is its own packet sequence; a recording longer than one
+    /// window gets diagnoses per window, and request ids of its own.
+    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "D")]
+    window: Duration,
+    /// How far before each window its events are stitched (tests make it short).
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "D", hide = true)]
+    lookback: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -213,7 +223,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             })
         }
-        Command::Export(args) => export(&args.file, &args.output),
+        Command::Export(args) => export(&args.file, &args.output, args.window, args.lookback),
         Command::Demo(args) => {
             let mut observer =
                 crate::demo::RecordingObserver::new().context("demo scratch directory")?;
@@ -312,7 +322,12 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
     }
     if perfetto {
-        export(&recording, &args.output)?;
+        export(
+            &recording,
+            &args.output,
+            Duration::from_secs(60),
+            Duration::from_secs(30),
+        )?;
     }
     if args.report {
         report(&recording, false, &[])?;
@@ -357,27 +372,46 @@ fn report(
     }
 }
 
-fn export(path: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn export(
+    path: &std::path::Path,
+    output: &std::path::Path,
+    window: Duration,
+    lookback: Duration,
+) -> anyhow::Result<ExitCode> {
+    use collector::export::perfetto::{write_trace_streamed, PerfettoError, Windowing};
     let mut reader = collector::ingest::record::RecordReader::open(path)?;
-    let events = reader.read_all()?;
     let file =
         std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?;
-    let s = collector::export::perfetto::write_trace(
-        &reader.header,
-        &events,
-        std::io::BufWriter::new(file),
-    )
-    .with_context(|| format!("{}", output.display()))?;
+    let windowing = Windowing {
+        window_ns: window.as_nanos().max(1) as u64,
+        lookback_ns: lookback.as_nanos() as u64,
+        ..Windowing::default()
+    };
+    let s = match write_trace_streamed(&mut reader, std::io::BufWriter::new(file), windowing) {
+        Ok(s) => s,
+        // The recording's own error names its file.
+        Err(PerfettoError::Record(e)) => return Err(e.into()),
+        Err(e) => return Err(e).with_context(|| format!("{}", output.display())),
+    };
     eprintln!(
-        "{}: {} requests, {} token events, {} GPU steps, {} flows; {} packets, {} bytes",
+        "{}: {} requests, {} token events, {} GPU steps, {} flows; {} packets, {} bytes, {} window{}",
         output.display(),
         s.request_tracks,
         s.token_instants,
         s.gpu_steps,
         s.flows,
         s.packets,
-        s.bytes
+        s.bytes,
+        s.windows,
+        if s.windows == 1 { "" } else { "s" }
     );
+    if s.late_events > 0 {
+        eprintln!(
+            "{}: {} events came after their window was written and were skipped",
+            output.display(),
+            s.late_events
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -206,6 +206,8 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
         summary.flows
     );
 
+    windowed_export_keeps_the_reports_counts(&python, &rec, dir.path(), &seen);
+
     // The check is not vacuous: a trace that never clears incremental state fails it.
     let broken = dir.path().join("broken.pftrace");
     let bytes = std::fs::read(&trace_path).expect("read the trace");
@@ -220,6 +222,44 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
         !out.status.success() && stderr.contains("incremental state"),
         "perfetto_check.py must reject a trace without the clearing packet: {stderr}"
     );
+}
+
+/// The same recording streamed in windows of 500 ms, each stitched with only 200 ms
+/// before it: many requests stream across windows (they go to the window they began
+/// in) and connections carry exchanges in several. The trace must still pass the check
+/// and hold the one-window trace's requests, tokens, flows and GPU steps, each once.
+fn windowed_export_keeps_the_reports_counts(python: &Path, rec: &Path, dir: &Path, whole: &Value) {
+    let path = dir.join("windowed.pftrace");
+    let out = run(
+        Command::new(BIN)
+            .arg("export")
+            .arg(rec)
+            .arg("-o")
+            .arg(&path)
+            .args(["--window", "500ms", "--lookback", "200ms"]),
+        "tokenscope export --window 500ms",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("windowed: {}", stderr.trim());
+    let windows: u64 = stderr
+        .split(" window")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the export says how many windows it wrote");
+    assert!(
+        windows >= 4,
+        "the recording spans several windows: {windows}"
+    );
+    let out = run(
+        Command::new(python).arg(CHECK).arg(&path),
+        "perfetto_check.py on the windowed trace",
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the check prints JSON counts");
+    println!("perfetto_check.py (windowed): {seen}");
+    for key in ["request_tracks", "token_instants", "gpu_steps", "flows"] {
+        assert_eq!(seen[key], whole[key], "{key}: windowed as in one window");
+    }
 }
 
 /// The recording's events copied `copies` times, each copy shifted past the one
@@ -270,8 +310,9 @@ fn replicate(events: &[collector::ingest::Event], copies: u64) -> Vec<collector:
     out
 }
 
-/// Benchmark, not a test (no timing is asserted): export throughput and trace size
-/// on about a million events, a lab recording replicated in time. Run it with
+/// Benchmark, not a test (no timing or size is asserted): export throughput, trace size
+/// and memory on about a million events (a lab recording replicated in time), and the
+/// streamed export's peak memory on that and on four times as many events. Run it with
 /// `cargo test --release --test perfetto -- --ignored --nocapture export_benchmark`
 /// (as root; TOKENSCOPE_BENCH_RECORDING=FILE uses that recording instead of making one).
 #[test]
@@ -290,6 +331,46 @@ fn export_benchmark_on_a_million_events() {
         Ok(n) => n.parse().expect("TOKENSCOPE_BENCH_COPIES is a number"),
         Err(_) => (1_000_000 / base.len().max(1) as u64).max(1),
     };
+    // The streamed export (`tokenscope export`, 60 s windows) in a process of its own, on
+    // recordings of one and four times the events: its peak memory should not grow.
+    for n in [copies, 4 * copies] {
+        let file = dir.path().join(format!("bench-{n}.tsrec"));
+        let mut w = collector::ingest::record::RecordWriter::create(&file, header.clone())
+            .expect("create the bench recording");
+        let events = replicate(&base, n);
+        let count = events.len();
+        let end = events.iter().map(|e| e.ts_ns).max().unwrap_or(0);
+        for e in events {
+            w.push(e).expect("write an event");
+        }
+        w.finish(header.counters.unwrap_or_default(), end)
+            .expect("finish the bench recording");
+        let out = dir.path().join("bench-streamed.pftrace");
+        let started = std::time::Instant::now();
+        let mut child = Command::new(BIN)
+            .arg("export")
+            .arg(&file)
+            .arg("-o")
+            .arg(&out)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tokenscope export");
+        let status_path = format!("/proc/{}/status", child.id());
+        let mut peak = 0;
+        while child.try_wait().expect("wait").is_none() {
+            peak = peak.max(vm_hwm_kib(&status_path));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let out = child.wait_with_output().expect("export output");
+        assert!(out.status.success(), "tokenscope export failed");
+        println!(
+            "streamed export: {count} events in {secs:.2} s = {:.0} events/s, peak RSS {peak} KiB; {}",
+            count as f64 / secs,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        std::fs::remove_file(&file).ok();
+    }
     let events = replicate(&base, copies);
     let base_len = base.len();
     drop(base);
@@ -315,7 +396,7 @@ fn export_benchmark_on_a_million_events() {
     let s = summary.expect("exported");
     let peak = peak_rss_kib();
     println!(
-        "export benchmark: {} events ({copies} copies of {}), {requests} requests; stitch alone {stitch_s:.2} s; \
+        "in-memory export (one window): {} events ({copies} copies of {}), {requests} requests; stitch alone {stitch_s:.2} s; \
          export (stitch + layout + encode + write) {export_s:.2} s = {:.0} events/s, of which layout + encode + write {:.2} s; \
          {} packets, {} bytes = {:.1} bytes per token event ({} token instants), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak_stitch} KiB after stitching alone, {peak} KiB after export",
         events.len(),
@@ -330,14 +411,18 @@ fn export_benchmark_on_a_million_events() {
     );
 }
 
-/// Peak resident memory of this process so far (VmHWM), KiB.
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+fn vm_hwm_kib(status: &str) -> u64 {
+    std::fs::read_to_string(status)
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Peak resident memory of this process so far (VmHWM), KiB.
+fn peak_rss_kib() -> u64 {
+    vm_hwm_kib("/proc/self/status")
 }
 
 #[test]

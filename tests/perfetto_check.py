@@ -1,6 +1,6 @@
 """Decodes a tokenscope Perfetto trace with Google's own bindings (PyPI `perfetto`)
-and checks what Perfetto needs of it: non-zero sequence ids, the first packet
-clears incremental state, interned ids defined once and before use, timestamps
+and checks what Perfetto needs of it: non-zero sequence ids, each sequence's first
+packet clears incremental state, a track described again only as it was, interned ids defined once and before use, timestamps
 never going back per sequence (or per track), begin/end balanced and nested per
 track, every flow started and ended; and the diagnoses: a slice per diagnosis on
 a row of the top-level "tokenscope diagnoses" track, named after its row, with
@@ -37,12 +37,7 @@ def main(path):
     packets = trace.packet
     if not packets:
         fail("no packets")
-    first = packets[0]
-    if not first.sequence_flags & CLEARED:
-        fail("the first packet does not clear incremental state")
-    default_clock = None
-    if first.HasField("trace_packet_defaults"):
-        default_clock = first.trace_packet_defaults.timestamp_clock_id
+    default_clock = {}  # per sequence, from its first packet
 
     names, cats = {}, {}
     last_ts, track_ts = {}, {}
@@ -57,8 +52,14 @@ def main(path):
         seq = p.trusted_packet_sequence_id
         if seq == 0:
             fail(f"packet {i} has no trusted_packet_sequence_id")
+        if seq not in default_clock:
+            if not p.sequence_flags & CLEARED:
+                fail(f"the first packet of sequence {seq} does not clear incremental state")
+            default_clock[seq] = None
+            if p.HasField("trace_packet_defaults"):
+                default_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
         if p.HasField("timestamp"):
-            clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock
+            clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock[seq]
             if clock != MONOTONIC:
                 fail(f"packet {i} is timed on clock {clock}, not MONOTONIC (3)")
             if p.timestamp < last_ts.get(seq, 0):
@@ -75,11 +76,15 @@ def main(path):
                 cats[(seq, n.iid)] = n.name
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
-            if d.uuid in tracks:
-                fail(f"track {d.uuid} described twice")
             if d.HasField("parent_uuid") and d.parent_uuid not in tracks:
                 fail(f"track {d.uuid} is described before its parent")
             name = d.process.process_name if d.HasField("process") else d.name
+            parent = d.parent_uuid if d.HasField("parent_uuid") else None
+            if d.uuid in tracks:
+                # Each window (packet sequence) describes the tracks it uses again.
+                if (tracks[d.uuid], parents[d.uuid]) != (name, parent) and not d.HasField("process"):
+                    fail(f"track {d.uuid} described twice, differently")
+                continue
             tracks[d.uuid] = name
             parents[d.uuid] = d.parent_uuid if d.HasField("parent_uuid") else None
             if d.HasField("counter"):

@@ -24,7 +24,7 @@ use perfetto_protos::track_event::{track_event::Type, EventCategory, EventName, 
 use protobuf::rt::WireType;
 use protobuf::{CodedOutputStream, EnumOrUnknown, MessageField};
 
-use crate::ingest::record::FileHeader;
+use crate::ingest::record::{FileHeader, RecordReader};
 use crate::ingest::Event;
 
 use layout::{Arg, ChildOrder, Flow, OpKind, Plan, TrackKind};
@@ -46,10 +46,14 @@ pub struct TraceSummary {
     pub gpu_steps: usize,
     /// Flows linking a token across observation points.
     pub flows: usize,
-    /// Diagnosis slices (the report's diagnoses).
+    /// Diagnosis slices (the report's diagnoses; per window in a windowed export).
     pub diagnoses: usize,
     pub packets: u64,
     pub bytes: u64,
+    /// Export windows, one packet sequence each.
+    pub windows: u64,
+    /// Events that reached the exporter after their window was written (skipped).
+    pub late_events: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +62,40 @@ pub enum PerfettoError {
     Io(#[from] std::io::Error),
     #[error("encoding a trace packet: {0}")]
     Encode(#[from] protobuf::Error),
+    #[error(transparent)]
+    Record(#[from] crate::ingest::record::RecordError),
 }
 
-/// Stitches `events` and writes them to `out` as a Perfetto trace, packet by packet.
+/// How a recording is cut for a streamed export: each window's requests, exchanges,
+/// steps and samples are stitched from the events of the window, `lookback_ns` before
+/// it (so a request that began earlier is known as such) and a tail after it that
+/// grows, up to `max_tail_ns`, while a request of the window is still streaming.
+/// Memory holds one window with its lookback and tail, whatever the recording's length.
+#[derive(Clone, Copy, Debug)]
+pub struct Windowing {
+    pub window_ns: u64,
+    pub lookback_ns: u64,
+    pub max_tail_ns: u64,
+}
+
+impl Default for Windowing {
+    fn default() -> Self {
+        Windowing {
+            window_ns: 60 * SECOND,
+            lookback_ns: 30 * SECOND,
+            max_tail_ns: 600 * SECOND,
+        }
+    }
+}
+
+const SECOND: u64 = 1_000_000_000;
+/// How far out of time order the record file's events may come (per-CPU ring buffers,
+/// CUPTI buffers flushed late): a window is written once events this much past its tail
+/// were read.
+const DISORDER_NS: u64 = 5 * SECOND;
+
+/// Stitches `events` (a whole recording, in memory) and writes them to `out` as a
+/// Perfetto trace in one window, packet by packet.
 pub fn write_trace(
     header: &FileHeader,
     events: &[Event],
@@ -68,58 +103,203 @@ pub fn write_trace(
 ) -> Result<TraceSummary, PerfettoError> {
     let dropped = header.counters.map_or(0, |c| c.dropped);
     let stitched = layout::stitch(events, dropped > 0);
-    let plan = layout::plan(header, events, &stitched);
+    let start = layout::start_ns(header, events.iter().map(|e| e.ts_ns).min());
+    let plan = layout::plan(header, events, &stitched, start, &layout::Window::all());
     drop(stitched);
     let mut os = CodedOutputStream::new(&mut out);
-    let mut w = Writer {
-        os: &mut os,
-        packets: 0,
-        names_defined: vec![false; plan.names.len()],
-        cats_defined: [false; layout::CATEGORIES.len()],
-    };
-    w.first_packet(&plan)?;
-    for t in &plan.tracks {
-        w.descriptor(t)?;
+    let mut w = Writer::new(&mut os);
+    w.window(&plan, 0)?;
+    let summary = w.summary;
+    os.flush()?;
+    let bytes = os.total_bytes_written();
+    drop(os);
+    out.flush()?;
+    Ok(TraceSummary { bytes, ..summary })
+}
+
+/// Streams a recording from `reader` to `out` as a Perfetto trace, window by window
+/// (see `Windowing`): packets are written as each window is done.
+pub fn write_trace_streamed(
+    reader: &mut RecordReader,
+    mut out: impl Write,
+    windowing: Windowing,
+) -> Result<TraceSummary, PerfettoError> {
+    let header = reader.header.clone();
+    let dropped = header.counters.is_some_and(|c| c.dropped > 0);
+    let window = windowing.window_ns.max(1);
+    let mut buf = Buffer::default();
+    while buf.events.is_empty() && buf.read(reader, 0)? {}
+    let origin = layout::start_ns(&header, buf.events.iter().map(|e| e.ts_ns).min());
+    let mut os = CodedOutputStream::new(&mut out);
+    let mut w = Writer::new(&mut os);
+    let (mut ws, mut index, mut base) = (origin, 0u64, 0usize);
+    loop {
+        // Skip to the window of the next event.
+        buf.sort();
+        let Some(next) = buf.events.iter().map(|e| e.ts_ns).find(|&t| t >= ws) else {
+            if buf.eof {
+                break;
+            }
+            buf.read(reader, ws)?;
+            continue;
+        };
+        ws += (next - ws) / window * window;
+        let we = ws + window;
+        let from = ws.saturating_sub(windowing.lookback_ns);
+        let mut tail = windowing.lookback_ns.min(windowing.max_tail_ns);
+        let (stitched, lo, hi) = loop {
+            let until = we + tail;
+            while !buf.eof && buf.max_ts < until + DISORDER_NS {
+                buf.read(reader, from)?;
+            }
+            buf.sort();
+            let lo = buf.events.partition_point(|e| e.ts_ns < from);
+            let hi = buf.events.partition_point(|e| e.ts_ns <= until);
+            let mut st = layout::stitch(&buf.events[lo..hi], dropped);
+            // A request of this window still streaming at the tail's end: a longer tail.
+            let streaming = st.timeline.requests.iter().any(|r| {
+                (ws..we).contains(&r.start_ns)
+                    && r.truncated
+                    && layout::request_end(r) + windowing.lookback_ns >= until
+            });
+            let more = !buf.eof || buf.max_ts > until;
+            if streaming && more && tail < windowing.max_tail_ns {
+                tail = (tail * 2).min(windowing.max_tail_ns);
+                continue;
+            }
+            layout::renumber(&mut st, base);
+            break (st, lo, hi);
+        };
+        // The first window also takes what began before the recording (CUPTI spans), the
+        // last what ends after its last event (the recording's end).
+        let last = buf.eof && buf.max_ts < we;
+        let own = layout::Window {
+            own: if index == 0 { 0 } else { ws }..if last { u64::MAX } else { we },
+            index,
+        };
+        let plan = layout::plan(&header, &buf.events[lo..hi], &stitched, origin, &own);
+        base += stitched.timeline.requests.len();
+        drop(stitched);
+        w.window(&plan, index)?;
+        drop(plan);
+        index += 1;
+        ws = we;
+        buf.trim(ws.saturating_sub(windowing.lookback_ns));
     }
-    for op in &plan.ops {
-        w.event(op, &plan)?;
-    }
-    let packets = w.packets;
+    let summary = w.summary;
     os.flush()?;
     let bytes = os.total_bytes_written();
     drop(os);
     out.flush()?;
     Ok(TraceSummary {
-        request_tracks: plan.request_tracks,
-        token_instants: plan.token_instants,
-        gpu_steps: plan.gpu_steps,
-        flows: plan.flows,
-        diagnoses: plan.diagnoses,
-        packets,
         bytes,
+        late_events: buf.late,
+        ..summary
     })
+}
+
+/// Events read and not yet past every window that needs them.
+#[derive(Default)]
+struct Buffer {
+    events: Vec<Event>,
+    sorted: bool,
+    max_ts: u64,
+    eof: bool,
+    late: u64,
+}
+
+impl Buffer {
+    /// Reads a batch; events before `keep_from` come too late for their window and are
+    /// counted, not kept. False at the end of the file.
+    fn read(&mut self, reader: &mut RecordReader, keep_from: u64) -> Result<bool, PerfettoError> {
+        let Some(batch) = reader.next_batch()? else {
+            self.eof = true;
+            return Ok(false);
+        };
+        for e in batch {
+            if e.ts_ns < keep_from {
+                self.late += 1;
+                continue;
+            }
+            self.max_ts = self.max_ts.max(e.ts_ns);
+            self.events.push(e);
+        }
+        self.sorted = false;
+        Ok(true)
+    }
+
+    fn sort(&mut self) {
+        if !self.sorted {
+            // Nearly in order already: the stable sort runs over it in linear time.
+            self.events.sort_by_key(|e| e.ts_ns);
+            self.sorted = true;
+        }
+    }
+
+    /// Forgets the events before `t`.
+    fn trim(&mut self, t: u64) {
+        self.sort();
+        let n = self.events.partition_point(|e| e.ts_ns < t);
+        self.events.drain(..n);
+    }
 }
 
 struct Writer<'a, 'b> {
     os: &'a mut CodedOutputStream<'b>,
-    packets: u64,
+    sequence: u32,
     names_defined: Vec<bool>,
     cats_defined: [bool; layout::CATEGORIES.len()],
+    summary: TraceSummary,
 }
 
-impl Writer<'_, '_> {
-    fn packet(&mut self, mut p: TracePacket) -> Result<(), PerfettoError> {
-        p.set_trusted_packet_sequence_id(SEQUENCE_ID);
-        // Trace.packet is field 1: the file is a Trace message written one packet at a time.
-        self.os.write_tag(1, WireType::LengthDelimited)?;
-        self.os.write_message_no_tag(&p)?;
-        self.packets += 1;
+impl<'a, 'b> Writer<'a, 'b> {
+    fn new(os: &'a mut CodedOutputStream<'b>) -> Self {
+        Writer {
+            os,
+            sequence: SEQUENCE_ID,
+            names_defined: Vec::new(),
+            cats_defined: [false; layout::CATEGORIES.len()],
+            summary: TraceSummary::default(),
+        }
+    }
+
+    /// One window's plan as packet sequence `SEQUENCE_ID + index`: its own interning,
+    /// its tracks described (again, for those an earlier window described: same uuid),
+    /// then its events in time order.
+    fn window(&mut self, plan: &Plan, index: u64) -> Result<(), PerfettoError> {
+        self.sequence = SEQUENCE_ID + u32::try_from(index).expect("fewer than 2^32 windows");
+        self.names_defined = vec![false; plan.names.len()];
+        self.cats_defined = [false; layout::CATEGORIES.len()];
+        self.first_packet(plan, index == 0)?;
+        for t in &plan.tracks {
+            self.descriptor(t)?;
+        }
+        for op in &plan.ops {
+            self.event(op, plan)?;
+        }
+        let s = &mut self.summary;
+        s.request_tracks += plan.request_tracks;
+        s.token_instants += plan.token_instants;
+        s.gpu_steps += plan.gpu_steps;
+        s.flows += plan.flows;
+        s.diagnoses += plan.diagnoses;
+        s.windows += 1;
         Ok(())
     }
 
-    /// Clears incremental state, makes MONOTONIC the trace clock and every
-    /// packet's default clock, and ties it to the wall clock of the recording.
-    fn first_packet(&mut self, plan: &Plan) -> Result<(), PerfettoError> {
+    fn packet(&mut self, mut p: TracePacket) -> Result<(), PerfettoError> {
+        p.set_trusted_packet_sequence_id(self.sequence);
+        // Trace.packet is field 1: the file is a Trace message written one packet at a time.
+        self.os.write_tag(1, WireType::LengthDelimited)?;
+        self.os.write_message_no_tag(&p)?;
+        self.summary.packets += 1;
+        Ok(())
+    }
+
+    /// Clears the sequence's incremental state and makes MONOTONIC every packet's
+    /// default clock; the trace's first packet also makes it the trace clock and ties
+    /// it to the wall clock of the recording.
+    fn first_packet(&mut self, plan: &Plan, first: bool) -> Result<(), PerfettoError> {
         // No timestamp of its own: spans that began before the recording (CUPTI)
         // come later in the file, and time must not go back on the sequence.
         let mut p = TracePacket::new();
@@ -127,6 +307,9 @@ impl Writer<'_, '_> {
         let mut defaults = TracePacketDefaults::new();
         defaults.set_timestamp_clock_id(CLOCK_MONOTONIC);
         p.trace_packet_defaults = MessageField::some(defaults);
+        if !first {
+            return self.packet(p);
+        }
         let mut snap = ClockSnapshot::new();
         let mut mono = Clock::new();
         mono.set_clock_id(BuiltinClock::BUILTIN_CLOCK_MONOTONIC as u32);
@@ -188,7 +371,7 @@ impl Writer<'_, '_> {
 
     fn event(&mut self, op: &layout::Op, plan: &Plan) -> Result<(), PerfettoError> {
         let mut e = TrackEvent::new();
-        e.set_track_uuid(op.track());
+        e.set_track_uuid(plan.tracks[op.track() as usize - 1].uuid);
         let mut interned = InternedData::new();
         let mut named = |e: &mut TrackEvent, w: &mut Self| {
             let n = op.name as usize;

@@ -4,12 +4,13 @@
 //! always balance and nest whatever the data looks like.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 
 mod connections;
 mod counters;
 mod diagnoses;
 mod gpu;
-mod requests;
+pub(crate) mod requests;
 
 use crate::diagnose;
 use crate::ingest::record::FileHeader;
@@ -64,7 +65,9 @@ pub(crate) enum ChildOrder {
 }
 
 pub(crate) struct Track {
+    /// Stable across the windows of one export (see `Builder::track`).
     pub(crate) uuid: u64,
+    /// The parent's uuid.
     pub(crate) parent: Option<u64>,
     pub(crate) name: String,
     pub(crate) kind: TrackKind,
@@ -195,6 +198,28 @@ struct Builder {
     plan: Plan,
     name_ids: HashMap<String, u32>,
     processes: BTreeMap<u32, u64>,
+    /// What this window writes: things that begin in it (see `Window`).
+    own: Range<u64>,
+    /// The window's index, which keeps its diagnosis rows apart from other windows'.
+    window: u64,
+}
+
+/// One export window: the stretch of time whose requests, exchanges, steps and samples
+/// this plan writes (each goes to the window it begins in), and the window's index.
+#[derive(Clone, Debug)]
+pub(crate) struct Window {
+    pub(crate) own: Range<u64>,
+    pub(crate) index: u64,
+}
+
+impl Window {
+    /// The whole recording in one window.
+    pub(crate) fn all() -> Window {
+        Window {
+            own: 0..u64::MAX,
+            index: 0,
+        }
+    }
 }
 
 /// The stitched timeline with the links and chains it was built from (the
@@ -215,19 +240,60 @@ pub(crate) fn stitch(events: &[Event], dropped: bool) -> Stitched {
     }
 }
 
-pub(crate) fn plan(header: &FileHeader, events: &[Event], st: &Stitched) -> Plan {
-    let tl = &st.timeline;
-    let first_event = events.iter().map(|e| e.ts_ns).min();
-    let start_ns = match (header.start_monotonic_ns, first_event) {
+/// Numbers a window's requests past the `base` requests of earlier windows (stitching
+/// numbers them from 0 by chain; the chains stay indexed by position).
+pub(crate) fn renumber(st: &mut Stitched, base: usize) {
+    for r in &mut st.timeline.requests {
+        r.id += base;
+        for s in r.gpu.iter_mut().flat_map(|g| &mut g.stalled_by) {
+            for id in &mut s.requests {
+                *id += base;
+            }
+        }
+    }
+}
+
+pub(crate) use requests::request_end;
+
+/// The trace's time origin: the earliest of the recording's start and its first event.
+pub(crate) fn start_ns(header: &FileHeader, first_event: Option<u64>) -> u64 {
+    match (header.start_monotonic_ns, first_event) {
         (0, first) => first.unwrap_or(0),
         (s, first) => s.min(first.unwrap_or(s)),
-    };
+    }
+}
+
+/// The plan of one window (`Window::all()`: the whole recording). `start_ns` is the
+/// trace's time origin (see `start_ns`); `st` was stitched from `events`, which cover
+/// the window and some time around it.
+pub(crate) fn plan(
+    header: &FileHeader,
+    events: &[Event],
+    st: &Stitched,
+    start_ns: u64,
+    window: &Window,
+) -> Plan {
+    let tl = &st.timeline;
     let mut b = Builder::new(start_ns);
+    b.own = window.own.clone();
+    b.window = window.index;
     b.plan.start_monotonic_ns = header.start_monotonic_ns;
     b.plan.start_realtime_ns = header.start_realtime_ns;
-    // From the timeline the tracks show, so the annotations cite what is on screen.
+    // From the timeline the tracks show, so the annotations cite what is on screen: the
+    // window's own requests.
     let nvml = diagnose::nvml_samples(events);
-    let diagnoses = diagnose::diagnose(&diagnose::Input::new(tl, &nvml));
+    let owned: Vec<crate::stitch::Request>;
+    let mut input = diagnose::Input::new(tl, &nvml);
+    if window.own != Window::all().own {
+        owned = tl
+            .requests
+            .iter()
+            .filter(|r| window.own.contains(&r.start_ns))
+            .cloned()
+            .collect();
+        input.requests = &owned;
+    }
+    let diagnoses = diagnose::diagnose(&input);
     let cites = b.diagnoses(&diagnoses);
     b.requests(st, &cites);
     b.connections(&tl.connections);
@@ -259,22 +325,59 @@ impl Builder {
             },
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),
+            own: Window::all().own,
+            window: 0,
         }
+    }
+
+    fn owns(&self, ts: u64) -> bool {
+        self.own.contains(&ts)
     }
 }
 
+/// FNV-1a, for track uuids that are the same in every window of an export.
+fn fnv(seed: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(seed, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 impl Builder {
+    /// A new track; returns its handle (index + 1) for `nest`, `counter` and child tracks.
+    /// Its uuid is a hash of its parent, kind and name, so a track that a later window
+    /// describes again (a process, a connection, a counter) is the same track.
     fn track(&mut self, parent: Option<u64>, name: String, kind: TrackKind) -> u64 {
-        let uuid = self.plan.tracks.len() as u64 + 1;
+        self.track_salted(parent, name, kind, 0)
+    }
+
+    fn track_salted(
+        &mut self,
+        parent: Option<u64>,
+        name: String,
+        kind: TrackKind,
+        salt: u64,
+    ) -> u64 {
+        let parent = parent.map(|h| self.plan.tracks[h as usize - 1].uuid);
+        let tag: u64 = match kind {
+            TrackKind::Process { pid } => 1 << 32 | u64::from(pid),
+            TrackKind::Plain => 2 << 32,
+            TrackKind::Counter { .. } => 3 << 32,
+        };
+        let mut uuid = fnv(0xcbf2_9ce4_8422_2325, &parent.unwrap_or(0).to_le_bytes());
+        uuid = fnv(uuid, &tag.to_le_bytes());
+        uuid = fnv(uuid, &salt.to_le_bytes());
+        if !matches!(kind, TrackKind::Process { .. }) {
+            uuid = fnv(uuid, name.as_bytes());
+        }
         self.plan.tracks.push(Track {
-            uuid,
+            uuid: uuid.max(1),
             parent,
             name,
             kind,
             children: ChildOrder::Default,
             rank: None,
         });
-        uuid
+        self.plan.tracks.len() as u64
     }
 
     fn process(&mut self, pid: u32, comm: &str) -> Option<u64> {

@@ -4,29 +4,30 @@ use super::{Arg, Builder, Cat, Flow, TrackKind};
 use crate::stitch::conn::{Connection, Exchange, Role};
 
 impl Builder {
+    /// A connection's pieces go to the window in which they begin (a retransmit to the
+    /// window of the exchange it fell in), under a "connection" slice per window: from
+    /// the connection's first moment or the window's first piece, to the window's last
+    /// piece or the connection's end.
     pub(super) fn connections(&mut self, conns: &[Connection]) {
         for c in conns {
-            let parent = self.process(c.pid, &c.comm);
-            let role = match c.role {
-                Role::Client => "client",
-                Role::Server => "server",
-                Role::Unknown => "socket",
-            };
-            let name = format!("{role} {} -> {}", c.local, c.remote);
-            let track = self.track(parent, name, TrackKind::Plain);
             let mut items = Vec::new();
             let mut end = c.last_ns.max(c.close_ns.unwrap_or(0));
-            if let Some((a, b)) = c.handshake() {
+            if let Some((a, b)) = c.handshake().filter(|(a, _)| self.owns(*a)) {
                 items.push(self.slice(a, b, "tcp handshake", Cat::Connection, 0));
             }
             if let Some(t) = &c.tls {
                 if let (Some(a), Some(b)) = (t.client_hello_ns, t.client_first_app_ns) {
-                    items.push(self.slice(a, b, "tls handshake", Cat::Connection, 0));
+                    if self.owns(a) {
+                        items.push(self.slice(a, b, "tls handshake", Cat::Connection, 0));
+                    }
                 }
             }
             for x in &c.exchanges {
                 let x_end = exchange_end(x);
                 end = end.max(x_end);
+                if !self.owns(x.request_start_ns) {
+                    continue;
+                }
                 let name = if x.encrypted {
                     "(encrypted exchange)".to_string()
                 } else {
@@ -49,13 +50,44 @@ impl Builder {
                 }
             }
             for &ts in &c.retransmits {
-                items.push(self.instant(ts, "retransmit", Cat::Connection, Flow::None));
+                // Exchanges begin in time order.
+                let n = c.exchanges.partition_point(|x| x.request_start_ns <= ts);
+                let owner = n
+                    .checked_sub(1)
+                    .map(|k| &c.exchanges[k])
+                    .filter(|x| exchange_end(x) >= ts)
+                    .map_or(ts, |x| x.request_start_ns);
+                if self.owns(owner) {
+                    items.push(self.instant(ts, "retransmit", Cat::Connection, Flow::None));
+                }
             }
+            if items.is_empty() && !self.owns(c.first_ns) {
+                continue;
+            }
+            let parent = self.process(c.pid, &c.comm);
+            let role = match c.role {
+                Role::Client => "client",
+                Role::Server => "server",
+                Role::Unknown => "socket",
+            };
+            let name = format!("{role} {} -> {}", c.local, c.remote);
+            let track = self.track(parent, name, TrackKind::Plain);
+            let first = if self.owns(c.first_ns) {
+                c.first_ns
+            } else {
+                items.iter().map(|i| i.start).min().unwrap_or(c.first_ns)
+            };
+            let last = items
+                .iter()
+                .map(|i| i.end.unwrap_or(i.start))
+                .max()
+                .unwrap_or(first)
+                .max(end.min(self.own.end));
             let args = self.args(vec![
                 ("bytes_sent", Arg::Int(c.bytes_sent as i64)),
                 ("bytes_received", Arg::Int(c.bytes_recv as i64)),
             ]);
-            let mut root = self.slice(c.first_ns, end, "connection", Cat::Connection, args);
+            let mut root = self.slice(first, last, "connection", Cat::Connection, args);
             root.depth = 0;
             items.push(root);
             self.nest(track, items);

@@ -10,7 +10,9 @@ use crate::stitch::{PointKind, Timeline};
 
 impl Builder {
     /// Counters computed from the timeline: in-flight requests, engine queue depth,
-    /// tokens/s at each observation point, and the recording's ring-buffer drops.
+    /// tokens/s at each observation point, and the recording's ring-buffer drops; the
+    /// samples in this window, from the requests stitched with it (a windowed export
+    /// misses requests that began before the window's lookback).
     pub(super) fn derived_counters(
         &mut self,
         header: &FileHeader,
@@ -33,7 +35,9 @@ impl Builder {
                     level += deltas[i].1;
                     i += 1;
                 }
-                b.counter(t, ts, level as f64);
+                if b.owns(ts) {
+                    b.counter(t, ts, level as f64);
+                }
             }
         };
         let in_flight = tl
@@ -75,9 +79,13 @@ impl Builder {
             let name = format!("tokens/s at {}", kind.label());
             let t = self.track(Some(group), name, TrackKind::Counter { unit: None });
             for w in lo..=hi + 1 {
+                let ts = start + w * RATE_WINDOW_NS;
+                if !self.owns(ts) {
+                    continue;
+                }
                 let n = bins.get(&w).copied().unwrap_or(0);
                 let per_s = n as f64 * 1e9 / RATE_WINDOW_NS as f64;
-                self.counter(t, start + w * RATE_WINDOW_NS, per_s);
+                self.counter(t, ts, per_s);
             }
         }
         // The ring buffer's drops are counted per recording, not per moment: the
@@ -90,7 +98,10 @@ impl Builder {
             "ring-buffer drops".into(),
             TrackKind::Counter { unit: None },
         );
-        self.counter(t, start, 0.0);
-        self.counter(t, end, dropped as f64);
+        for (ts, v) in [(start, 0.0), (end, dropped as f64)] {
+            if self.owns(ts) {
+                self.counter(t, ts, v);
+            }
+        }
     }
 }

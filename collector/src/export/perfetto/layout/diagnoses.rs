@@ -39,7 +39,8 @@ impl Builder {
         self.plan.tracks[root as usize - 1].children = ChildOrder::Explicit;
         for (rank, d) in diagnoses.iter().enumerate() {
             let label = format!("[{}] {}", d.rule, d.title);
-            let track = self.track(Some(root), label.clone(), TrackKind::Plain);
+            // Rows of other windows are other tracks: one diagnosis per row.
+            let track = self.track_salted(Some(root), label.clone(), TrackKind::Plain, self.window);
             self.plan.tracks[track as usize - 1].rank = Some(rank as i32);
             let name = format!("{label}: {}", saving_line(d));
             let args = self.args(diagnosis_args(d));

@@ -11,7 +11,7 @@ use crate::stitch::Timeline;
 impl Builder {
     pub(super) fn gpu_steps(&mut self, tl: &Timeline) {
         let mut by_thread: BTreeMap<(u32, u32), Vec<&crate::gpu::GpuStep>> = BTreeMap::new();
-        for s in &tl.steps {
+        for s in tl.steps.iter().filter(|s| self.owns(s.start_ns)) {
             by_thread.entry((s.pid, s.tid)).or_default().push(s);
         }
         for ((pid, tid), steps) in by_thread {
@@ -47,6 +47,9 @@ impl Builder {
             let Some(Body::Gpu(a)) = &ev.body else {
                 continue;
             };
+            if !self.owns(a.start_ns) {
+                continue;
+            }
             comms.entry(ev.pid).or_insert(&ev.comm);
             let kind = a.kind();
             let (label, cat) = match kind {
@@ -108,7 +111,7 @@ impl Builder {
         let mut samples: Vec<(u64, &NvmlSample)> = events
             .iter()
             .filter_map(|e| match &e.body {
-                Some(Body::Nvml(s)) => Some((e.ts_ns, s)),
+                Some(Body::Nvml(s)) if self.owns(e.ts_ns) => Some((e.ts_ns, s)),
                 _ => None,
             })
             .collect();

@@ -11,7 +11,12 @@ use crate::stitch::{PointKind, Request};
 impl Builder {
     pub(super) fn requests(&mut self, st: &Stitched, cites: &Cites) {
         let (tl, links, chains) = (&st.timeline, &st.links, &st.chains);
-        for r in &tl.requests {
+        // Requests are numbered by the chain they were built from (see `stitch_linked`);
+        // a windowed export then renumbers them past earlier windows' (`id` only).
+        for (i, r) in tl.requests.iter().enumerate() {
+            if !self.owns(r.start_ns) {
+                continue;
+            }
             let parent = self.process(r.client_pid, &r.client_comm);
             let title = format!("{} {}", r.method, r.route());
             let track = self.track(
@@ -20,8 +25,7 @@ impl Builder {
                 TrackKind::Plain,
             );
             self.plan.request_tracks += 1;
-            // The chain this request was built from (stitch numbers requests by chain).
-            let ch = chains.get(r.id).filter(|ch| {
+            let ch = chains.get(i).filter(|ch| {
                 tl.connections[ch[0].0].exchanges[ch[0].1].request_start_ns == r.first_byte_ns
             });
             let mut items = self.stages(r, ch.map(|c| c.as_slice()), &tl.connections, links);
@@ -190,7 +194,7 @@ fn flow_id(request: usize, token: usize) -> u64 {
 }
 
 /// The last moment anything of the request was seen.
-pub(super) fn request_end(r: &Request) -> u64 {
+pub(crate) fn request_end(r: &Request) -> u64 {
     let mut end = r.end_ns.unwrap_or(r.start_ns).max(r.start_ns);
     for p in &r.points {
         end = end
