@@ -389,9 +389,15 @@ fn export(
     };
     let s = match write_trace_streamed(&mut reader, std::io::BufWriter::new(file), windowing) {
         Ok(s) => s,
-        // The recording's own error names its file.
-        Err(PerfettoError::Record(e)) => return Err(e.into()),
-        Err(e) => return Err(e).with_context(|| format!("{}", output.display())),
+        Err(e) => {
+            // Windows already written would make a trace that silently ends early.
+            let _ = std::fs::remove_file(output);
+            return match e {
+                // The recording's own error names its file.
+                PerfettoError::Record(e) => Err(e.into()),
+                e => Err(e).with_context(|| format!("{}", output.display())),
+            };
+        }
     };
     eprintln!(
         "{}: {} requests, {} token events, {} GPU steps, {} flows; {} packets, {} bytes, {} window{}",
