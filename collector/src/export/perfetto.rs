@@ -140,7 +140,7 @@ pub fn write_trace_streamed(
             if buf.eof {
                 break;
             }
-            buf.read(reader, ws)?;
+            buf.read(reader, ws.saturating_sub(windowing.lookback_ns))?;
             continue;
         };
         ws += (next - ws) / window * window;
