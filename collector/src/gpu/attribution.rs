@@ -117,8 +117,8 @@ fn gcd(a: u64, b: u64) -> u64 {
 /// each no earlier than its arrival), and a step
 /// starts the prompts whose prefill ended in it. Beyond that:
 /// - Engines that copy one sampled token per scheduled request (vLLM V1; the row size is
-///   the greatest common divisor of the engine's copies) say how many requests each step
-///   ran. Less those decoding (first token sampled earlier, last not yet) and those already
+///   the greatest common divisor of the engine's copies; seen as a step that copied more
+///   rows than it sampled tokens) say how many requests each step ran. Less those decoding (first token sampled earlier, last not yet) and those already
 ///   in prefill, the rest are prompts that started in it. This assumes prompts already in
 ///   prefill get a chunk in every step, as vLLM V1 and SGLang schedule running requests
 ///   first; an engine that lets new prompts overtake long ones (the lab's long-prefill
@@ -169,6 +169,20 @@ fn prefill_starts(
         let pid = windows[i].as_ref().map_or(0, |w| w.pid);
         queues.entry(pid).or_default().push_back(i);
     }
+    // Copies count every scheduled request only if some step copied more rows than it
+    // sampled tokens (its decodes and the prompts whose prefill ended in it); engines that
+    // copy just the sampled tokens (vLLM V0) say nothing about prompts in prefill.
+    let mut level: HashMap<u32, i64> = HashMap::new();
+    let mut counted: HashSet<u32> = HashSet::new();
+    for (k, s) in steps.iter().enumerate() {
+        let l = level.entry(s.pid).or_default();
+        *l += decoding.get(&s.pid).map_or(0, |d| d[k]);
+        let r = row.get(&s.pid).copied().unwrap_or(0);
+        let sampled = (*l).max(0) as u64 + ending.get(&k).map_or(0, |v| v.len() as u64);
+        if r > 0 && s.copied_bytes / r > sampled {
+            counted.insert(s.pid);
+        }
+    }
     // Per engine: how many decode now, and the steps in which prompts in prefill end.
     let mut decoders: HashMap<u32, i64> = HashMap::new();
     let mut active: HashMap<u32, BinaryHeap<Reverse<usize>>> = HashMap::new();
@@ -182,7 +196,7 @@ fn prefill_starts(
         }
         let rows = row
             .get(&s.pid)
-            .filter(|&&r| r > 0)
+            .filter(|&&r| r > 0 && counted.contains(&s.pid))
             .map(|r| s.copied_bytes / r);
         let mut any = false;
         for &i in ending.get(&k).into_iter().flatten() {
@@ -395,7 +409,14 @@ mod tests {
         assert_eq!(g(0).prefill_ns, 60 * MS - 100_000, "steps 0-2");
         assert_eq!(g(1).prefill_steps, 2, "steps 3-4");
         assert_eq!(g(1).queue_ns, Some(60 * MS + 100_000 - 10_000));
-        // Without the copies' sizes, B is taken to start as soon as A's prefill ends.
+        // Copies of only the sampled tokens (vLLM V0: none while A is in prefill, then A's
+        // and B's) say nothing of prompts in prefill: B is taken to start as soon as A's
+        // prefill ends, as without copies at all.
+        for (s, n) in steps.iter_mut().zip([0, 0, 1, 1, 2, 2]) {
+            s.copied_bytes = 4 * n;
+        }
+        attribute(&mut reqs, &mut steps.clone());
+        assert_eq!(reqs[1].gpu.as_ref().unwrap().prefill_steps, 3, "steps 2-4");
         for s in &mut steps {
             s.copied_bytes = 0;
         }
