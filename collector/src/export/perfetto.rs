@@ -156,11 +156,15 @@ pub fn write_trace_streamed(
             let lo = buf.events.partition_point(|e| e.ts_ns < from);
             let hi = buf.events.partition_point(|e| e.ts_ns <= until);
             let mut st = layout::stitch(&buf.events[lo..hi], dropped);
-            // A request of this window still streaming at the tail's end: a longer tail.
-            let streaming = st.timeline.requests.iter().any(|r| {
+            // A request of this window not done at the tail's end, on a connection still
+            // open (it may be queued, silently, for a long time): a longer tail.
+            let tl = &st.timeline;
+            let streaming = tl.requests.iter().any(|r| {
                 (ws..we).contains(&r.start_ns)
                     && r.truncated
-                    && layout::request_end(r) + windowing.lookback_ns >= until
+                    && r.connections
+                        .iter()
+                        .any(|&c| tl.connections.get(c).is_some_and(|c| c.close_ns.is_none()))
             });
             let more = !buf.eof || buf.max_ts > until;
             if streaming && more && tail < windowing.max_tail_ns {

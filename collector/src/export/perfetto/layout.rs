@@ -10,7 +10,7 @@ mod connections;
 mod counters;
 mod diagnoses;
 mod gpu;
-pub(crate) mod requests;
+mod requests;
 
 use crate::diagnose;
 use crate::ingest::record::FileHeader;
@@ -252,8 +252,6 @@ pub(crate) fn renumber(st: &mut Stitched, base: usize) {
         }
     }
 }
-
-pub(crate) use requests::request_end;
 
 /// The trace's time origin: the earliest of the recording's start and its first event.
 pub(crate) fn start_ns(header: &FileHeader, first_event: Option<u64>) -> u64 {

@@ -194,7 +194,7 @@ fn flow_id(request: usize, token: usize) -> u64 {
 }
 
 /// The last moment anything of the request was seen.
-pub(crate) fn request_end(r: &Request) -> u64 {
+pub(super) fn request_end(r: &Request) -> u64 {
     let mut end = r.end_ns.unwrap_or(r.start_ns).max(r.start_ns);
     for p in &r.points {
         end = end
