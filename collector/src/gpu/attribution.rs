@@ -30,9 +30,11 @@ pub struct Stall {
     /// The gap between two of its tokens at the engine: it ends at this token (index).
     pub token: usize,
     pub gap_ns: u64,
+    /// The kind of the longest step with prefill work inside the gap.
     pub step_kind: StepKind,
+    /// The time of the steps with prefill work inside the gap (most gaps hold one).
     pub step_ns: u64,
-    /// Requests (report ids) whose prefill ran in that step.
+    /// Requests (report ids) whose prefill ran in those steps.
     pub requests: Vec<usize>,
 }
 
@@ -302,20 +304,30 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
             .count() as u32;
         for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);
-            let Some(s) = mine[from(a)..]
+            // Every step with prefill work inside the gap: a long prompt's step may follow a
+            // short one's in the same gap, and both stalled it.
+            let within: Vec<&GpuStep> = mine[from(a)..]
                 .iter()
                 .take_while(|s| s.start_ns <= b)
-                .find(|s| s.kind != StepKind::Decode && s.end_ns <= b)
-            else {
+                .filter(|s| s.kind != StepKind::Decode && s.end_ns <= b)
+                .copied()
+                .collect();
+            let Some(longest) = within.iter().max_by_key(|s| s.end_ns - s.start_ns) else {
                 continue;
             };
-            let culprits: Vec<usize> = waiting(w.pid, s).into_iter().filter(|&j| j != i).collect();
+            let mut culprits: Vec<usize> = within
+                .iter()
+                .flat_map(|s| waiting(w.pid, s))
+                .filter(|&j| j != i)
+                .collect();
+            culprits.sort_unstable();
+            culprits.dedup();
             if !culprits.is_empty() {
                 share.stalled_by.push(Stall {
                     token: k + 1,
                     gap_ns: b - a,
-                    step_kind: s.kind,
-                    step_ns: s.end_ns - s.start_ns,
+                    step_kind: longest.kind,
+                    step_ns: within.iter().map(|s| s.end_ns - s.start_ns).sum(),
                     requests: culprits.iter().map(|&j| requests[j].id).collect(),
                 });
             }
@@ -423,6 +435,38 @@ mod tests {
         attribute(&mut reqs, &mut steps);
         let b = reqs[1].gpu.as_ref().unwrap();
         assert_eq!(b.prefill_steps, 3, "steps 2-4");
+    }
+
+    #[test]
+    fn a_gap_over_two_prefill_steps_names_both_prompts() {
+        // Steps 2 and 3 prefill B and then L (L arrived after step 2 began); request 0's
+        // token gap spans both. Tokens are written 50 us after their step ends.
+        let mut steps = graph_steps(6);
+        for k in [2, 3] {
+            steps[k].kind = StepKind::Prefill;
+            steps[k].kernel_launches = 1;
+            steps[k].graph_launches = 0;
+        }
+        let after = |k: u64| (k + 1) * 20 * MS + 50_000;
+        let mut reqs = vec![
+            request(0, 0, [0, 1, 3, 4].into_iter().map(after).collect()),
+            request(1, 30 * MS, vec![after(2), after(4)]),
+            request(2, 50 * MS, vec![after(3), after(4)]),
+        ];
+        attribute(&mut reqs, &mut steps);
+        let stalls = &reqs[0].gpu.as_ref().unwrap().stalled_by;
+        assert_eq!(stalls.len(), 1, "{stalls:?}");
+        assert_eq!(
+            stalls[0].requests,
+            vec![1, 2],
+            "both prompts stalled the gap"
+        );
+        assert_eq!(
+            stalls[0].step_ns,
+            2 * (20 * MS - 100_000),
+            "both steps' time"
+        );
+        assert!(stalls[0].gap_ns >= stalls[0].step_ns);
     }
 
     #[test]
