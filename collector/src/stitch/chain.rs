@@ -94,12 +94,18 @@ fn hops(conns: &[Connection], links: &mut Links) {
                 unmatched.push(out);
                 continue;
             };
+            // A process that is both client and server of one loopback connection (a load
+            // generator in the engine's process) did not forward the request to itself: its
+            // read may even be timed a few microseconds before its own write.
+            let own_peer = links.peer.get(&out.0).copied();
             // The accepted request that most recently finished arriving before this one left.
             let best = bucket
                 .iter()
                 .enumerate()
                 .filter(|&(_, &i)| {
-                    same_request(x(i), o) && x(i).request_start_ns <= o.request_start_ns
+                    same_request(x(i), o)
+                        && x(i).request_start_ns <= o.request_start_ns
+                        && Some(i.0) != own_peer
                 })
                 .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
             match best {
@@ -127,7 +133,10 @@ fn hops(conns: &[Connection], links: &mut Links) {
             let holder = pairs
                 .iter()
                 .filter(|(i, up)| {
-                    x(*i).request_start_ns <= t && t <= x(*up).request_start_ns && i.0 != out.0
+                    x(*i).request_start_ns <= t
+                        && t <= x(*up).request_start_ns
+                        && i.0 != out.0
+                        && links.peer.get(&out.0) != Some(&i.0)
                 })
                 .max_by_key(|(i, _)| {
                     (

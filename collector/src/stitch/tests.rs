@@ -141,3 +141,37 @@ fn keep_alive_requests_are_separate_and_only_the_first_pays_connect() {
     );
     assert!(tl.requests.iter().all(|r| r.points.len() == 2));
 }
+
+#[test]
+fn a_process_that_calls_itself_is_not_a_proxy_even_when_its_read_is_timed_first() {
+    // A load generator inside the engine's process (the lab's demo and tests): one pid is
+    // both ends of a loopback connection. The probes can time the server's read of the
+    // request a few microseconds before the client's write of it; that must not read as
+    // the process forwarding its accepted request upstream, to itself.
+    const LAB: u32 = 40;
+    let mut net = Net::default();
+    let t0 = 1_000 * MS;
+    let c = net.connect(t0, (LAB, "lab", 5000), (LAB, "lab", 9000));
+    let s = net.peer_of(c);
+    let req = request_bytes("self");
+    use crate::ingest::model::Direction;
+    net.io(t0 + MS, LAB, "lab", s, Direction::Recv, &req);
+    net.io(t0 + MS + 7_000, LAB, "lab", c, Direction::Send, &req);
+    net.send(t0 + 50 * MS, LAB, s, HEAD, 50_000);
+    for i in 0..3 {
+        net.send(
+            t0 + (100 + 20 * i as u64) * MS,
+            LAB,
+            s,
+            &token("self", i),
+            100_000,
+        );
+    }
+    let done = [chunk("data: [DONE]\n\n"), b"0\r\n\r\n".to_vec()].concat();
+    net.send(t0 + 200 * MS, LAB, s, &done, 100_000);
+    let tl = stitch(&net.events, false);
+    assert_eq!(tl.requests.len(), 1, "{:#?}", tl.requests);
+    let kinds: Vec<PointKind> = tl.requests[0].points.iter().map(|p| p.kind).collect();
+    assert_eq!(kinds, vec![PointKind::ClientRead, PointKind::EngineWrite]);
+    assert!(tl.requests[0].points.iter().all(|p| p.token_ns.len() == 3));
+}
