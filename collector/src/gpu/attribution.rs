@@ -304,12 +304,14 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
             .count() as u32;
         for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);
-            // Every step with prefill work inside the gap: a long prompt's step may follow a
-            // short one's in the same gap, and both stalled it.
-            let within: Vec<&GpuStep> = mine[from(a)..]
+            // Every step with prefill work that ended inside the gap: a long prompt's step
+            // may follow a short one's in the same gap, and both stalled it. By its end, not
+            // its start: the engine may start the next step before token `a` is written.
+            let after_a = mine.partition_point(|s| s.end_ns <= a);
+            let within: Vec<&GpuStep> = mine[after_a..]
                 .iter()
-                .take_while(|s| s.start_ns <= b)
-                .filter(|s| s.kind != StepKind::Decode && s.end_ns <= b)
+                .take_while(|s| s.end_ns <= b)
+                .filter(|s| s.kind != StepKind::Decode)
                 .copied()
                 .collect();
             let Some(longest) = within.iter().max_by_key(|s| s.end_ns - s.start_ns) else {
@@ -467,6 +469,28 @@ mod tests {
             "both steps' time"
         );
         assert!(stalls[0].gap_ns >= stalls[0].step_ns);
+    }
+
+    #[test]
+    fn a_prefill_step_that_began_before_the_gaps_first_token_was_written_still_stalls_it() {
+        // The engine starts L's prefill step (2) at 40.1 ms, before request 0's token from
+        // step 1 is written at 40.15 ms; request 0's next token follows step 3.
+        let mut steps = graph_steps(5);
+        steps[2].kind = StepKind::Prefill;
+        steps[2].kernel_launches = 1;
+        steps[2].graph_launches = 0;
+        let mut reqs = vec![
+            request(
+                0,
+                0,
+                vec![20 * MS + 150_000, 40 * MS + 150_000, 80 * MS + 150_000],
+            ),
+            request(1, 30 * MS, vec![60 * MS + 150_000, 80 * MS + 150_000]),
+        ];
+        attribute(&mut reqs, &mut steps);
+        let stalls = &reqs[0].gpu.as_ref().unwrap().stalled_by;
+        assert_eq!(stalls.len(), 1, "{stalls:?}");
+        assert_eq!((stalls[0].token, stalls[0].requests.clone()), (2, vec![1]));
     }
 
     #[test]
