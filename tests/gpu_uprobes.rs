@@ -245,6 +245,7 @@ fn prefill_times_match(config: EngineConfig, chunked: &str, prompt: usize) {
 #[test]
 fn a_decode_stall_names_the_request_whose_prefill_caused_it() {
     // Chunked prefill off: a long prompt's prefill runs as one step that stalls every decode.
+    // Two of the eight prompts are long; one may prefill before any stream is running.
     let cfg = BenchConfig {
         long_prompt_every: 4,
         long_prompt_tokens: 3000,
@@ -254,31 +255,25 @@ fn a_decode_stall_names_the_request_whose_prefill_caused_it() {
     let report = report_json(&run.path);
     let requests = report["requests"].as_array().expect("requests");
     let prefill = |r: &Value| r["gpu"]["prefill_ns"].as_u64().unwrap_or(0);
-    let long = requests
+    let long: Vec<u64> = requests
         .iter()
-        .max_by_key(|r| prefill(r))
-        .expect("a request");
-    let long_id = long["id"].as_u64().unwrap();
+        .filter(|r| prefill(r) >= 500_000_000)
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
     assert!(
-        prefill(long) >= 500_000_000,
-        "the 3,000-word prompt prefills for ~600 ms: {}",
-        long["gpu"]
+        !long.is_empty(),
+        "the 3,000-word prompts prefill for ~600 ms: {:?}",
+        requests.iter().map(prefill).collect::<Vec<_>>()
     );
-    let blames = |s: &Value| {
-        s["requests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c.as_u64() == Some(long_id))
-    };
+    // Every decode gap that spans a long prefill step names a long prompt, and some do.
     let mut stalled = 0;
-    for r in requests.iter().filter(|r| r["id"] != long["id"]) {
+    for r in requests {
         for s in r["gpu"]["stalled_by"]
             .as_array()
             .cloned()
             .unwrap_or_default()
             .iter()
-            .filter(|s| blames(s))
+            .filter(|s| s["step_ns"].as_u64().unwrap() >= 500_000_000)
         {
             let (gap, step) = (
                 s["gap_ns"].as_u64().unwrap(),
@@ -288,16 +283,27 @@ fn a_decode_stall_names_the_request_whose_prefill_caused_it() {
                 gap >= step,
                 "the gap ({gap} ns) spans the prefill step ({step} ns)"
             );
+            let named: Vec<u64> = s["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c.as_u64())
+                .collect();
+            assert!(
+                named.iter().any(|c| long.contains(c)),
+                "a gap over a long prefill step names a long prompt ({long:?}): {named:?}"
+            );
+            assert!(!named.contains(&r["id"].as_u64().unwrap()), "not itself");
             stalled += 1;
         }
     }
     assert!(
         stalled > 0,
-        "some running stream's gap is blamed on request {long_id}: {:#}",
+        "some running stream's gap spans a long prompt's prefill: {:#}",
         report["gpu"]
     );
     println!(
-        "request {long_id} (prefill {} ms) stalled {stalled} decode gaps",
-        prefill(long) / 1_000_000
+        "long prompts {long:?} (prefill ~{} ms) stalled {stalled} decode gaps",
+        requests.iter().map(prefill).max().unwrap_or(0) / 1_000_000
     );
 }
