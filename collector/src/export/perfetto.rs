@@ -110,11 +110,15 @@ pub fn write_trace(
     let mut w = Writer::new(&mut os);
     w.window(&plan, 0)?;
     let summary = w.summary;
-    os.flush()?;
-    let bytes = os.total_bytes_written();
-    drop(os);
+    let bytes = finish(os)?;
     out.flush()?;
     Ok(TraceSummary { bytes, ..summary })
+}
+
+/// Flushes the encoder; the bytes it wrote.
+fn finish(mut os: CodedOutputStream) -> Result<u64, PerfettoError> {
+    os.flush()?;
+    Ok(os.total_bytes_written())
 }
 
 /// Streams a recording from `reader` to `out` as a Perfetto trace, window by window
@@ -191,9 +195,7 @@ pub fn write_trace_streamed(
         buf.trim(ws.saturating_sub(windowing.lookback_ns));
     }
     let summary = w.summary;
-    os.flush()?;
-    let bytes = os.total_bytes_written();
-    drop(os);
+    let bytes = finish(os)?;
     out.flush()?;
     Ok(TraceSummary {
         bytes,

@@ -139,9 +139,8 @@ fn prefill_starts(
     let mut ending: HashMap<usize, Vec<usize>> = HashMap::new();
     // Per engine: the requests yet to start in the order their prefills end (first come,
     // first served: arrivals microseconds apart may reach the scheduler in either order),
-    // the size of one copied row,
-    // the change in the number decoding at each step (a difference array), whether it mixes
-    // prefill and decode in a step.
+    // the size of one copied row, the change in the number decoding at each step (a
+    // difference array), whether it mixes prefill and decode in a step.
     let mut queues: HashMap<u32, VecDeque<usize>> = HashMap::new();
     let mut row: HashMap<u32, u64> = HashMap::new();
     let mut decoding: HashMap<u32, Vec<i64>> = HashMap::new();
@@ -171,27 +170,31 @@ fn prefill_starts(
         let pid = windows[i].as_ref().map_or(0, |w| w.pid);
         queues.entry(pid).or_default().push_back(i);
     }
+    // How many requests of its engine decode in each step.
+    let mut level: HashMap<u32, i64> = HashMap::new();
+    let decoders: Vec<u64> = steps
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let l = level.entry(s.pid).or_default();
+            *l += decoding.get(&s.pid).map_or(0, |d| d[k]);
+            (*l).max(0) as u64
+        })
+        .collect();
     // Copies count every scheduled request only if some step copied more rows than it
     // sampled tokens (its decodes and the prompts whose prefill ended in it); engines that
     // copy just the sampled tokens (vLLM V0) say nothing about prompts in prefill.
-    let mut level: HashMap<u32, i64> = HashMap::new();
     let mut counted: HashSet<u32> = HashSet::new();
     for (k, s) in steps.iter().enumerate() {
-        let l = level.entry(s.pid).or_default();
-        *l += decoding.get(&s.pid).map_or(0, |d| d[k]);
         let r = row.get(&s.pid).copied().unwrap_or(0);
-        let sampled = (*l).max(0) as u64 + ending.get(&k).map_or(0, |v| v.len() as u64);
+        let sampled = decoders[k] + ending.get(&k).map_or(0, |v| v.len() as u64);
         if r > 0 && s.copied_bytes / r > sampled {
             counted.insert(s.pid);
         }
     }
-    // Per engine: how many decode now, and the steps in which prompts in prefill end.
-    let mut decoders: HashMap<u32, i64> = HashMap::new();
+    // Per engine, the steps in which the prompts in prefill end.
     let mut active: HashMap<u32, BinaryHeap<Reverse<usize>>> = HashMap::new();
     for (k, s) in steps.iter().enumerate() {
-        let now = decoders.entry(s.pid).or_default();
-        *now += decoding.get(&s.pid).map_or(0, |d| d[k]);
-        let decoders_now = (*now).max(0) as u64;
         let active = active.entry(s.pid).or_default();
         while active.peek().is_some_and(|Reverse(e)| *e < k) {
             active.pop();
@@ -214,7 +217,7 @@ fn prefill_starts(
         // Drop those that started, or whose prefill ended in a step without prefill work.
         queue.retain(|&i| started[i].is_none() && ended_in[i].is_some_and(|e| e >= k));
         let starts = match rows {
-            Some(rows) => rows.saturating_sub(decoders_now + active.len() as u64),
+            Some(rows) => rows.saturating_sub(decoders[k] + active.len() as u64),
             None if s.kind == StepKind::Decode => 0,
             None if chunking.contains(&s.pid) => u64::from(active.iter().all(|Reverse(e)| *e <= k)),
             None => u64::from(!any),
