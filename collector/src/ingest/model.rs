@@ -265,6 +265,47 @@ pub struct Sniff {
     /// a prefix share the first hashes.
     #[prost(fixed64, repeated, tag = "27")]
     pub prefix_prints: Vec<u64>,
+    /// HTTP/2: what each stream did in this I/O, in frame order (empty for HTTP/1.x
+    /// and TLS records). Each stream's own sniff carries its head, body and events as
+    /// an HTTP/1.x message would; the fields above describe the connection only.
+    #[prost(message, repeated, tag = "28")]
+    pub h2_streams: Vec<H2StreamSniff>,
+    /// HTTP/2 frames that belong to no request (SETTINGS, PING, GOAWAY,
+    /// connection WINDOW_UPDATE, PRIORITY): counted, never an exchange.
+    #[prost(uint32, tag = "29")]
+    pub h2_control_frames: u32,
+    /// Malformed HTTP/2 input in this I/O (bad lengths, unknown frame types, truncated
+    /// HPACK, oversized header blocks): counted, the frame skipped.
+    #[prost(uint32, tag = "30")]
+    pub h2_errors: u32,
+    /// This I/O opened an HTTP/2 connection: the client preface, or a server's
+    /// first SETTINGS.
+    #[prost(bool, tag = "31")]
+    pub h2_preface: bool,
+}
+
+/// One HTTP/2 stream's share of an I/O.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct H2StreamSniff {
+    #[prost(uint32, tag = "1")]
+    pub stream_id: u32,
+    /// As for an HTTP/1.x message: `kind` is the request or response head (version
+    /// "HTTP/2") when HEADERS ended here, `message_start` on the HEADERS that opened
+    /// the stream in this direction, `message_end` on END_STREAM, then body bytes,
+    /// body print, prefix prints and the SSE events of its DATA frames.
+    #[prost(message, optional, tag = "2")]
+    pub sniff: Option<Sniff>,
+    /// RST_STREAM: the stream was cancelled.
+    #[prost(bool, tag = "3")]
+    pub reset: bool,
+    /// Header fields that referenced HPACK table entries added before the parser
+    /// joined the connection: counted, never guessed.
+    #[prost(uint32, tag = "4")]
+    pub unknown_headers: u32,
+    /// The stream's first frame seen was not its opening HEADERS (the recording
+    /// started mid-connection, or bytes went uncaptured).
+    #[prost(bool, tag = "5")]
+    pub attached_mid: bool,
 }
 
 /// Identifies a request body across hops without keeping it: a hash of its
@@ -410,6 +451,10 @@ pub enum Syscall {
     Readv = 6,
     Recvfrom = 7,
     Recvmsg = 8,
+    /// TLS plaintext from OpenSSL's SSL_write / SSL_write_ex (uprobes).
+    SslWrite = 9,
+    /// TLS plaintext from OpenSSL's SSL_read / SSL_read_ex (uprobes).
+    SslRead = 10,
 }
 
 impl TcpState {
@@ -444,7 +489,13 @@ impl Syscall {
             Syscall::Readv => "readv",
             Syscall::Recvfrom => "recvfrom",
             Syscall::Recvmsg => "recvmsg",
+            Syscall::SslWrite => "SSL_write",
+            Syscall::SslRead => "SSL_read",
         }
+    }
+    /// The I/O is the application's plaintext of a TLS connection, not socket bytes.
+    pub fn is_tls_plaintext(self) -> bool {
+        matches!(self, Syscall::SslWrite | Syscall::SslRead)
     }
 }
 
