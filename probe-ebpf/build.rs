@@ -14,6 +14,7 @@ const SOURCES: &[&str] = &[
     "src/bpf/conn.bpf.h",
     "src/bpf/io.bpf.h",
     "src/bpf/gpu.bpf.h",
+    "src/bpf/tls.bpf.h",
 ];
 
 fn main() {

@@ -39,6 +39,8 @@ Examples:
   tokenscope record -o run.tsrec                       # everything, until Ctrl-C
   tokenscope record -p $(pgrep -d' -p ' nginx) -o n.tsrec --duration 30s
   tokenscope record --port 8000 --port 443 -o api.tsrec
+  tokenscope record --port 443 --libssl /opt/app/lib/libssl.so.3 -o tls.tsrec
+  tokenscope record --port 443 --tls off -o tls.tsrec  # TLS timed by record only
   tokenscope record --port 8000 --libcuda /usr/lib/x86_64-linux-gnu/libcuda.so.1 -o gpu.tsrec
   tokenscope record --port 8000 --cupti-socket /tmp/ts-cupti.sock -o gpu.tsrec
       # ...and start the engine with CUDA_INJECTION64_PATH=<tokenscope dir>/libtokenscope_cupti_hook.so
@@ -47,7 +49,13 @@ Examples:
 Filters: -p limits socket I/O and accepts to those processes; TCP state changes and
 retransmits run in the kernel's softirq, outside any process, so only --port filters them.
 tokenscope never records its own sockets. Ctrl-C or SIGTERM ends the recording cleanly:
-the file is sealed with final counters (submitted, delivered, dropped).")]
+the file is sealed with final counters (submitted, delivered, dropped).
+
+TLS: with --tls auto (the default) uprobes on OpenSSL's SSL_read/SSL_write read the
+plaintext of every process using the system's libssl (nginx, curl, python, ...), tied to
+the socket of the syscall inside each call, so HTTP/1.1 and HTTP/2 over TLS are timed per
+token. Stacks without those symbols (Go crypto/tls, rustls, stripped BoringSSL) are timed
+by TLS record only. Plaintext goes through the same redaction as socket payloads.")]
     Record(RecordArgs),
     /// Print a recording, one line per event.
     #[command(after_help = "\
@@ -167,6 +175,14 @@ struct RecordArgs {
     /// Put the libcuda uprobes on this file (repeatable) instead of searching for it.
     #[arg(long, value_name = "PATH")]
     libcuda: Vec<PathBuf>,
+    /// TLS plaintext: `auto` puts uprobes on OpenSSL's SSL_read/SSL_write in every
+    /// libssl.so a traced process maps, the system's libssl, and traced executables
+    /// that export them (node); `off` times TLS by record only.
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    tls: GpuMode,
+    /// Put the TLS plaintext uprobes on this file (repeatable) instead of searching.
+    #[arg(long, value_name = "PATH")]
+    libssl: Vec<PathBuf>,
     /// NVML device counters: `auto` samples when a driver is there (one line when not).
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     nvml: GpuMode,
@@ -281,6 +297,11 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (GpuMode::Auto, false) => args.libcuda.clone(),
         (GpuMode::Auto, true) => collector::probes::find_libcuda(&args.pids),
     };
+    let libssl = match (args.tls, args.libssl.is_empty()) {
+        (GpuMode::Off, _) => Vec::new(),
+        (GpuMode::Auto, false) => args.libssl.clone(),
+        (GpuMode::Auto, true) => collector::probes::find_libssl(&args.pids),
+    };
     let perfetto = args.format == Some(OutputFormat::Perfetto)
         || (args.format.is_none() && args.output.extension().is_some_and(|e| e == "pftrace"));
     // A trace is exported from the recording once it ends; the recording stays for replay.
@@ -298,6 +319,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             ring_bytes: args.ring_size,
             payload_cap: args.payload_cap,
             libcuda,
+            libssl,
         },
         duration: args.duration,
         output: recording.clone(),

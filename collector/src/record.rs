@@ -143,6 +143,8 @@ pub fn run(
         }
         probes.wait(Duration::from_millis(1));
     }
+    let tls_untied = probes.tls_untied()?;
+    writer.update_header(|h| h.tls_untied = tls_untied)?;
     drop(probes);
     if let Some(listener) = &cupti {
         // Hooks that already hung up may still have bytes in flight to the listener.

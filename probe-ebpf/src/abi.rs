@@ -37,12 +37,22 @@ pub const SYS_READ: u32 = 5;
 pub const SYS_READV: u32 = 6;
 pub const SYS_RECVFROM: u32 = 7;
 pub const SYS_RECVMSG: u32 = 8;
+pub const SYS_SSL_WRITE: u32 = 9;
+pub const SYS_SSL_READ: u32 = 10;
+
+pub const SSL_WRITE: u32 = 1;
+pub const SSL_WRITE_EX: u32 = 2;
+pub const SSL_READ: u32 = 3;
+pub const SSL_READ_EX: u32 = 4;
+pub const SSL_SHUTDOWN: u32 = 5;
+pub const SSL_FREE: u32 = 6;
 
 pub const IO_F_PAYLOAD_FAULT: u32 = 0x1;
 
 pub const CNT_SUBMITTED: u32 = 0;
 pub const CNT_DROPPED: u32 = 1;
-pub const CNT_MAX: u32 = 2;
+pub const CNT_TLS_UNTIED: u32 = 2;
+pub const CNT_MAX: u32 = 3;
 
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;

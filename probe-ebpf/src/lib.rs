@@ -235,6 +235,22 @@ pub const CUDA_SYMBOLS: &[(&str, u32)] = &[
     ("cuEventSynchronize", abi::CU_EVENT_SYNCHRONIZE),
 ];
 
+/// The uprobe programs for OpenSSL's plaintext calls; the attach cookie is the call
+/// (`abi::SSL_*`).
+pub const UPROBE_SSL_ENTRY: &str = "up_ssl_entry";
+pub const UPROBE_SSL_RETURN: &str = "up_ssl_return";
+
+/// OpenSSL symbols probed, with the cookie each attachment carries. Shutdown and
+/// free only end a session (entry probe alone).
+pub const SSL_SYMBOLS: &[(&str, u32)] = &[
+    ("SSL_write", abi::SSL_WRITE),
+    ("SSL_write_ex", abi::SSL_WRITE_EX),
+    ("SSL_read", abi::SSL_READ),
+    ("SSL_read_ex", abi::SSL_READ_EX),
+    ("SSL_shutdown", abi::SSL_SHUTDOWN),
+    ("SSL_free", abi::SSL_FREE),
+];
+
 #[repr(C, align(8))]
 struct Aligned<B: ?Sized>(B);
 

@@ -62,6 +62,9 @@ pub struct TopArgs {
     /// Live: NVML device counters when a driver is there (`auto`) or none.
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     pub nvml: GpuMode,
+    /// Live: TLS plaintext from OpenSSL uprobes (`auto`, as `record --tls`) or none.
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    pub tls: GpuMode,
     /// Live: keep the recording in this file (default: a temporary file, removed on exit).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -188,6 +191,10 @@ fn record_options(args: &TopArgs) -> RecordOptions {
         GpuMode::Off => Vec::new(),
         GpuMode::Auto => collector::probes::find_libcuda(&args.pids),
     };
+    let libssl = match args.tls {
+        GpuMode::Off => Vec::new(),
+        GpuMode::Auto => collector::probes::find_libssl(&args.pids),
+    };
     RecordOptions {
         probes: ProbeConfig {
             pids: args.pids.clone(),
@@ -195,6 +202,7 @@ fn record_options(args: &TopArgs) -> RecordOptions {
             ring_bytes: DEFAULT_RING_BYTES,
             payload_cap: DEFAULT_PAYLOAD_CAP,
             libcuda,
+            libssl,
         },
         nvml: (args.nvml == GpuMode::Auto).then(|| NvmlOptions {
             lib: None,

@@ -32,10 +32,14 @@ pub enum DecodeError {
 /// Streams tracked at once; the least recently used are forgotten past this.
 const MAX_STREAMS: usize = 1 << 16;
 
+type StreamKey = (u64, i32, bool);
+
 /// Decodes ring-buffer records, keeping the stream parsers their payloads need.
 #[derive(Default)]
 pub struct Decoder {
-    streams: HashMap<(u64, i32), (StreamParser, u64)>,
+    /// By socket, direction, and whether the bytes are TLS plaintext (the
+    /// application's view of a TLS connection is a stream of its own).
+    streams: HashMap<StreamKey, (StreamParser, u64)>,
     tick: u64,
 }
 
@@ -102,7 +106,8 @@ impl Decoder {
             abi::EV_IO => {
                 let (mut io, payload) = io(raw)?;
                 let skaddr = io.sock.as_ref().map_or(0, |s| s.skaddr);
-                io.sniff = Some(self.stream(skaddr, io.dir).feed(payload, io.bytes));
+                let key = (skaddr, io.dir, io.syscall().is_tls_plaintext());
+                io.sniff = Some(self.stream(key).feed(payload, io.bytes));
                 Body::Io(io)
             }
             other => return Err(DecodeError::UnknownKind(other)),
@@ -117,20 +122,22 @@ impl Decoder {
         })
     }
 
-    fn stream(&mut self, skaddr: u64, dir: i32) -> &mut StreamParser {
+    fn stream(&mut self, key: StreamKey) -> &mut StreamParser {
         self.tick += 1;
-        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&(skaddr, dir)) {
+        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&key) {
             let horizon = self.tick.saturating_sub(MAX_STREAMS as u64 / 2);
             self.streams.retain(|_, (_, used)| *used >= horizon);
         }
-        let entry = self.streams.entry((skaddr, dir)).or_default();
+        let entry = self.streams.entry(key).or_default();
         entry.1 = self.tick;
         &mut entry.0
     }
 
     fn forget(&mut self, skaddr: u64) {
         for dir in [Direction::Send, Direction::Recv] {
-            self.streams.remove(&(skaddr, dir as i32));
+            for plaintext in [false, true] {
+                self.streams.remove(&(skaddr, dir as i32, plaintext));
+            }
         }
     }
 }

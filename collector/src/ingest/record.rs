@@ -75,6 +75,11 @@ pub struct FileHeader {
     pub cupti_received: u64,
     #[prost(uint64, tag = "20")]
     pub cupti_dropped: u64,
+    /// TLS plaintext calls (OpenSSL uprobes) that could not be tied to a socket: the
+    /// TLS session began before the recording and no socket I/O ran inside a call on
+    /// it since. Their bytes are missing from the plaintext streams.
+    #[prost(uint64, tag = "21")]
+    pub tls_untied: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]

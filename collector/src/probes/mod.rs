@@ -2,6 +2,7 @@
 //! A tracepoint the kernel lacks is skipped with a reason, unless the
 //! recording would be useless without it.
 
+mod discover;
 mod preflight;
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -36,6 +37,9 @@ pub struct ProbeConfig {
     pub payload_cap: u32,
     /// libcuda files to put uprobes on (empty: no GPU probes).
     pub libcuda: Vec<PathBuf>,
+    /// Files exporting OpenSSL's SSL_read/SSL_write (libssl.so*, or executables that
+    /// link it statically and export it) to put plaintext uprobes on (empty: none).
+    pub libssl: Vec<PathBuf>,
 }
 
 impl Default for ProbeConfig {
@@ -46,6 +50,7 @@ impl Default for ProbeConfig {
             ring_bytes: DEFAULT_RING_BYTES,
             payload_cap: DEFAULT_PAYLOAD_CAP,
             libcuda: Vec::new(),
+            libssl: Vec::new(),
         }
     }
 }
@@ -173,7 +178,20 @@ impl Probes {
             }
         }
 
-        let uprobe_links = attach_cuda(&mut ebpf, &cfg.libcuda, &mut attached, &mut skipped)?;
+        let mut uprobe_links = attach_uprobes(
+            &mut ebpf,
+            CUDA_UPROBES,
+            &cfg.libcuda,
+            &mut attached,
+            &mut skipped,
+        )?;
+        uprobe_links.extend(attach_uprobes(
+            &mut ebpf,
+            TLS_UPROBES,
+            &cfg.libssl,
+            &mut attached,
+            &mut skipped,
+        )?);
         let map = ebpf
             .take_map(probe_ebpf::MAP_EVENTS)
             .ok_or_else(|| missing_map(probe_ebpf::MAP_EVENTS))?;
@@ -250,38 +268,70 @@ impl Probes {
 
     /// `(submitted, dropped)` summed over CPUs.
     pub fn counters(&self) -> Result<(u64, u64), ProbeError> {
+        Ok((
+            self.counter(abi::CNT_SUBMITTED)?,
+            self.counter(abi::CNT_DROPPED)?,
+        ))
+    }
+
+    /// TLS plaintext calls whose SSL* had no known socket (the session began before
+    /// the recording and no socket I/O has run inside a call on it since).
+    pub fn tls_untied(&self) -> Result<u64, ProbeError> {
+        self.counter(abi::CNT_TLS_UNTIED)
+    }
+
+    fn counter(&self, idx: u32) -> Result<u64, ProbeError> {
         let map = self
             .ebpf
             .map(probe_ebpf::MAP_COUNTERS)
             .ok_or_else(|| missing_map(probe_ebpf::MAP_COUNTERS))?;
         let counters: PerCpuArray<_, u64> =
             PerCpuArray::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
-        let sum = |idx: u32| -> Result<u64, ProbeError> {
-            let per_cpu = counters
-                .get(&idx, 0)
-                .map_err(|e| ProbeError::Load(format!("reading counters: {e}")))?;
-            Ok(per_cpu.iter().sum())
-        };
-        Ok((sum(abi::CNT_SUBMITTED)?, sum(abi::CNT_DROPPED)?))
+        let per_cpu = counters
+            .get(&idx, 0)
+            .map_err(|e| ProbeError::Load(format!("reading counters: {e}")))?;
+        Ok(per_cpu.iter().sum())
     }
 }
 
-/// Uprobes on every probed libcuda symbol of each file (entry and return). A symbol
-/// a library lacks is skipped with a line; the GPU probes are optional as a whole.
-fn attach_cuda(
+/// A family of uprobes: one entry and one return program for many symbols, the
+/// attach cookie saying which symbol fired.
+struct UprobeSet {
+    entry: &'static str,
+    ret: &'static str,
+    symbols: &'static [(&'static str, u32)],
+    /// Symbols whose return is not probed (their entry alone means something).
+    entry_only: &'static [u32],
+}
+
+const CUDA_UPROBES: &UprobeSet = &UprobeSet {
+    entry: probe_ebpf::UPROBE_CUDA_ENTRY,
+    ret: probe_ebpf::UPROBE_CUDA_RETURN,
+    symbols: probe_ebpf::CUDA_SYMBOLS,
+    entry_only: &[],
+};
+
+const TLS_UPROBES: &UprobeSet = &UprobeSet {
+    entry: probe_ebpf::UPROBE_SSL_ENTRY,
+    ret: probe_ebpf::UPROBE_SSL_RETURN,
+    symbols: probe_ebpf::SSL_SYMBOLS,
+    entry_only: &[abi::SSL_SHUTDOWN, abi::SSL_FREE],
+};
+
+/// Uprobes on every symbol of `set` in each file (entry and return). A symbol a
+/// file lacks is skipped with a line; uprobes are optional as a whole.
+fn attach_uprobes(
     ebpf: &mut Ebpf,
-    libs: &[PathBuf],
+    set: &UprobeSet,
+    files: &[PathBuf],
     attached: &mut Vec<String>,
     skipped: &mut Vec<String>,
 ) -> Result<Vec<(&'static str, UProbeLinkId)>, ProbeError> {
     let mut links = Vec::new();
-    if libs.is_empty() {
+    if files.is_empty() {
         return Ok(links);
     }
-    for program in [
-        probe_ebpf::UPROBE_CUDA_ENTRY,
-        probe_ebpf::UPROBE_CUDA_RETURN,
-    ] {
+    for program in [set.entry, set.ret] {
         let up: &mut UProbe = ebpf
             .program_mut(program)
             .ok_or_else(|| ProbeError::Load(format!("program {program} missing from the object")))?
@@ -291,21 +341,24 @@ fn attach_cuda(
             probe: program.into(),
             reason: error_chain(&e),
         })?;
-        for lib in libs {
-            for &(symbol, call) in probe_ebpf::CUDA_SYMBOLS {
+        for file in files {
+            for &(symbol, cookie) in set.symbols {
+                if program == set.ret && set.entry_only.contains(&cookie) {
+                    continue;
+                }
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::Symbol(symbol),
-                    cookie: Some(u64::from(call)),
+                    cookie: Some(u64::from(cookie)),
                 };
-                let label = format!("uprobe:{symbol}@{}", lib.display());
-                match up.attach(point, lib, UProbeScope::AllProcesses) {
+                let label = format!("uprobe:{symbol}@{}", file.display());
+                match up.attach(point, file, UProbeScope::AllProcesses) {
                     Ok(id) => {
                         links.push((program, id));
-                        if program == probe_ebpf::UPROBE_CUDA_ENTRY {
+                        if program == set.entry {
                             attached.push(label);
                         }
                     }
-                    Err(e) if program == probe_ebpf::UPROBE_CUDA_ENTRY => {
+                    Err(e) if program == set.entry => {
                         skipped.push(format!("{label}: {}", error_chain(&e)))
                     }
                     Err(_) => {} // the entry attempt already said why
@@ -318,29 +371,12 @@ fn attach_cuda(
 
 /// libcuda files mapped by `pids` (every process when empty), for `--gpu auto`.
 pub fn find_libcuda(pids: &[u32]) -> Vec<PathBuf> {
-    let pids: Vec<u32> = if pids.is_empty() {
-        std::fs::read_dir("/proc")
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    } else {
-        pids.to_vec()
-    };
-    let mut found = std::collections::BTreeSet::new();
-    for pid in pids {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-            continue;
-        };
-        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-            let name = path.rsplit('/').next().unwrap_or_default();
-            if name.starts_with("libcuda.so") {
-                found.insert(PathBuf::from(path));
-            }
-        }
-    }
-    found.into_iter().collect()
+    discover::mapped(pids, |name| name.starts_with("libcuda.so"))
+}
+
+/// Files to put the TLS plaintext uprobes on, for `--tls auto`: see [`discover::libssl`].
+pub fn find_libssl(pids: &[u32]) -> Vec<PathBuf> {
+    discover::libssl(pids)
 }
 
 fn attach(ebpf: &mut Ebpf, t: &Tracepoint) -> Result<TracePointLinkId, String> {

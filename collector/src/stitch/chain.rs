@@ -193,7 +193,16 @@ impl RequestKey {
 /// The other end of an exchange, when its connection's peer was traced.
 pub fn peer_end(conns: &[Connection], links: &Links, end: End) -> Option<End> {
     let peer = *links.peer.get(&end.0)?;
-    (end.1 < conns[peer].exchanges.len()).then_some((peer, end.1))
+    // HTTP/2 streams pair by id (either end may have joined mid-connection);
+    // HTTP/1.x exchanges pair in order.
+    match conns[end.0].exchanges[end.1].stream_id {
+        Some(id) => conns[peer]
+            .exchanges
+            .iter()
+            .position(|x| x.stream_id == Some(id))
+            .map(|i| (peer, i)),
+        None => (end.1 < conns[peer].exchanges.len()).then_some((peer, end.1)),
+    }
 }
 
 /// One chain per request, ordered from the client end to the engine end.

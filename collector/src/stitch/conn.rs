@@ -51,6 +51,16 @@ pub struct Connection {
     pub exchanges: Vec<Exchange>,
     /// I/Os whose bytes could not be read as HTTP or TLS.
     pub unparsed_ios: u64,
+    /// TLS plaintext (OpenSSL uprobes) was seen: exchanges come from it, and the
+    /// TLS records only time the handshake.
+    pub plaintext: bool,
+    /// HTTP/2: exchanges are streams; control frames are counted, never requests.
+    pub h2: bool,
+    pub h2_control_frames: u64,
+    /// Malformed HTTP/2 input (frames skipped) and header fields that referred to
+    /// HPACK entries from before the recording (never guessed).
+    pub h2_errors: u64,
+    pub h2_unknown_headers: u64,
 }
 
 /// A token (or other SSE event) as it crossed one end of a connection.
@@ -86,9 +96,58 @@ pub struct Exchange {
     pub encrypted: bool,
     /// For encrypted exchanges: arrival of each response application-data record.
     pub records_ns: Vec<u64>,
+    /// HTTP/2: the stream this exchange is.
+    pub stream_id: Option<u32>,
+    /// HTTP/2: the stream was already open when the recording began (or its head
+    /// was lost): timed, but its request head is unknown.
+    pub attached_mid: bool,
+    /// HTTP/2: RST_STREAM ended it.
+    pub reset: bool,
 }
 
 impl Exchange {
+    fn request_io(&mut self, ts: u64, bytes: u64, sn: &crate::ingest::model::Sniff) {
+        self.request_bytes += bytes;
+        if let Some(sniff::Kind::HttpRequest(h)) = &sn.kind {
+            self.method = h.method.clone();
+            self.path = h.path.clone();
+            self.host = http::header(&h.headers, "host").map(str::to_string);
+        }
+        if let Some(p) = sn.body_print {
+            self.body_print = Some((p.hash, p.length));
+        }
+        if !sn.prefix_prints.is_empty() {
+            self.prefix_prints = sn.prefix_prints.clone();
+        }
+        if sn.message_end {
+            self.request_end_ns = Some(ts);
+        }
+    }
+
+    fn response_io(&mut self, ts: u64, sn: &crate::ingest::model::Sniff) {
+        if let Some(sniff::Kind::HttpResponse(h)) = &sn.kind {
+            if (100..200).contains(&h.status) {
+                return; // an interim head (100 Continue): the answer is still to come
+            }
+            self.status = Some(h.status);
+            self.event_stream = http::header(&h.headers, "content-type")
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+        }
+        self.response_first_ns.get_or_insert(ts);
+        let io = self.response_ios;
+        self.response_ios += 1;
+        self.compressed |= sn.compressed;
+        self.sse.extend(sn.sse.iter().map(|e| SseArrival {
+            ts_ns: ts,
+            fingerprint: e.fingerprint,
+            kind: e.kind(),
+            io,
+        }));
+        if sn.message_end {
+            self.response_end_ns = Some(ts);
+        }
+    }
+
     pub fn tokens(&self) -> impl Iterator<Item = &SseArrival> {
         self.sse.iter().filter(|e| e.kind == SseKind::Choice)
     }
@@ -191,6 +250,11 @@ impl Connection {
             retransmits: Vec::new(),
             exchanges: Vec::new(),
             unparsed_ios: 0,
+            plaintext: false,
+            h2: false,
+            h2_control_frames: 0,
+            h2_errors: 0,
+            h2_unknown_headers: 0,
         }
     }
 
@@ -210,10 +274,18 @@ impl Connection {
 
     fn io(&mut self, ev: &Event) {
         let io = ev.io().expect("caller checked");
-        match io.dir() {
-            Direction::Send => self.bytes_sent += io.bytes,
-            Direction::Recv => self.bytes_recv += io.bytes,
-            Direction::Unknown => return,
+        let plaintext = io.syscall().is_tls_plaintext();
+        match (io.dir(), plaintext) {
+            (Direction::Unknown, _) => return,
+            (_, true) => {
+                if !self.plaintext {
+                    // Exchanges cut from records before the first plaintext are replaced by it.
+                    self.exchanges.retain(|x| !x.encrypted);
+                    self.plaintext = true;
+                }
+            }
+            (Direction::Send, false) => self.bytes_sent += io.bytes,
+            (Direction::Recv, false) => self.bytes_recv += io.bytes,
         }
         let Some(sn) = io.sniff.as_ref() else { return };
         if sn.unparsed {
@@ -223,79 +295,96 @@ impl Connection {
             self.tls_records(ev.ts_ns, io.dir(), t);
             return;
         }
+        if sn.h2_preface || !sn.h2_streams.is_empty() || sn.h2_control_frames > 0 {
+            self.h2 = true;
+            self.h2_control_frames += u64::from(sn.h2_control_frames);
+            self.h2_errors += u64::from(sn.h2_errors);
+            for s in &sn.h2_streams {
+                self.h2_stream(ev.ts_ns, io.dir(), s);
+            }
+            return;
+        }
         if sn.message_start && self.role == Role::Unknown {
             // The first request decides which end this is.
             if matches!(sn.kind, Some(sniff::Kind::HttpRequest(_)))
                 || !matches!(sn.kind, Some(sniff::Kind::HttpResponse(_)))
             {
-                self.role = if io.dir() == Direction::Send {
-                    Role::Client
-                } else {
-                    Role::Server
-                };
+                self.set_role_by_request(io.dir());
             }
         }
         if io.dir() == self.request_dir() {
-            self.request_io(ev.ts_ns, io.bytes, sn);
-        } else {
-            self.response_io(ev.ts_ns, sn);
-        }
-    }
-
-    fn request_io(&mut self, ts: u64, bytes: u64, sn: &crate::ingest::model::Sniff) {
-        if sn.message_start {
-            self.exchanges.push(Exchange {
-                request_start_ns: ts,
-                ..Default::default()
-            });
-        }
-        // Bytes before the first request head seen (or unparsable ones) belong to no exchange.
-        let Some(x) = self.exchanges.last_mut().filter(|x| !x.encrypted) else {
-            return;
-        };
-        x.request_bytes += bytes;
-        if let Some(sniff::Kind::HttpRequest(h)) = &sn.kind {
-            x.method = h.method.clone();
-            x.path = h.path.clone();
-            x.host = http::header(&h.headers, "host").map(str::to_string);
-        }
-        if let Some(p) = sn.body_print {
-            x.body_print = Some((p.hash, p.length));
-        }
-        if !sn.prefix_prints.is_empty() {
-            x.prefix_prints = sn.prefix_prints.clone();
-        }
-        if sn.message_end {
-            x.request_end_ns = Some(ts);
-        }
-    }
-
-    fn response_io(&mut self, ts: u64, sn: &crate::ingest::model::Sniff) {
-        // Responses answer requests in order: the oldest exchange still waiting.
-        let Some(x) = self
+            if sn.message_start {
+                self.exchanges.push(Exchange {
+                    request_start_ns: ev.ts_ns,
+                    ..Default::default()
+                });
+            }
+            // Bytes before the first request head seen (or unparsable ones) belong to no exchange.
+            if let Some(x) = self.exchanges.last_mut().filter(|x| !x.encrypted) {
+                x.request_io(ev.ts_ns, io.bytes, sn);
+            }
+        } else if let Some(x) = self
             .exchanges
             .iter_mut()
             .find(|x| x.response_end_ns.is_none())
-        else {
-            return;
-        };
-        x.response_first_ns.get_or_insert(ts);
-        let io = x.response_ios;
-        x.response_ios += 1;
-        if let Some(sniff::Kind::HttpResponse(h)) = &sn.kind {
-            x.status = Some(h.status);
-            x.event_stream = http::header(&h.headers, "content-type")
-                .is_some_and(|v| v.starts_with("text/event-stream"));
+        {
+            // Responses answer requests in order: the oldest exchange still waiting.
+            x.response_io(ev.ts_ns, sn);
         }
-        x.compressed |= sn.compressed;
-        x.sse.extend(sn.sse.iter().map(|e| SseArrival {
-            ts_ns: ts,
-            fingerprint: e.fingerprint,
-            kind: e.kind(),
-            io,
-        }));
-        if sn.message_end {
-            x.response_end_ns = Some(ts);
+    }
+
+    fn set_role_by_request(&mut self, request_dir: Direction) {
+        self.role = if request_dir == Direction::Send {
+            Role::Client
+        } else {
+            Role::Server
+        };
+    }
+
+    /// One HTTP/2 stream's frames in one I/O: its exchange is found by stream id.
+    fn h2_stream(&mut self, ts: u64, dir: Direction, s: &crate::ingest::model::H2StreamSniff) {
+        self.h2_unknown_headers += u64::from(s.unknown_headers);
+        let Some(sn) = s.sniff.as_ref() else { return };
+        if self.role == Role::Unknown {
+            let reversed = match dir {
+                Direction::Send => Direction::Recv,
+                _ => Direction::Send,
+            };
+            match sn.kind {
+                Some(sniff::Kind::HttpRequest(_)) => self.set_role_by_request(dir),
+                Some(sniff::Kind::HttpResponse(_)) => self.set_role_by_request(reversed),
+                _ => {}
+            }
+        }
+        let found = self
+            .exchanges
+            .iter()
+            .rposition(|x| x.stream_id == Some(s.stream_id));
+        let idx = match found {
+            Some(i) => i,
+            None => {
+                // A stream first seen in the response direction opened before the
+                // recording: timed from here, its request unknown.
+                self.exchanges.push(Exchange {
+                    request_start_ns: ts,
+                    stream_id: Some(s.stream_id),
+                    attached_mid: s.attached_mid || dir != self.request_dir(),
+                    ..Default::default()
+                });
+                self.exchanges.len() - 1
+            }
+        };
+        let request_dir = self.request_dir();
+        let x = &mut self.exchanges[idx];
+        if dir == request_dir {
+            x.request_io(ts, sn.body_bytes, sn);
+        } else {
+            x.response_io(ts, sn);
+        }
+        if s.reset {
+            x.reset = true;
+            x.request_end_ns.get_or_insert(ts);
+            x.response_end_ns.get_or_insert(ts);
         }
     }
 
@@ -329,7 +418,7 @@ impl Connection {
             .iter()
             .filter(|r| r.content_type == tls::APPLICATION_DATA)
             .count();
-        if app > 0 {
+        if app > 0 && !self.plaintext {
             self.encrypted_exchange(ts, sent_by_client, app);
         }
     }

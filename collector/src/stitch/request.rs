@@ -97,6 +97,11 @@ pub struct Request {
     pub tls: bool,
     /// Seen only as TLS records (no plaintext): timed by record, without tokens.
     pub encrypted: bool,
+    /// The client-side hop is HTTP/2 (one stream of a multiplexed connection).
+    pub http2: bool,
+    /// An HTTP/2 stream already open when the recording began: its tokens are timed
+    /// from there, its request head (method, path) is unknown.
+    pub attached_mid: bool,
     pub coalesced: bool,
     /// The response ended without [DONE] or its framing's end where it was first seen.
     pub truncated: bool,
@@ -152,6 +157,8 @@ impl Request {
             connections: Vec::new(),
             tls: false,
             encrypted: false,
+            http2: false,
+            attached_mid: false,
             coalesced: false,
             truncated: false,
             events_dropped: false,
@@ -341,6 +348,8 @@ pub fn build(
             rx.host.clone()
         },
         encrypted: rx.encrypted,
+        http2: rx.stream_id.is_some(),
+        attached_mid: rx.attached_mid,
         status: rx
             .status
             .or_else(|| chain.iter().find_map(|&e| x(e).status)),

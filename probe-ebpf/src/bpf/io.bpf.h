@@ -177,6 +177,7 @@ static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ct
 	ev->_pad = 0;
 
 	__u32 tid = (__u32)id;
+	tls_note_socket(tid, &ev->sock);
 	struct io_args *stashed = bpf_map_lookup_elem(&IO_ARGS, &tid);
 	if (stashed && is_send_syscall(stashed->syscall) == (dir == TS_DIR_SEND)) {
 		struct io_args a = *stashed;

@@ -59,6 +59,20 @@ enum ts_syscall {
 	TS_SYS_READV = 6,
 	TS_SYS_RECVFROM = 7,
 	TS_SYS_RECVMSG = 8,
+	/* Not syscalls: TLS plaintext from OpenSSL uprobes (tls.bpf.h), on the socket of
+	 * the syscall that ran inside the call. */
+	TS_SYS_SSL_WRITE = 9,
+	TS_SYS_SSL_READ = 10,
+};
+
+/* The OpenSSL entry points probed; the uprobe's attach cookie says which one fired. */
+enum ts_ssl_call {
+	TS_SSL_WRITE = 1,
+	TS_SSL_WRITE_EX = 2,
+	TS_SSL_READ = 3,
+	TS_SSL_READ_EX = 4,
+	TS_SSL_SHUTDOWN = 5,
+	TS_SSL_FREE = 6,
 };
 
 /* ts_io_event.flags */
@@ -68,7 +82,8 @@ enum ts_syscall {
 enum ts_counter {
 	TS_CNT_SUBMITTED = 0, /* records the probes tried to put in the ring buffer */
 	TS_CNT_DROPPED = 1,   /* ... of which the ring buffer had no room for */
-	TS_CNT_MAX = 2,
+	TS_CNT_TLS_UNTIED = 2, /* TLS plaintext calls with no socket known for their SSL* */
+	TS_CNT_MAX = 3,
 };
 
 struct ts_header {

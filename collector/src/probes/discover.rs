@@ -1,0 +1,105 @@
+//! Which files to put uprobes on: libraries the traced processes map, the
+//! system's own copy, and executables that carry the symbols themselves. A
+//! uprobe on a file covers every process that maps it, now or later.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Files whose name passes `wanted`, mapped by `pids` (every process when empty),
+/// each once (symlinked directories resolved, so one inode is never probed twice).
+pub fn mapped(pids: &[u32], wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found = BTreeSet::new();
+    for pid in pids_or_all(pids) {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            if wanted(name) {
+                found.insert(canonical(Path::new(path)));
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// OpenSSL for the plaintext probes: every libssl.so* a traced process maps, the
+/// system's libssl from the loader cache (clients started after the recording use
+/// it), and traced executables that export SSL_read themselves (node, statically
+/// linked servers).
+pub fn libssl(pids: &[u32]) -> Vec<PathBuf> {
+    let is_libssl = |name: &str| name.starts_with("libssl.so");
+    let mut found: BTreeSet<PathBuf> = mapped(pids, is_libssl).into_iter().collect();
+    found.extend(loader_cache(is_libssl));
+    let mut exes = BTreeSet::new();
+    for pid in pids_or_all(pids) {
+        if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+            exes.insert(exe);
+        }
+    }
+    found.extend(
+        exes.into_iter()
+            .filter(|exe| exports(exe, "SSL_read"))
+            .map(|exe| canonical(&exe)),
+    );
+    found.into_iter().collect()
+}
+
+fn pids_or_all(pids: &[u32]) -> Vec<u32> {
+    if !pids.is_empty() {
+        return pids.to_vec();
+    }
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Libraries the dynamic loader's cache (`ldconfig -p`) lists under a wanted name.
+fn loader_cache(wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let Ok(out) = std::process::Command::new("ldconfig").arg("-p").output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, path) = l.trim().split_once(" => ")?;
+            let name = name.split_whitespace().next()?;
+            wanted(name).then(|| canonical(Path::new(path.trim())))
+        })
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// Whether the ELF file at `path` defines `symbol` in its dynamic symbol table.
+pub fn exports(path: &Path, symbol: &str) -> bool {
+    use object::{Object, ObjectSymbol};
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return false;
+    };
+    file.dynamic_symbols()
+        .any(|s| s.is_definition() && s.name() == Ok(symbol))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_reads_the_dynamic_symbol_table() {
+        let libc = mapped(&[std::process::id()], |n| n.starts_with("libc.so"));
+        let libc = libc.first().expect("this test process maps libc");
+        assert!(exports(libc, "malloc"), "libc exports malloc");
+        assert!(!exports(libc, "SSL_read"), "libc does not export SSL_read");
+        assert!(!exports(Path::new("/nonexistent"), "malloc"));
+    }
+}

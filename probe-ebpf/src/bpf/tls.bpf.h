@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * TLS plaintext: uprobes on OpenSSL's SSL_write(_ex) / SSL_read(_ex). The entry
+ * stashes the call's arguments by thread; the socket I/O that runs inside the
+ * call (io.bpf.h) names the socket, and is remembered per SSL* for reads that
+ * OpenSSL serves from its own buffer; the return emits the plaintext as an I/O
+ * record on that socket (syscall TS_SYS_SSL_*), so it lands on the same
+ * connection as the TLS records, in order. SSL_shutdown / SSL_free forget the SSL*.
+ */
+
+struct ssl_args {
+	__u64 ssl;
+	__u64 buf;
+	__u64 done_ptr; /* _ex forms: where the byte count goes */
+	__u64 entry_ns;
+	__u32 call;     /* enum ts_ssl_call */
+	__u32 has_sock; /* a socket I/O ran inside the call */
+	struct ts_sock sock;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct ssl_args);
+} SSL_ARGS SEC(".maps");
+
+/* SSL* -> the last socket a call on it touched. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct ts_sock);
+} SSL_SOCK SEC(".maps");
+
+/* The plaintext record is built here: a uprobe may be preempted (it runs with
+ * migration, not preemption, disabled), so it does not share IO_SCRATCH. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ts_io_event);
+} TLS_SCRATCH SEC(".maps");
+
+/* Called by the socket layer's probe for every traced I/O: ties a TLS call in
+ * flight on this thread to the socket. */
+static __always_inline void tls_note_socket(__u32 tid, const struct ts_sock *sock)
+{
+	struct ssl_args *a = bpf_map_lookup_elem(&SSL_ARGS, &tid);
+	if (!a)
+		return;
+	a->sock = *sock;
+	a->has_sock = 1;
+	bpf_map_update_elem(&SSL_SOCK, &a->ssl, sock, BPF_ANY);
+}
+
+static __always_inline __u64 ssl_arg(struct pt_regs *ctx, int n)
+{
+#if defined(__TARGET_ARCH_x86)
+	switch (n) {
+	case 1:
+		return ctx->di;
+	case 2:
+		return ctx->si;
+	default:
+		return ctx->cx; /* 4th: the _ex forms' size_t *written / *readbytes */
+	}
+#else
+	return 0;
+#endif
+}
+
+SEC("uprobe")
+int up_ssl_entry(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!pid_wanted(id >> 32))
+		return 0;
+	__u32 call = bpf_get_attach_cookie(ctx);
+	__u64 ssl = ssl_arg(ctx, 1);
+	if (call == TS_SSL_SHUTDOWN || call == TS_SSL_FREE) {
+		bpf_map_delete_elem(&SSL_SOCK, &ssl);
+		return 0;
+	}
+	struct ssl_args a = {};
+	a.ssl = ssl;
+	a.buf = ssl_arg(ctx, 2);
+	a.done_ptr = (call == TS_SSL_WRITE_EX || call == TS_SSL_READ_EX) ? ssl_arg(ctx, 4) : 0;
+	a.entry_ns = bpf_ktime_get_ns();
+	a.call = call;
+	__u32 tid = (__u32)id;
+	bpf_map_update_elem(&SSL_ARGS, &tid, &a, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int up_ssl_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct ssl_args *stashed = bpf_map_lookup_elem(&SSL_ARGS, &tid);
+	if (!stashed)
+		return 0;
+	if (bpf_get_attach_cookie(ctx) != stashed->call)
+		return 0; /* the return of a call nested inside ours: keep waiting */
+	struct ssl_args a = *stashed;
+	bpf_map_delete_elem(&SSL_ARGS, &tid);
+
+	__s64 n = 0;
+#if defined(__TARGET_ARCH_x86)
+	__s64 ret = (__s32)ctx->ax;
+#else
+	__s64 ret = 0;
+#endif
+	if (a.done_ptr) {
+		__u64 done = 0;
+		if (ret != 1 || bpf_probe_read_user(&done, sizeof(done), (void *)a.done_ptr))
+			return 0;
+		n = done;
+	} else {
+		n = ret;
+	}
+	if (n <= 0)
+		return 0;
+
+	if (!a.has_sock) {
+		struct ts_sock *known = bpf_map_lookup_elem(&SSL_SOCK, &a.ssl);
+		if (!known) {
+			count(TS_CNT_TLS_UNTIED);
+			return 0;
+		}
+		a.sock = *known;
+	}
+	if (!port_wanted(a.sock.sport, a.sock.dport))
+		return 0;
+
+	__u32 zero = 0;
+	struct ts_io_event *ev = bpf_map_lookup_elem(&TLS_SCRATCH, &zero);
+	if (!ev)
+		return 0;
+	int write = a.call == TS_SSL_WRITE || a.call == TS_SSL_WRITE_EX;
+	fill_header(&ev->hdr, TS_EV_IO, 1);
+	if (write)
+		ev->hdr.ts_ns = a.entry_ns; /* when the application handed the bytes over */
+	ev->sock = a.sock;
+	ev->dir = write ? TS_DIR_SEND : TS_DIR_RECV;
+	ev->syscall = write ? TS_SYS_SSL_WRITE : TS_SYS_SSL_READ;
+	ev->fd = -1;
+	ev->flags = 0;
+	ev->bytes = n;
+	ev->payload_len = 0;
+	ev->_pad = 0;
+	__u32 cap = cfg_payload_cap < TS_PAYLOAD_MAX ? cfg_payload_cap : TS_PAYLOAD_MAX;
+	__u32 len = (__u64)n < cap ? (__u32)n : cap;
+	if (len > TS_PAYLOAD_MAX)
+		len = TS_PAYLOAD_MAX;
+	if (bpf_probe_read_user(ev->payload, len, (void *)a.buf))
+		ev->flags |= TS_IO_F_PAYLOAD_FAULT;
+	else
+		ev->payload_len = len;
+	__u64 size = TS_IO_EVENT_HEAD_SIZE + (__u64)ev->payload_len;
+	if (size > TS_IO_EVENT_SIZE)
+		size = TS_IO_EVENT_SIZE;
+	submit(ev, size);
+	return 0;
+}
