@@ -193,16 +193,30 @@ impl RequestKey {
 /// The other end of an exchange, when its connection's peer was traced.
 pub fn peer_end(conns: &[Connection], links: &Links, end: End) -> Option<End> {
     let peer = *links.peer.get(&end.0)?;
+    let x = &conns[end.0].exchanges[end.1];
     // HTTP/2 streams pair by id (either end may have joined mid-connection);
     // HTTP/1.x exchanges pair in order.
-    match conns[end.0].exchanges[end.1].stream_id {
+    let other = match x.stream_id {
         Some(id) => conns[peer]
             .exchanges
             .iter()
             .position(|x| x.stream_id == Some(id))
             .map(|i| (peer, i)),
         None => (end.1 < conns[peer].exchanges.len()).then_some((peer, end.1)),
-    }
+    }?;
+    // Exchanges cut from TLS records at one end do not pair with plaintext ones.
+    (conns[other.0].exchanges[other.1].encrypted == x.encrypted).then_some(other)
+}
+
+/// A client end seen only as TLS records whose server end has the plaintext (a
+/// client on rustls or Go talking to an OpenSSL server): the server end tells the
+/// request, so the client end's record-cut exchanges start no chain of their own.
+fn opaque_client(conns: &[Connection], links: &Links, id: usize) -> bool {
+    let c = &conns[id];
+    c.role == Role::Client
+        && c.tls.is_some()
+        && !c.plaintext
+        && links.peer.get(&id).is_some_and(|&p| conns[p].plaintext)
 }
 
 /// One chain per request, ordered from the client end to the engine end.
@@ -219,11 +233,16 @@ pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
             let end = (c.id, i);
             let is_root = match c.role {
                 // A client end starts a chain unless a proxy opened it for an accepted request.
-                Role::Client => !downstream_of.contains_key(&end) && !sub.contains(&end),
-                // A server end starts one when its client was not traced.
-                Role::Server => {
-                    peer_end(conns, links, end).is_none_or(|p| conns[p.0].role != Role::Client)
+                Role::Client => {
+                    !downstream_of.contains_key(&end)
+                        && !sub.contains(&end)
+                        && !opaque_client(conns, links, c.id)
                 }
+                // A server end starts one when its client was not traced (or only
+                // as TLS records).
+                Role::Server => peer_end(conns, links, end).is_none_or(|p| {
+                    conns[p.0].role != Role::Client || opaque_client(conns, links, p.0)
+                }),
                 Role::Unknown => false,
             };
             if !is_root {
