@@ -180,17 +180,13 @@ fn request_line_is_shown_and_secrets_never_leave() {
     let path = rec.path.clone();
     rec.stop();
 
-    let dump = std::process::Command::new(BIN)
-        .arg("dump")
-        .arg(&path)
-        .output()
-        .expect("run tokenscope dump");
-    assert!(
-        dump.status.success(),
-        "dump failed: {}",
-        String::from_utf8_lossy(&dump.stderr)
+    // Every output of the recording: dump, report (text and JSON, diagnoses
+    // included) and the Perfetto trace.
+    let text = assert_no_secrets_in_outputs(
+        &path,
+        dir.path(),
+        &[AUTH, COOKIE, PROMPT, "QUERY-SECRET"],
     );
-    let text = String::from_utf8_lossy(&dump.stdout);
     assert!(
         text.contains("http POST /v1/chat/completions?… HTTP/1.1"),
         "the request line is in the dump:\n{text}"
@@ -199,47 +195,8 @@ fn request_line_is_shown_and_secrets_never_leave() {
         text.contains("authorization=<redacted>"),
         "the header name is kept, its value redacted:\n{text}"
     );
-    let file = std::fs::read(&path).expect("read recording");
-    // Every other output of the recording too: the report (text and JSON, diagnoses
-    // included) and the Perfetto trace.
-    let output = |args: &[&str]| -> Vec<u8> {
-        let out = std::process::Command::new(BIN)
-            .args(args)
-            .arg(&path)
-            .output()
-            .expect("run tokenscope");
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
-    let report = output(&["report"]);
-    let json = output(&["report", "--json"]);
-    let trace_path = dir.path().join("t.pftrace");
-    let trace_arg = trace_path.to_str().unwrap();
-    output(&["export", "-o", trace_arg]);
-    let trace = std::fs::read(&trace_path).expect("read trace");
-    for secret in [AUTH, COOKIE, PROMPT, "QUERY-SECRET"] {
-        assert!(!text.contains(secret), "{secret} appears in the dump");
-        for (what, bytes) in [
-            ("the record file", &file),
-            ("the report", &report),
-            ("the JSON report", &json),
-            ("the Perfetto trace", &trace),
-        ] {
-            assert!(
-                !contains(bytes, secret.as_bytes()),
-                "{secret} appears in {what}"
-            );
-        }
-    }
 }
 
 /// (sent by curl, TLS content type, handshake message type)
 type SeenRecord = (bool, u32, Option<u32>);
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}

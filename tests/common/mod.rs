@@ -172,13 +172,17 @@ pub struct Nginx {
     pub dir: PathBuf,
     pub http_port: u16,
     pub https_port: u16,
+    /// TLS with HTTP/2 offered by ALPN.
+    pub h2_port: u16,
+    /// Cleartext HTTP/2 with prior knowledge (h2c).
+    pub h2c_port: u16,
 }
 
 impl Nginx {
-    /// Serves `location_body` (nginx directives) on a plain and a TLS listener.
+    /// Serves `location_body` (nginx directives) on four listeners: plain HTTP/1.1,
+    /// TLS (HTTP/1.1), TLS with HTTP/2, and cleartext HTTP/2 (prior knowledge).
     pub fn start(dir: &Path, location_body: &str) -> Nginx {
-        let http_port = free_port();
-        let https_port = free_port();
+        let [http_port, https_port, h2_port, h2c_port] = std::array::from_fn(|_| free_port());
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
         let status = Command::new("openssl")
@@ -212,6 +216,7 @@ events {{ worker_connections 64; }}\n\
 http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
   fastcgi_temp_path {dir}/fcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
   server {{\n    listen 127.0.0.1:{http_port};\n    listen 127.0.0.1:{https_port} ssl;\n\
+    listen 127.0.0.1:{h2_port} ssl http2;\n    listen 127.0.0.1:{h2c_port} http2;\n\
     ssl_certificate {cert};\n    ssl_certificate_key {key};\n    location / {{ {location_body} }}\n  }}\n}}\n",
             dir = dir.display(),
             cert = cert.display(),
@@ -234,9 +239,12 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
             dir: dir.to_path_buf(),
             http_port,
             https_port,
+            h2_port,
+            h2c_port,
         };
-        wait_for_port(http_port);
-        wait_for_port(https_port);
+        for port in [http_port, https_port, h2_port, h2c_port] {
+            wait_for_port(port);
+        }
         assert!(
             nginx.child.try_wait().expect("try_wait").is_none(),
             "nginx exited: {}",
@@ -333,4 +341,45 @@ pub fn report_json(path: &Path) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+}
+
+/// Runs every output of a recording (dump, report as text and JSON, the Perfetto
+/// export) and asserts that none of them, nor the record file, holds any of `secrets`.
+/// Returns the dump's text.
+pub fn assert_no_secrets_in_outputs(recording: &Path, scratch: &Path, secrets: &[&str]) -> String {
+    let output = |args: &[&str]| -> Vec<u8> {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg(recording)
+            .output()
+            .expect("run tokenscope");
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let dump = output(&["dump"]);
+    let report = output(&["report"]);
+    let json = output(&["report", "--json"]);
+    let trace_path = scratch.join("secrets-check.pftrace");
+    output(&["export", "-o", trace_path.to_str().expect("utf-8 path")]);
+    let trace = std::fs::read(&trace_path).expect("read trace");
+    let file = std::fs::read(recording).expect("read recording");
+    for secret in secrets {
+        for (what, bytes) in [
+            ("the dump", &dump),
+            ("the record file", &file),
+            ("the report", &report),
+            ("the JSON report", &json),
+            ("the Perfetto trace", &trace),
+        ] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} appears in {what}"
+            );
+        }
+    }
+    String::from_utf8_lossy(&dump).into_owned()
 }

@@ -1,0 +1,194 @@
+//! Privileged: TLS and HTTP/2 seen through. Real nginx in front of the lab engine,
+//! real curl (OpenSSL) as the client: HTTP/1.1 over TLS, HTTP/2 over TLS (ALPN h2)
+//! and cleartext HTTP/2 with prior knowledge (h2c). The OpenSSL uprobes give the
+//! plaintext at curl and at nginx, the HTTP/2 decoder turns streams into requests,
+//! and each request must come out once, joined from curl to the engine, with every
+//! token the client received timed at every point, and no secret in any output.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use serde_json::Value;
+use tokenscope_lab::{Engine, EngineConfig};
+
+const AUTH: &str = "sk-SECRET-auth-4411";
+const COOKIE: &str = "session=SECRET-cookie-9a9a";
+const API_KEY: &str = "SECRET-x-api-key-77";
+const QUERY: &str = "SECRET-query-3131";
+const PROMPT: &str = "SECRET-prompt-words-of-the-user";
+const TOKENS: usize = 12;
+
+/// How curl speaks to nginx.
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    Http1Tls,
+    Http2Tls,
+    H2c,
+}
+
+/// Streams one chat completion with curl; returns the token events curl received.
+fn stream_with_curl(nginx: &Nginx, wire: Wire) -> usize {
+    let (flag, scheme, port) = match wire {
+        Wire::Http1Tls => ("--http1.1", "https", nginx.https_port),
+        Wire::Http2Tls => ("--http2", "https", nginx.h2_port),
+        Wire::H2c => ("--http2-prior-knowledge", "http", nginx.h2c_port),
+    };
+    let url = format!("{scheme}://127.0.0.1:{port}/v1/chat/completions?key={QUERY}");
+    let body = format!(
+        "{{\"model\":\"lab-model\",\"messages\":[{{\"role\":\"user\",\"content\":\"{PROMPT} {wire:?}\"}}],\"stream\":true,\"max_tokens\":{TOKENS}}}"
+    );
+    let (_, out) = curl(&[
+        "-sSNk",
+        flag,
+        "-H",
+        &format!("Authorization: Bearer {AUTH}"),
+        "-H",
+        &format!("Cookie: {COOKIE}"),
+        "-H",
+        &format!("x-api-key: {API_KEY}"),
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        &body,
+        &url,
+    ]);
+    let tokens = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v["choices"].as_array().is_some_and(|c| !c.is_empty()))
+        .count();
+    // The last choice event carries finish_reason: one more than max_tokens.
+    assert!(
+        tokens >= TOKENS,
+        "curl ({wire:?}) received the stream:\n{out}"
+    );
+    tokens
+}
+
+fn kinds(r: &Value) -> Vec<&str> {
+    r["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| p["kind"].as_str().expect("kind"))
+        .collect()
+}
+
+fn token_count(r: &Value, kind: &str) -> usize {
+    r["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == kind)
+        .map_or(0, |p| p["token_ns"].as_array().unwrap().len())
+}
+
+#[test]
+fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let engine = rt
+        .block_on(Engine::start(
+            EngineConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .expect("lab engine");
+    let up = engine.addr();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nginx = Nginx::start(
+        dir.path(),
+        &format!(
+            "proxy_pass http://{up}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+             proxy_buffering off;"
+        ),
+    );
+    let ports: Vec<String> = [up.port(), nginx.https_port, nginx.h2_port, nginx.h2c_port]
+        .iter()
+        .map(u16::to_string)
+        .collect();
+    let mut filter = Vec::new();
+    for p in &ports {
+        filter.extend(["--port", p.as_str()]);
+    }
+    let rec = Recorder::start(dir.path(), &filter);
+    let wires = [Wire::Http1Tls, Wire::Http2Tls, Wire::H2c];
+    let received: Vec<usize> = wires.iter().map(|&w| stream_with_curl(&nginx, w)).collect();
+    let path = rec.path.clone();
+    let stderr = rec.stop();
+    drop(nginx);
+    rt.block_on(engine.shutdown());
+
+    let report = report_json(&path);
+    let requests = report["requests"].as_array().expect("requests");
+    let described: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} tls={} http2={} points={:?}",
+                r["method"],
+                r["path"],
+                r["tls"],
+                r["http2"],
+                kinds(r)
+            )
+        })
+        .collect();
+    assert_eq!(
+        requests.len(),
+        wires.len(),
+        "one request per curl, none made of control frames: {described:#?}\n{stderr}"
+    );
+    for ((wire, tls, http2), received) in [
+        (Wire::Http1Tls, true, false),
+        (Wire::Http2Tls, true, true),
+        (Wire::H2c, false, true),
+    ]
+    .into_iter()
+    .zip(received)
+    {
+        let r = requests
+            .iter()
+            .find(|r| r["tls"] == tls && r["http2"] == http2)
+            .unwrap_or_else(|| panic!("a {wire:?} request in {described:#?}"));
+        assert_eq!(
+            (r["method"].as_str(), r["path"].as_str()),
+            (Some("POST"), Some("/v1/chat/completions")),
+            "{wire:?}: decoded head"
+        );
+        assert_eq!(
+            kinds(r),
+            ["client_read", "proxy_write", "proxy_read", "engine_write"],
+            "{wire:?}: joined from curl to the engine"
+        );
+        for kind in ["client_read", "proxy_write", "proxy_read", "engine_write"] {
+            assert_eq!(
+                token_count(r, kind),
+                received,
+                "{wire:?}: every token curl received is timed at {kind}"
+            );
+        }
+        assert_eq!(r["chunk_mismatches"], 0, "{wire:?}: chunks agree across hops");
+        assert_eq!(r["encrypted"], false, "{wire:?}: read in plaintext");
+        if tls {
+            assert!(
+                r["stages"]["tls_ns"].as_u64().is_some_and(|t| t > 0),
+                "{wire:?}: the TLS handshake is a stage: {}",
+                r["stages"]
+            );
+        }
+    }
+    assert_no_secrets_in_outputs(&path, dir.path(), &[AUTH, COOKIE, API_KEY, QUERY, PROMPT]);
+    check_untied(&path);
+}
+
+/// Every plaintext call was tied to its socket (the sessions began while recording).
+fn check_untied(path: &Path) {
+    let (header, _) = read_recording(path);
+    assert_eq!(header.tls_untied, 0, "TLS calls with no socket");
+}
