@@ -182,11 +182,8 @@ fn request_line_is_shown_and_secrets_never_leave() {
 
     // Every output of the recording: dump, report (text and JSON, diagnoses
     // included) and the Perfetto trace.
-    let text = assert_no_secrets_in_outputs(
-        &path,
-        dir.path(),
-        &[AUTH, COOKIE, PROMPT, "QUERY-SECRET"],
-    );
+    let text =
+        assert_no_secrets_in_outputs(&path, dir.path(), &[AUTH, COOKIE, PROMPT, "QUERY-SECRET"]);
     assert!(
         text.contains("http POST /v1/chat/completions?… HTTP/1.1"),
         "the request line is in the dump:\n{text}"
@@ -199,4 +196,3 @@ fn request_line_is_shown_and_secrets_never_leave() {
 
 /// (sent by curl, TLS content type, handshake message type)
 type SeenRecord = (bool, u32, Option<u32>);
-

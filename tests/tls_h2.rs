@@ -173,7 +173,10 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
                 "{wire:?}: every token curl received is timed at {kind}"
             );
         }
-        assert_eq!(r["chunk_mismatches"], 0, "{wire:?}: chunks agree across hops");
+        assert_eq!(
+            r["chunk_mismatches"], 0,
+            "{wire:?}: chunks agree across hops"
+        );
         assert_eq!(r["encrypted"], false, "{wire:?}: read in plaintext");
         if tls {
             assert!(
@@ -191,4 +194,65 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
 fn check_untied(path: &Path) {
     let (header, _) = read_recording(path);
     assert_eq!(header.tls_untied, 0, "TLS calls with no socket");
+}
+
+/// The untuned demo side with TLS on its client hop (bench on rustls, nginx on
+/// OpenSSL): nginx's plaintext tells each request, so the network rules still fire.
+#[test]
+fn untuned_demo_with_tls_on_the_client_hop_still_yields_rules_1_2_3() {
+    let out = std::process::Command::new(BIN)
+        .args(["demo", "--client-tls", "--duration", "20s"])
+        .output()
+        .expect("run tokenscope demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recording = stdout
+        .lines()
+        .find_map(|l| l.split("(recording: ").nth(1))
+        .map(|rest| std::path::PathBuf::from(rest.trim_end_matches("):")))
+        .unwrap_or_else(|| panic!("the demo names its recording:\n{stdout}"));
+    let report = report_json(&recording);
+    let protocols = &report["protocols"];
+    assert!(
+        protocols["tls_plaintext"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().starts_with("nginx/")),
+        "nginx's TLS is read in plaintext: {protocols}"
+    );
+    assert_eq!(
+        report["overall"]["encrypted"], 0,
+        "no request is left to TLS record timing"
+    );
+    let found: Vec<u64> = report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["rule"].as_u64().unwrap())
+        .collect();
+    for rule in 1..=3 {
+        let diag = report["diagnoses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["rule"] == rule)
+            .unwrap_or_else(|| panic!("rule {rule} with TLS on the client hop; found {found:?}"));
+        let ev = &diag["evidence"];
+        assert!(
+            ev["requests"].as_u64().unwrap() >= 3
+                && !ev["request_ids"].as_array().unwrap().is_empty()
+                && !ev["figures"].as_array().unwrap().is_empty(),
+            "rule {rule} shows its evidence: {diag:#}"
+        );
+    }
+    let rule1 = &report["diagnoses"].as_array().unwrap()[0];
+    println!(
+        "rules with TLS on the client hop: {found:?}; rule 1: {}",
+        rule1["finding"]
+    );
 }

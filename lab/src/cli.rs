@@ -449,6 +449,9 @@ pub struct DemoArgs {
     /// Write the bench's per-request JSON lines to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Untuned side: TLS (HTTP/1.1) on the client hop too, as production edges have.
+    #[arg(long)]
+    pub client_tls: bool,
 }
 
 /// `tokenscope demo [--tuned | --compare]`: prints the set-up and the bench report(s).
@@ -464,6 +467,7 @@ pub fn run_demo_observed(
     let d = DemoConfig::default();
     let cfg = DemoConfig {
         tuned: args.tuned,
+        client_tls: args.client_tls,
         duration: args.duration,
         concurrency: args.concurrency.unwrap_or(d.concurrency).max(1),
         rate: args.rate.unwrap_or(d.rate),

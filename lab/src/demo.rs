@@ -25,6 +25,8 @@ pub struct DemoConfig {
     pub tuned: bool,
     /// Tuned in plain HTTP/1.1 to clients instead of TLS + HTTP/2 (every hop in the clear).
     pub plain: bool,
+    /// Untuned with TLS (HTTP/1.1) on the client hop: what most production edges add.
+    pub client_tls: bool,
     pub duration: Duration,
     /// Request arrivals per second (open loop, as users arrive on their own).
     pub rate: f64,
@@ -46,6 +48,7 @@ impl Default for DemoConfig {
         DemoConfig {
             tuned: false,
             plain: false,
+            client_tls: false,
             duration: Duration::from_secs(30),
             rate: 1.45,
             concurrency: 24,
@@ -145,10 +148,11 @@ pub async fn run_observed(
 ) -> Result<DemoOutcome, DemoError> {
     let engine =
         Engine::start(cfg.engine_config(), "127.0.0.1:0".parse().expect("literal")).await?;
-    let mode = match (cfg.tuned, cfg.plain) {
-        (true, false) => ProxyMode::Tuned,
-        (true, true) => ProxyMode::TunedPlain,
-        (false, _) => ProxyMode::Untuned,
+    let mode = match (cfg.tuned, cfg.plain, cfg.client_tls) {
+        (true, false, _) => ProxyMode::Tuned,
+        (true, true, _) => ProxyMode::TunedPlain,
+        (false, _, false) => ProxyMode::Untuned,
+        (false, _, true) => ProxyMode::UntunedTls,
     };
     let proxy = NginxProxy::start(ProxyConfig::new(mode, engine.addr())).await?;
     let proxy_url = proxy.url();
@@ -178,6 +182,11 @@ pub fn describe(cfg: &DemoConfig) -> String {
     } else {
         "untuned: prefix cache off, chunked prefill off; nginx without keep-alive, HTTP/1.0 \
          upstream with proxy_buffering on, gzip on, auth_request hop"
+    };
+    let side = if cfg.client_tls && !cfg.tuned {
+        format!("{side}; TLS on the client hop")
+    } else {
+        side.to_string()
     };
     format!(
         "tokenscope demo ({side})\nload: {:.1} requests/s (at most {} in flight) for {:.0} s, chat, {}-word shared system \

@@ -40,6 +40,16 @@ pub enum ProxyMode {
     /// Tuned, but plain HTTP/1.1 to clients: keep-alive both sides, no buffering, no
     /// gzip. What a profiler sees in the clear end to end (used by tokenscope's tests).
     TunedPlain,
+    /// Untuned, with TLS (HTTP/1.1) on the client hop: every request pays a TCP and a
+    /// TLS handshake.
+    UntunedTls,
+}
+
+impl ProxyMode {
+    /// Clients reach nginx over TLS.
+    pub fn client_tls(self) -> bool {
+        matches!(self, ProxyMode::Tuned | ProxyMode::UntunedTls)
+    }
 }
 
 impl fmt::Display for ProxyMode {
@@ -48,6 +58,7 @@ impl fmt::Display for ProxyMode {
             ProxyMode::Tuned => "tuned",
             ProxyMode::Untuned => "untuned",
             ProxyMode::TunedPlain => "tuned-plain",
+            ProxyMode::UntunedTls => "untuned-tls",
         })
     }
 }
@@ -126,8 +137,18 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
     let mut c = preamble(dir);
     c.push_str("http {\n");
     c.push_str(&temp_paths(dir));
+    let tls_lines = format!(
+        "ssl_certificate {d}/cert.pem;\n\
+         \x20       ssl_certificate_key {d}/key.pem;\n\
+         \x20       ssl_protocols TLSv1.2 TLSv1.3;"
+    );
     match cfg.mode {
-        ProxyMode::Untuned => {
+        ProxyMode::Untuned | ProxyMode::UntunedTls => {
+            let listen_line = if cfg.mode == ProxyMode::UntunedTls {
+                format!("listen {listen} ssl;\n\x20       {tls_lines}")
+            } else {
+                format!("listen {listen};")
+            };
             c.push_str(&format!(
                 "    # No keep-alive to clients: every request pays a new connection.\n\
                  \x20   keepalive_timeout 0;\n\
@@ -137,7 +158,7 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
                  \x20   gzip_types text/event-stream application/json;\n\
                  \x20   upstream engine {{ server {up}; }}\n\
                  \x20   server {{\n\
-                 \x20       listen {listen};\n\
+                 \x20       {listen_line}\n\
                  \x20       location / {{\n\
                  \x20           # The gateway checks every request with an auth service first.\n\
                  \x20           auth_request /_gateway_auth;\n\
@@ -161,9 +182,7 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
             let listen_line = if cfg.mode == ProxyMode::Tuned {
                 format!(
                     "listen {listen} ssl http2;\n\
-                     \x20       ssl_certificate {d}/cert.pem;\n\
-                     \x20       ssl_certificate_key {d}/key.pem;\n\
-                     \x20       ssl_protocols TLSv1.2 TLSv1.3;\n\
+                     \x20       {tls_lines}\n\
                      \x20       ssl_session_cache shared:lab:1m;"
                 )
             } else {
@@ -246,7 +265,7 @@ impl NginxProxy {
         for sub in ["tmp", "logs"] {
             std::fs::create_dir_all(dir.path().join(sub)).map_err(ProxyError::Dir)?;
         }
-        if cfg.mode == ProxyMode::Tuned {
+        if cfg.mode.client_tls() {
             make_cert(dir.path())?;
         }
         let listen = match cfg.listen {
@@ -318,12 +337,14 @@ impl NginxProxy {
         self.mode
     }
 
-    /// Base URL clients use: https for tuned, http for untuned.
+    /// Base URL clients use: https where the client hop has TLS.
     pub fn url(&self) -> String {
-        match self.mode {
-            ProxyMode::Tuned => format!("https://{}", self.addr),
-            ProxyMode::Untuned | ProxyMode::TunedPlain => format!("http://{}", self.addr),
-        }
+        let scheme = if self.mode.client_tls() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// nginx's master process id (the workers are its children).

@@ -46,6 +46,7 @@ pub const SSL_READ: u32 = 3;
 pub const SSL_READ_EX: u32 = 4;
 pub const SSL_SHUTDOWN: u32 = 5;
 pub const SSL_FREE: u32 = 6;
+pub const SSL_DO_HANDSHAKE: u32 = 7;
 
 pub const IO_F_PAYLOAD_FAULT: u32 = 0x1;
 

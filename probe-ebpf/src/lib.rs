@@ -249,6 +249,9 @@ pub const SSL_SYMBOLS: &[(&str, u32)] = &[
     ("SSL_read_ex", abi::SSL_READ_EX),
     ("SSL_shutdown", abi::SSL_SHUTDOWN),
     ("SSL_free", abi::SSL_FREE),
+    // The handshake's own socket I/O ties the SSL* to its socket: the first SSL_read
+    // after it is often served from the record OpenSSL read with the client's Finished.
+    ("SSL_do_handshake", abi::SSL_DO_HANDSHAKE),
 ];
 
 #[repr(C, align(8))]

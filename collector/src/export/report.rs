@@ -22,6 +22,8 @@ pub struct Report {
     pub recording: RecordingInfo,
     /// Socket I/Os whose bytes were neither HTTP nor TLS (garbage, other protocols, lost streams).
     pub unparsed_ios: u64,
+    /// How TLS and HTTP/2 were read.
+    pub protocols: super::protocols::Protocols,
     pub overall: Stats,
     pub routes: BTreeMap<String, Stats>,
     /// Keyed `comm/pid` of the process that served (the last point traced).
@@ -96,6 +98,7 @@ pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Rep
             decode_errors: c.decode_errors,
         },
         unparsed_ios: timeline.unparsed_ios,
+        protocols: super::protocols::summarize(&timeline.connections, header.tls_untied),
         overall: analyze::stats(&requests),
         routes: analyze::by_route(&requests),
         processes: analyze::by_process(&requests),
@@ -185,6 +188,7 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             "WARNING: the recording never completed (cut off); its counters are not final"
         )?;
     }
+    super::protocols::write_text(&report.protocols, out)?;
     write_stats(o, out)?;
     write_gpu(report, out)?;
     if report.routes.len() > 1 {

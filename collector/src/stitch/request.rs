@@ -231,8 +231,18 @@ pub fn build(
     let (rc, rx) = (&conns[root.0], x(root));
     let new_connection = root.1 == 0
         && (rc.connect_ns.is_some() || rc.accept_ns.is_some() || rc.established_ns.is_some());
+    // A server end whose client was traced only as TLS records (no plaintext there):
+    // the client's own socket still tells when it connected.
+    let connector =
+        links.peer.get(&root.0).map(|&p| &conns[p]).filter(|p| {
+            rc.role == Role::Server && p.role == Role::Client && p.connect_ns.is_some()
+        });
     let start_ns = match (new_connection, rc.role) {
         (true, Role::Client) => rc.connect_ns.unwrap_or(rx.request_start_ns),
+        (true, _) if connector.is_some() => connector
+            .and_then(|c| c.connect_ns)
+            .unwrap_or(rx.request_start_ns)
+            .min(rx.request_start_ns),
         (true, _) => rc
             .established_ns
             .or(rc.accept_ns)
@@ -258,7 +268,10 @@ pub fn build(
 
     let mut stages = Stages::default();
     if new_connection {
-        stages.connect_ns = rc.handshake().map(|(a, b)| b.saturating_sub(a));
+        stages.connect_ns = connector
+            .unwrap_or(rc)
+            .handshake()
+            .map(|(a, b)| b.saturating_sub(a));
         stages.tls_ns = rc
             .tls
             .as_ref()

@@ -5,7 +5,9 @@
  * call (io.bpf.h) names the socket, and is remembered per SSL* for reads that
  * OpenSSL serves from its own buffer; the return emits the plaintext as an I/O
  * record on that socket (syscall TS_SYS_SSL_*), so it lands on the same
- * connection as the TLS records, in order. SSL_shutdown / SSL_free forget the SSL*.
+ * connection as the TLS records, in order. SSL_do_handshake ties the SSL* to its
+ * socket before any data call (SSL_connect and SSL_accept run through it);
+ * SSL_shutdown / SSL_free forget the SSL*.
  */
 
 struct ssl_args {
@@ -105,6 +107,8 @@ int up_ssl_return(struct pt_regs *ctx)
 		return 0; /* the return of a call nested inside ours: keep waiting */
 	struct ssl_args a = *stashed;
 	bpf_map_delete_elem(&SSL_ARGS, &tid);
+	if (a.call == TS_SSL_DO_HANDSHAKE)
+		return 0; /* its socket I/O already tied the SSL* (tls_note_socket) */
 
 	__s64 n = 0;
 #if defined(__TARGET_ARCH_x86)

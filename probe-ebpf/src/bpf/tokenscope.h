@@ -73,6 +73,7 @@ enum ts_ssl_call {
 	TS_SSL_READ_EX = 4,
 	TS_SSL_SHUTDOWN = 5,
 	TS_SSL_FREE = 6,
+	TS_SSL_DO_HANDSHAKE = 7, /* ties the SSL* to its socket before any data call */
 };
 
 /* ts_io_event.flags */
