@@ -10,7 +10,7 @@ use flate2::write::GzDecoder;
 use super::body::{BodyReader, Chunk};
 use super::sse::SseSplitter;
 use super::{fingerprint, fnv_extend, http, tls, FNV_OFFSET};
-use crate::ingest::model::{sniff, BodyPrint, Sniff, TlsRecord, TlsRecords};
+use crate::ingest::model::{sniff, BodyPrint, Header, Sniff, TlsRecord, TlsRecords};
 
 /// Longest HTTP head accepted before the stream is declared unparsable.
 const MAX_HEAD: usize = 64 << 10;
@@ -51,6 +51,14 @@ enum Phase {
 #[derive(Debug)]
 struct BodyState {
     reader: BodyReader,
+    content: BodyContent,
+}
+
+/// What a message body's content feeds, whatever framed it (HTTP/1.x framing or
+/// HTTP/2 DATA frames): byte counts, the request print and prefix prints, and
+/// the SSE events of an event stream.
+#[derive(Debug, Default)]
+pub(super) struct BodyContent {
     sse: Option<SseSplitter>,
     /// A gzip-encoded event stream, inflated to read its events (gateways compress
     /// SSE; the timing of what they let through is the point).
@@ -152,11 +160,7 @@ impl StreamParser {
             };
             reader.map(|reader| BodyState {
                 reader,
-                sse: None,
-                inflate: None,
-                print: Some((FNV_OFFSET, length, 0)),
-                prefix: Some((FNV_OFFSET, 0, Vec::new())),
-                seen: 0,
+                content: BodyContent::request(length),
             })
         } else if let Some(resp) = http::parse_response_head(head) {
             let length =
@@ -168,24 +172,10 @@ impl StreamParser {
                 (false, false, Some(n)) => Some(BodyReader::Length(n)),
                 (false, false, None) => Some(BodyReader::UntilClose),
             };
-            let encoding = http::header(&resp.headers, "content-encoding")
-                .filter(|v| !v.eq_ignore_ascii_case("identity"));
-            let compressed = encoding.is_some();
-            let gzip = encoding.is_some_and(|v| {
-                v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
-            });
-            let event_stream = http::header(&resp.headers, "content-type")
-                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let (content, compressed) = BodyContent::response(&resp.headers);
             out.compressed |= compressed && reader.is_some();
             out.kind = Some(sniff::Kind::HttpResponse(resp));
-            reader.map(|reader| BodyState {
-                reader,
-                sse: (event_stream && (gzip || !compressed)).then(SseSplitter::new),
-                inflate: (event_stream && gzip).then(|| Box::new(GzDecoder::new(Vec::new()))),
-                print: None,
-                prefix: None,
-                seen: 0,
-            })
+            reader.map(|reader| BodyState { reader, content })
         } else {
             out.unparsed = true;
             self.phase = Phase::Lost;
@@ -199,71 +189,21 @@ impl StreamParser {
     }
 
     fn body<'a>(&mut self, mut state: Box<BodyState>, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
-        let BodyState {
-            reader,
-            sse,
-            inflate,
-            print,
-            prefix,
-            seen,
-        } = &mut *state;
-        let mut events = Vec::new();
-        let progress = reader.feed(rest, &mut |content| {
-            out.body_bytes += content.len() as u64;
-            *seen += content.len() as u64;
-            if let Some((hash, _, hashed)) = print.as_mut() {
-                let take = (BODY_PRINT_BYTES - *hashed).min(content.len());
-                *hash = fnv_extend(*hash, &content[..take]);
-                *hashed += take;
-            }
-            if let Some((hash, hashed, steps)) = prefix.as_mut() {
-                extend_prefix(hash, hashed, steps, content);
-            }
-            match (sse.as_mut(), inflate.as_mut()) {
-                (Some(splitter), Some(gz)) => {
-                    let inflated = gz.write_all(content).and_then(|()| gz.flush());
-                    if inflated.is_ok() {
-                        events.extend(splitter.feed(gz.get_ref()));
-                        gz.get_mut().clear();
-                    } else {
-                        // Not gzip after all, or corrupt: its events stay unseen.
-                        *sse = None;
-                        *inflate = None;
-                    }
-                }
-                (Some(splitter), None) => events.extend(splitter.feed(content)),
-                (None, _) => {}
-            }
-        });
-        out.sse.extend(events);
+        let BodyState { reader, content } = &mut *state;
+        let progress = reader.feed(rest, &mut |bytes| content.feed(bytes, out));
         let Ok(progress) = progress else {
             out.unparsed = true;
             self.phase = Phase::Lost;
             return &[];
         };
-        self.settle_print(&mut state, progress.ended, out);
+        state.content.settle(progress.ended, out);
         if progress.ended {
-            out.prefix_prints = state.prefix.take().map(|p| p.2).unwrap_or_default();
             out.message_end = true;
             self.phase = Phase::Idle;
         } else {
             self.phase = Phase::Body(state);
         }
         &rest[progress.consumed..]
-    }
-
-    /// Emits the body print once its first bytes are hashed and its length is known.
-    fn settle_print(&mut self, state: &mut BodyState, ended: bool, out: &mut Sniff) {
-        let Some((hash, declared, hashed)) = state.print else {
-            return;
-        };
-        let length = if ended { Some(state.seen) } else { declared };
-        if let Some(length) = length {
-            if hashed >= BODY_PRINT_BYTES || ended || hashed as u64 >= length {
-                out.body_print = Some(BodyPrint { hash, length });
-                state.print = None;
-            }
-        }
     }
 
     fn tls<'a>(
@@ -316,18 +256,9 @@ impl StreamParser {
         match std::mem::take(&mut self.phase) {
             Phase::Body(mut state) => match state.reader.skip(n) {
                 Ok(ended) => {
-                    state.seen += n;
-                    out.body_bytes += n;
-                    // Uncaptured bytes end the prefix: keep the steps already whole.
-                    if let Some((_, _, steps)) = state.prefix.take() {
-                        state.prefix = Some((0, PREFIX_BYTES, steps));
-                    }
-                    if let Some(sse) = state.sse.as_mut() {
-                        sse.reset(); // the event in progress lost bytes
-                    }
-                    self.settle_print(&mut state, ended, out);
+                    state.content.skipped(n, out);
+                    state.content.settle(ended, out);
                     if ended {
-                        out.prefix_prints = state.prefix.take().map(|p| p.2).unwrap_or_default();
                         out.message_end = true;
                     } else {
                         self.phase = Phase::Body(state);
@@ -335,7 +266,7 @@ impl StreamParser {
                 }
                 Err(_) => {
                     out.unparsed = true;
-                    self.phase = match (&state.sse, &state.reader) {
+                    self.phase = match (&state.content.sse, &state.reader) {
                         (Some(_), BodyReader::Chunked(_)) => Phase::LostSse { chunked: true },
                         _ => Phase::Lost,
                     };
@@ -369,6 +300,114 @@ fn extend_prefix(hash: &mut u64, hashed: &mut usize, steps: &mut Vec<u64>, mut c
     }
 }
 
+impl BodyContent {
+    /// A request body: printed (first bytes and length) and prefix-printed.
+    pub(super) fn request(declared: Option<u64>) -> Self {
+        BodyContent {
+            print: Some((FNV_OFFSET, declared, 0)),
+            prefix: Some((FNV_OFFSET, 0, Vec::new())),
+            ..Default::default()
+        }
+    }
+
+    /// A response body: an event stream (inflated when gzip) is split into events.
+    /// Also says whether the body is compressed.
+    pub(super) fn response(headers: &[Header]) -> (Self, bool) {
+        let encoding = http::header(headers, "content-encoding")
+            .filter(|v| !v.eq_ignore_ascii_case("identity"));
+        let compressed = encoding.is_some();
+        let gzip = encoding
+            .is_some_and(|v| v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip"));
+        let event_stream = http::header(headers, "content-type")
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let content = BodyContent {
+            sse: (event_stream && (gzip || !compressed)).then(SseSplitter::new),
+            inflate: (event_stream && gzip).then(|| Box::new(GzDecoder::new(Vec::new()))),
+            ..Default::default()
+        };
+        (content, compressed)
+    }
+
+    /// A body known only to look like an event stream (read from part-way through).
+    pub(super) fn event_stream() -> Self {
+        BodyContent {
+            sse: Some(SseSplitter::new()),
+            ..Default::default()
+        }
+    }
+
+    /// Content bytes, in order.
+    pub(super) fn feed(&mut self, content: &[u8], out: &mut Sniff) {
+        out.body_bytes += content.len() as u64;
+        self.seen += content.len() as u64;
+        if let Some((hash, _, hashed)) = self.print.as_mut() {
+            let take = (BODY_PRINT_BYTES - *hashed).min(content.len());
+            *hash = fnv_extend(*hash, &content[..take]);
+            *hashed += take;
+        }
+        if let Some((hash, hashed, steps)) = self.prefix.as_mut() {
+            extend_prefix(hash, hashed, steps, content);
+        }
+        match (self.sse.as_mut(), self.inflate.as_mut()) {
+            (Some(splitter), Some(gz)) => {
+                let inflated = gz.write_all(content).and_then(|()| gz.flush());
+                if inflated.is_ok() {
+                    out.sse.extend(splitter.feed(gz.get_ref()));
+                    gz.get_mut().clear();
+                } else {
+                    // Not gzip after all, or corrupt: its events stay unseen.
+                    self.sse = None;
+                    self.inflate = None;
+                }
+            }
+            (Some(splitter), None) => out.sse.extend(splitter.feed(content)),
+            (None, _) => {}
+        }
+    }
+
+    /// `n` content bytes went uncaptured (their place is known).
+    pub(super) fn skipped(&mut self, n: u64, out: &mut Sniff) {
+        self.seen += n;
+        out.body_bytes += n;
+        self.gap();
+    }
+
+    /// An unknown number of content bytes went missing: no print from here on
+    /// would be true.
+    pub(super) fn lost(&mut self) {
+        self.print = None;
+        self.gap();
+    }
+
+    /// Bytes went missing: the prefix ends (the steps already whole stay) and the
+    /// event in progress is dropped.
+    fn gap(&mut self) {
+        if let Some((_, _, steps)) = self.prefix.take() {
+            self.prefix = Some((0, PREFIX_BYTES, steps));
+        }
+        if let Some(sse) = self.sse.as_mut() {
+            sse.reset();
+        }
+    }
+
+    /// Emits the body print once its first bytes are hashed and its length is
+    /// known, and the prefix prints when the body `ended`.
+    pub(super) fn settle(&mut self, ended: bool, out: &mut Sniff) {
+        if let Some((hash, declared, hashed)) = self.print {
+            let length = if ended { Some(self.seen) } else { declared };
+            if let Some(length) = length {
+                if hashed >= BODY_PRINT_BYTES || ended || hashed as u64 >= length {
+                    out.body_print = Some(BodyPrint { hash, length });
+                    self.print = None;
+                }
+            }
+        }
+        if ended {
+            out.prefix_prints = self.prefix.take().map(|p| p.2).unwrap_or_default();
+        }
+    }
+}
+
 /// A body that resumes at this I/O: a chunk-size line then an SSE field, or (unchunked)
 /// an SSE field at once.
 fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
@@ -387,15 +426,11 @@ fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
     };
     Some(BodyState {
         reader,
-        sse: Some(SseSplitter::new()),
-        inflate: None,
-        print: None,
-        prefix: None,
-        seen: 0,
+        content: BodyContent::event_stream(),
     })
 }
 
-fn is_chunked(headers: &[crate::ingest::model::Header]) -> bool {
+fn is_chunked(headers: &[Header]) -> bool {
     http::header(headers, "transfer-encoding")
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
 }
