@@ -1,5 +1,5 @@
 //! One direction of one socket, read as a byte stream across its I/Os: HTTP/1.x
-//! messages (heads, bodies, SSE events) or TLS records. Each I/O yields a
+//! messages (heads, bodies, SSE events), HTTP/2 frames (see `h2`) or TLS records. Each I/O yields a
 //! [`Sniff`]; the parser keeps only framing state, never content, beyond the
 //! current event.
 
@@ -8,6 +8,7 @@ use std::io::Write;
 use flate2::write::GzDecoder;
 
 use super::body::{BodyReader, Chunk};
+use super::h2::{self, H2Conn};
 use super::sse::SseSplitter;
 use super::{fingerprint, fnv_extend, http, tls, FNV_OFFSET};
 use crate::ingest::model::{sniff, BodyPrint, Header, Sniff, TlsRecord, TlsRecords};
@@ -24,6 +25,8 @@ pub const PREFIX_BYTES: usize = 64 << 10;
 #[derive(Debug, Default)]
 pub struct StreamParser {
     phase: Phase,
+    /// The current I/O's bytes go on past what was captured.
+    cut: bool,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +43,11 @@ enum Phase {
     },
     /// Unparsable or lost track; retried at the start of the next I/O.
     Lost,
+    /// The I/O held only the first bytes of an HTTP/2 preface ("P", "PR" or "PRI"
+    /// of the client's, part of a server's SETTINGS header): too few to tell.
+    Pending(Vec<u8>),
+    /// An HTTP/2 connection: from here on every byte is a frame.
+    H2(Box<H2Conn>),
     /// Lost track inside an event stream's body (bytes went uncaptured). Writers put
     /// each event (or chunk) at the start of a write, so the next I/O that starts
     /// like one resumes the body.
@@ -78,8 +86,10 @@ impl StreamParser {
             fingerprint: fingerprint(captured),
             ..Default::default()
         };
+        self.cut = total > captured.len() as u64;
         match std::mem::take(&mut self.phase) {
             Phase::Lost => {} // resynchronise on a message or record boundary
+            Phase::Pending(buf) => self.pending(buf, captured, &mut out),
             Phase::LostSse { chunked } => match resume_sse(captured, chunked) {
                 Some(state) => self.phase = Phase::Body(Box::new(state)),
                 None if http::starts_like_head(captured)
@@ -99,6 +109,15 @@ impl StreamParser {
                 Phase::Head(buf) => self.head(buf, rest, &mut out),
                 Phase::Body(state) => self.body(state, rest, &mut out),
                 Phase::Tls { skip, partial } => self.tls(skip, partial, rest, &mut out),
+                Phase::H2(mut conn) => {
+                    conn.feed(rest, self.cut, &mut out);
+                    self.phase = Phase::H2(conn);
+                    &[]
+                }
+                Phase::Pending(buf) => {
+                    self.phase = Phase::Pending(buf); // only at an I/O start, handled above
+                    &[]
+                }
                 lost @ (Phase::Lost | Phase::LostSse { .. }) => {
                     self.phase = lost;
                     &[]
@@ -113,7 +132,15 @@ impl StreamParser {
     }
 
     fn start<'a>(&mut self, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
-        if tls::parse_records(rest).is_some() || tls::could_start_record(rest) {
+        // Before HTTP/1: "PRI " would read as a method.
+        if h2::too_short_for_client_preface(rest) && !self.cut {
+            self.phase = Phase::Pending(rest.to_vec());
+            return &[];
+        }
+        if h2::starts_client_preface(rest) {
+            out.h2_preface = true;
+            self.phase = Phase::H2(Box::new(H2Conn::client()));
+        } else if tls::parse_records(rest).is_some() || tls::could_start_record(rest) {
             self.phase = Phase::Tls {
                 skip: 0,
                 partial: Vec::new(),
@@ -121,12 +148,50 @@ impl StreamParser {
         } else if http::starts_like_head(rest) {
             out.message_start = true;
             self.phase = Phase::Head(Vec::new());
+        } else if h2::starts_server_preface(rest) {
+            out.h2_preface = true;
+            self.phase = Phase::H2(Box::new(H2Conn::server()));
+        } else if h2::too_short_for_server_preface(rest) && !self.cut {
+            self.phase = Phase::Pending(rest.to_vec());
+            return &[];
+        } else if h2::looks_like_frames(rest, self.cut) {
+            // Joined mid-connection, or lost and found again: no preface, the HPACK table unknown.
+            self.phase = Phase::H2(Box::new(H2Conn::joined_mid()));
         } else {
             out.unparsed = true;
             self.phase = Phase::Lost;
             return &[];
         }
         rest
+    }
+
+    /// The I/O after one that held only the first bytes of a preface: HTTP/2,
+    /// or HTTP/1 after all, or neither.
+    fn pending(&mut self, mut buf: Vec<u8>, captured: &[u8], out: &mut Sniff) {
+        let held = buf.len();
+        buf.extend_from_slice(&captured[..captured.len().min(h2::PREFACE.len())]);
+        let short =
+            h2::too_short_for_client_preface(&buf) || h2::too_short_for_server_preface(&buf);
+        let conn = if short && !self.cut {
+            self.phase = Phase::Pending(buf); // still too short to tell
+            return;
+        } else if h2::starts_client_preface(&buf) {
+            H2Conn::client()
+        } else if h2::starts_server_preface(&buf) {
+            H2Conn::server()
+        } else {
+            buf.truncate(held);
+            if http::starts_like_head(&buf) {
+                out.message_start = true;
+                self.phase = Phase::Head(buf);
+            } // else the held bytes are dropped and this I/O starts afresh
+            return;
+        };
+        out.h2_preface = true;
+        let mut conn = Box::new(conn);
+        // The held bytes are a preface's or a frame header's start: they yield nothing yet.
+        conn.feed(&buf[..held], false, &mut Sniff::default());
+        self.phase = Phase::H2(conn);
     }
 
     fn head<'a>(&mut self, mut buf: Vec<u8>, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
@@ -272,6 +337,10 @@ impl StreamParser {
                     };
                 }
             },
+            Phase::H2(mut conn) => {
+                conn.skip(n, out);
+                self.phase = Phase::H2(conn);
+            }
             Phase::Tls { skip, partial } if partial.is_empty() && skip >= n => {
                 self.phase = Phase::Tls {
                     skip: skip - n,
@@ -334,6 +403,10 @@ impl BodyContent {
             sse: Some(SseSplitter::new()),
             ..Default::default()
         }
+    }
+
+    pub(super) fn is_event_stream(&self) -> bool {
+        self.sse.is_some()
     }
 
     /// Content bytes, in order.
