@@ -3,7 +3,7 @@
 //! request target loses its query string. Authorization, Cookie and every
 //! other value never get past this module.
 
-use crate::ingest::model::{Header, HttpRequestHead, HttpResponseHead};
+use crate::ingest::model::{sniff, Header, HttpRequestHead, HttpResponseHead};
 
 /// Headers whose values describe framing or routing, never secrets or content.
 const VALUE_ALLOWED: &[&str] = &[
@@ -101,17 +101,80 @@ fn parse_headers(mut buf: &[u8]) -> (Vec<Header>, bool) {
         let Some(colon) = line.iter().position(|b| *b == b':') else {
             continue;
         };
-        let name = &line[..colon];
-        if name.is_empty() || !name.iter().all(is_token_char) || headers.len() >= MAX_HEADERS {
+        if headers.len() >= MAX_HEADERS {
             continue;
         }
-        let name = text(name).to_ascii_lowercase();
-        let value = VALUE_ALLOWED
-            .contains(&name.as_str())
-            .then(|| text(line[colon + 1..].trim_ascii()));
-        headers.push(Header { name, value });
+        if let Some(h) = redacted(&line[..colon], line[colon + 1..].trim_ascii()) {
+            headers.push(h);
+        }
     }
     (headers, false)
+}
+
+/// A header as a sniff may hold it: its lower-case name, and its value only when
+/// the name is allow-listed. `None` when the name is not an HTTP token.
+pub fn redacted(name: &[u8], value: &[u8]) -> Option<Header> {
+    if name.is_empty() || !name.iter().all(is_token_char) {
+        return None;
+    }
+    let name = text(name).to_ascii_lowercase();
+    let value = VALUE_ALLOWED
+        .contains(&name.as_str())
+        .then(|| text(value.trim_ascii()));
+    Some(Header { name, value })
+}
+
+/// An HTTP/2 header block's fields as a head, redacted as an HTTP/1 head is: a
+/// request when it has `:method`, a response when it has `:status`, else `None`
+/// (trailers, or a block whose pseudo-headers went unread). `:authority` is
+/// reported as a `host` header.
+pub fn h2_head(fields: &[(Vec<u8>, Vec<u8>)], complete: bool) -> Option<sniff::Kind> {
+    let pseudo = |name: &[u8]| {
+        fields
+            .iter()
+            .find(|(n, _)| n.as_slice() == name)
+            .map(|(_, v)| v.as_slice())
+    };
+    let mut headers = Vec::new();
+    for (name, value) in fields {
+        if headers.len() >= MAX_HEADERS {
+            break;
+        }
+        let header = match name.as_slice() {
+            b":authority" => redacted(b"host", value),
+            n if n.starts_with(b":") => None,
+            n => redacted(n, value),
+        };
+        headers.extend(header);
+    }
+    if let Some(method) = pseudo(b":method") {
+        let target = pseudo(b":path").unwrap_or_default();
+        let (path, has_query) = match target.iter().position(|b| *b == b'?') {
+            Some(q) => (&target[..q], true),
+            None => (target, false),
+        };
+        let method_ok = !method.is_empty() && method.len() <= MAX_METHOD_LEN;
+        return Some(sniff::Kind::HttpRequest(HttpRequestHead {
+            method: if method_ok {
+                text(method)
+            } else {
+                String::new()
+            },
+            path: text(path),
+            has_query,
+            version: "HTTP/2".into(),
+            headers,
+            complete,
+        }));
+    }
+    let status = pseudo(b":status")?;
+    let status = std::str::from_utf8(status).ok()?.parse().ok()?;
+    Some(sniff::Kind::HttpResponse(HttpResponseHead {
+        version: "HTTP/2".into(),
+        status,
+        headers,
+        complete,
+    }))
 }
 
 fn is_token_char(b: &u8) -> bool {

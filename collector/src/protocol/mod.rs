@@ -3,6 +3,8 @@
 //! reads one socket direction across its I/Os.
 
 pub mod body;
+pub mod h2;
+pub mod hpack;
 pub mod http;
 pub mod sse;
 pub mod stream;

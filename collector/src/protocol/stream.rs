@@ -1,5 +1,5 @@
 //! One direction of one socket, read as a byte stream across its I/Os: HTTP/1.x
-//! messages (heads, bodies, SSE events) or TLS records. Each I/O yields a
+//! messages (heads, bodies, SSE events), HTTP/2 frames (see `h2`) or TLS records. Each I/O yields a
 //! [`Sniff`]; the parser keeps only framing state, never content, beyond the
 //! current event.
 
@@ -8,9 +8,10 @@ use std::io::Write;
 use flate2::write::GzDecoder;
 
 use super::body::{BodyReader, Chunk};
+use super::h2::{self, H2Conn};
 use super::sse::SseSplitter;
 use super::{fingerprint, fnv_extend, http, tls, FNV_OFFSET};
-use crate::ingest::model::{sniff, BodyPrint, Sniff, TlsRecord, TlsRecords};
+use crate::ingest::model::{sniff, BodyPrint, Header, Sniff, TlsRecord, TlsRecords};
 
 /// Longest HTTP head accepted before the stream is declared unparsable.
 const MAX_HEAD: usize = 64 << 10;
@@ -24,6 +25,8 @@ pub const PREFIX_BYTES: usize = 64 << 10;
 #[derive(Debug, Default)]
 pub struct StreamParser {
     phase: Phase,
+    /// The current I/O's bytes go on past what was captured.
+    cut: bool,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +43,11 @@ enum Phase {
     },
     /// Unparsable or lost track; retried at the start of the next I/O.
     Lost,
+    /// The I/O held only the first bytes of an HTTP/2 preface ("P", "PR" or "PRI"
+    /// of the client's, part of a server's SETTINGS header): too few to tell.
+    Pending(Vec<u8>),
+    /// An HTTP/2 connection: from here on every byte is a frame.
+    H2(Box<H2Conn>),
     /// Lost track inside an event stream's body (bytes went uncaptured). Writers put
     /// each event (or chunk) at the start of a write, so the next I/O that starts
     /// like one resumes the body.
@@ -51,6 +59,14 @@ enum Phase {
 #[derive(Debug)]
 struct BodyState {
     reader: BodyReader,
+    content: BodyContent,
+}
+
+/// What a message body's content feeds, whatever framed it (HTTP/1.x framing or
+/// HTTP/2 DATA frames): byte counts, the request print and prefix prints, and
+/// the SSE events of an event stream.
+#[derive(Debug, Default)]
+pub(super) struct BodyContent {
     sse: Option<SseSplitter>,
     /// A gzip-encoded event stream, inflated to read its events (gateways compress
     /// SSE; the timing of what they let through is the point).
@@ -70,8 +86,10 @@ impl StreamParser {
             fingerprint: fingerprint(captured),
             ..Default::default()
         };
+        self.cut = total > captured.len() as u64;
         match std::mem::take(&mut self.phase) {
             Phase::Lost => {} // resynchronise on a message or record boundary
+            Phase::Pending(buf) => self.pending(buf, captured, &mut out),
             Phase::LostSse { chunked } => match resume_sse(captured, chunked) {
                 Some(state) => self.phase = Phase::Body(Box::new(state)),
                 None if http::starts_like_head(captured)
@@ -91,6 +109,15 @@ impl StreamParser {
                 Phase::Head(buf) => self.head(buf, rest, &mut out),
                 Phase::Body(state) => self.body(state, rest, &mut out),
                 Phase::Tls { skip, partial } => self.tls(skip, partial, rest, &mut out),
+                Phase::H2(mut conn) => {
+                    conn.feed(rest, self.cut, &mut out);
+                    self.phase = Phase::H2(conn);
+                    &[]
+                }
+                Phase::Pending(buf) => {
+                    self.phase = Phase::Pending(buf); // only at an I/O start, handled above
+                    &[]
+                }
                 lost @ (Phase::Lost | Phase::LostSse { .. }) => {
                     self.phase = lost;
                     &[]
@@ -105,7 +132,15 @@ impl StreamParser {
     }
 
     fn start<'a>(&mut self, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
-        if tls::parse_records(rest).is_some() || tls::could_start_record(rest) {
+        // Before HTTP/1: "PRI " would read as a method.
+        if h2::too_short_for_client_preface(rest) && !self.cut {
+            self.phase = Phase::Pending(rest.to_vec());
+            return &[];
+        }
+        if h2::starts_client_preface(rest) {
+            out.h2_preface = true;
+            self.phase = Phase::H2(Box::new(H2Conn::client()));
+        } else if tls::parse_records(rest).is_some() || tls::could_start_record(rest) {
             self.phase = Phase::Tls {
                 skip: 0,
                 partial: Vec::new(),
@@ -113,12 +148,50 @@ impl StreamParser {
         } else if http::starts_like_head(rest) {
             out.message_start = true;
             self.phase = Phase::Head(Vec::new());
+        } else if h2::starts_server_preface(rest) {
+            out.h2_preface = true;
+            self.phase = Phase::H2(Box::new(H2Conn::server()));
+        } else if h2::too_short_for_server_preface(rest) && !self.cut {
+            self.phase = Phase::Pending(rest.to_vec());
+            return &[];
+        } else if h2::looks_like_frames(rest, self.cut) {
+            // Joined mid-connection, or lost and found again: no preface, the HPACK table unknown.
+            self.phase = Phase::H2(Box::new(H2Conn::joined_mid()));
         } else {
             out.unparsed = true;
             self.phase = Phase::Lost;
             return &[];
         }
         rest
+    }
+
+    /// The I/O after one that held only the first bytes of a preface: HTTP/2,
+    /// or HTTP/1 after all, or neither.
+    fn pending(&mut self, mut buf: Vec<u8>, captured: &[u8], out: &mut Sniff) {
+        let held = buf.len();
+        buf.extend_from_slice(&captured[..captured.len().min(h2::PREFACE.len())]);
+        let short =
+            h2::too_short_for_client_preface(&buf) || h2::too_short_for_server_preface(&buf);
+        let conn = if short && !self.cut {
+            self.phase = Phase::Pending(buf); // still too short to tell
+            return;
+        } else if h2::starts_client_preface(&buf) {
+            H2Conn::client()
+        } else if h2::starts_server_preface(&buf) {
+            H2Conn::server()
+        } else {
+            buf.truncate(held);
+            if http::starts_like_head(&buf) {
+                out.message_start = true;
+                self.phase = Phase::Head(buf);
+            } // else the held bytes are dropped and this I/O starts afresh
+            return;
+        };
+        out.h2_preface = true;
+        let mut conn = Box::new(conn);
+        // The held bytes are a preface's or a frame header's start: they yield nothing yet.
+        conn.feed(&buf[..held], false, &mut Sniff::default());
+        self.phase = Phase::H2(conn);
     }
 
     fn head<'a>(&mut self, mut buf: Vec<u8>, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
@@ -152,11 +225,7 @@ impl StreamParser {
             };
             reader.map(|reader| BodyState {
                 reader,
-                sse: None,
-                inflate: None,
-                print: Some((FNV_OFFSET, length, 0)),
-                prefix: Some((FNV_OFFSET, 0, Vec::new())),
-                seen: 0,
+                content: BodyContent::request(length),
             })
         } else if let Some(resp) = http::parse_response_head(head) {
             let length =
@@ -168,24 +237,10 @@ impl StreamParser {
                 (false, false, Some(n)) => Some(BodyReader::Length(n)),
                 (false, false, None) => Some(BodyReader::UntilClose),
             };
-            let encoding = http::header(&resp.headers, "content-encoding")
-                .filter(|v| !v.eq_ignore_ascii_case("identity"));
-            let compressed = encoding.is_some();
-            let gzip = encoding.is_some_and(|v| {
-                v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
-            });
-            let event_stream = http::header(&resp.headers, "content-type")
-                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let (content, compressed) = BodyContent::response(&resp.headers);
             out.compressed |= compressed && reader.is_some();
             out.kind = Some(sniff::Kind::HttpResponse(resp));
-            reader.map(|reader| BodyState {
-                reader,
-                sse: (event_stream && (gzip || !compressed)).then(SseSplitter::new),
-                inflate: (event_stream && gzip).then(|| Box::new(GzDecoder::new(Vec::new()))),
-                print: None,
-                prefix: None,
-                seen: 0,
-            })
+            reader.map(|reader| BodyState { reader, content })
         } else {
             out.unparsed = true;
             self.phase = Phase::Lost;
@@ -199,71 +254,21 @@ impl StreamParser {
     }
 
     fn body<'a>(&mut self, mut state: Box<BodyState>, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
-        let BodyState {
-            reader,
-            sse,
-            inflate,
-            print,
-            prefix,
-            seen,
-        } = &mut *state;
-        let mut events = Vec::new();
-        let progress = reader.feed(rest, &mut |content| {
-            out.body_bytes += content.len() as u64;
-            *seen += content.len() as u64;
-            if let Some((hash, _, hashed)) = print.as_mut() {
-                let take = (BODY_PRINT_BYTES - *hashed).min(content.len());
-                *hash = fnv_extend(*hash, &content[..take]);
-                *hashed += take;
-            }
-            if let Some((hash, hashed, steps)) = prefix.as_mut() {
-                extend_prefix(hash, hashed, steps, content);
-            }
-            match (sse.as_mut(), inflate.as_mut()) {
-                (Some(splitter), Some(gz)) => {
-                    let inflated = gz.write_all(content).and_then(|()| gz.flush());
-                    if inflated.is_ok() {
-                        events.extend(splitter.feed(gz.get_ref()));
-                        gz.get_mut().clear();
-                    } else {
-                        // Not gzip after all, or corrupt: its events stay unseen.
-                        *sse = None;
-                        *inflate = None;
-                    }
-                }
-                (Some(splitter), None) => events.extend(splitter.feed(content)),
-                (None, _) => {}
-            }
-        });
-        out.sse.extend(events);
+        let BodyState { reader, content } = &mut *state;
+        let progress = reader.feed(rest, &mut |bytes| content.feed(bytes, out));
         let Ok(progress) = progress else {
             out.unparsed = true;
             self.phase = Phase::Lost;
             return &[];
         };
-        self.settle_print(&mut state, progress.ended, out);
+        state.content.settle(progress.ended, out);
         if progress.ended {
-            out.prefix_prints = state.prefix.take().map(|p| p.2).unwrap_or_default();
             out.message_end = true;
             self.phase = Phase::Idle;
         } else {
             self.phase = Phase::Body(state);
         }
         &rest[progress.consumed..]
-    }
-
-    /// Emits the body print once its first bytes are hashed and its length is known.
-    fn settle_print(&mut self, state: &mut BodyState, ended: bool, out: &mut Sniff) {
-        let Some((hash, declared, hashed)) = state.print else {
-            return;
-        };
-        let length = if ended { Some(state.seen) } else { declared };
-        if let Some(length) = length {
-            if hashed >= BODY_PRINT_BYTES || ended || hashed as u64 >= length {
-                out.body_print = Some(BodyPrint { hash, length });
-                state.print = None;
-            }
-        }
     }
 
     fn tls<'a>(
@@ -316,18 +321,9 @@ impl StreamParser {
         match std::mem::take(&mut self.phase) {
             Phase::Body(mut state) => match state.reader.skip(n) {
                 Ok(ended) => {
-                    state.seen += n;
-                    out.body_bytes += n;
-                    // Uncaptured bytes end the prefix: keep the steps already whole.
-                    if let Some((_, _, steps)) = state.prefix.take() {
-                        state.prefix = Some((0, PREFIX_BYTES, steps));
-                    }
-                    if let Some(sse) = state.sse.as_mut() {
-                        sse.reset(); // the event in progress lost bytes
-                    }
-                    self.settle_print(&mut state, ended, out);
+                    state.content.skipped(n, out);
+                    state.content.settle(ended, out);
                     if ended {
-                        out.prefix_prints = state.prefix.take().map(|p| p.2).unwrap_or_default();
                         out.message_end = true;
                     } else {
                         self.phase = Phase::Body(state);
@@ -335,12 +331,16 @@ impl StreamParser {
                 }
                 Err(_) => {
                     out.unparsed = true;
-                    self.phase = match (&state.sse, &state.reader) {
+                    self.phase = match (&state.content.sse, &state.reader) {
                         (Some(_), BodyReader::Chunked(_)) => Phase::LostSse { chunked: true },
                         _ => Phase::Lost,
                     };
                 }
             },
+            Phase::H2(mut conn) => {
+                conn.skip(n, out);
+                self.phase = Phase::H2(conn);
+            }
             Phase::Tls { skip, partial } if partial.is_empty() && skip >= n => {
                 self.phase = Phase::Tls {
                     skip: skip - n,
@@ -369,6 +369,118 @@ fn extend_prefix(hash: &mut u64, hashed: &mut usize, steps: &mut Vec<u64>, mut c
     }
 }
 
+impl BodyContent {
+    /// A request body: printed (first bytes and length) and prefix-printed.
+    pub(super) fn request(declared: Option<u64>) -> Self {
+        BodyContent {
+            print: Some((FNV_OFFSET, declared, 0)),
+            prefix: Some((FNV_OFFSET, 0, Vec::new())),
+            ..Default::default()
+        }
+    }
+
+    /// A response body: an event stream (inflated when gzip) is split into events.
+    /// Also says whether the body is compressed.
+    pub(super) fn response(headers: &[Header]) -> (Self, bool) {
+        let encoding = http::header(headers, "content-encoding")
+            .filter(|v| !v.eq_ignore_ascii_case("identity"));
+        let compressed = encoding.is_some();
+        let gzip = encoding
+            .is_some_and(|v| v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip"));
+        let event_stream = http::header(headers, "content-type")
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let content = BodyContent {
+            sse: (event_stream && (gzip || !compressed)).then(SseSplitter::new),
+            inflate: (event_stream && gzip).then(|| Box::new(GzDecoder::new(Vec::new()))),
+            ..Default::default()
+        };
+        (content, compressed)
+    }
+
+    /// A body known only to look like an event stream (read from part-way through).
+    pub(super) fn event_stream() -> Self {
+        BodyContent {
+            sse: Some(SseSplitter::new()),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn is_event_stream(&self) -> bool {
+        self.sse.is_some()
+    }
+
+    /// Content bytes, in order.
+    pub(super) fn feed(&mut self, content: &[u8], out: &mut Sniff) {
+        out.body_bytes += content.len() as u64;
+        self.seen += content.len() as u64;
+        if let Some((hash, _, hashed)) = self.print.as_mut() {
+            let take = (BODY_PRINT_BYTES - *hashed).min(content.len());
+            *hash = fnv_extend(*hash, &content[..take]);
+            *hashed += take;
+        }
+        if let Some((hash, hashed, steps)) = self.prefix.as_mut() {
+            extend_prefix(hash, hashed, steps, content);
+        }
+        match (self.sse.as_mut(), self.inflate.as_mut()) {
+            (Some(splitter), Some(gz)) => {
+                let inflated = gz.write_all(content).and_then(|()| gz.flush());
+                if inflated.is_ok() {
+                    out.sse.extend(splitter.feed(gz.get_ref()));
+                    gz.get_mut().clear();
+                } else {
+                    // Not gzip after all, or corrupt: its events stay unseen.
+                    self.sse = None;
+                    self.inflate = None;
+                }
+            }
+            (Some(splitter), None) => out.sse.extend(splitter.feed(content)),
+            (None, _) => {}
+        }
+    }
+
+    /// `n` content bytes went uncaptured (their place is known).
+    pub(super) fn skipped(&mut self, n: u64, out: &mut Sniff) {
+        self.seen += n;
+        out.body_bytes += n;
+        self.gap();
+    }
+
+    /// An unknown number of content bytes went missing: no print from here on
+    /// would be true.
+    pub(super) fn lost(&mut self) {
+        self.print = None;
+        self.gap();
+    }
+
+    /// Bytes went missing: the prefix ends (the steps already whole stay) and the
+    /// event in progress is dropped.
+    fn gap(&mut self) {
+        if let Some((_, _, steps)) = self.prefix.take() {
+            self.prefix = Some((0, PREFIX_BYTES, steps));
+        }
+        if let Some(sse) = self.sse.as_mut() {
+            sse.reset();
+        }
+    }
+
+    /// Emits the body print once its first bytes are hashed and its length is
+    /// known, and the prefix prints when the body `ended`.
+    pub(super) fn settle(&mut self, ended: bool, out: &mut Sniff) {
+        if let Some((hash, declared, hashed)) = self.print {
+            let length = if ended { Some(self.seen) } else { declared };
+            if let Some(length) = length {
+                if hashed >= BODY_PRINT_BYTES || ended || hashed as u64 >= length {
+                    out.body_print = Some(BodyPrint { hash, length });
+                    self.print = None;
+                }
+            }
+        }
+        if ended {
+            out.prefix_prints = self.prefix.take().map(|p| p.2).unwrap_or_default();
+        }
+    }
+}
+
 /// A body that resumes at this I/O: a chunk-size line then an SSE field, or (unchunked)
 /// an SSE field at once.
 fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
@@ -387,15 +499,11 @@ fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
     };
     Some(BodyState {
         reader,
-        sse: Some(SseSplitter::new()),
-        inflate: None,
-        print: None,
-        prefix: None,
-        seen: 0,
+        content: BodyContent::event_stream(),
     })
 }
 
-fn is_chunked(headers: &[crate::ingest::model::Header]) -> bool {
+fn is_chunked(headers: &[Header]) -> bool {
     http::header(headers, "transfer-encoding")
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
 }
