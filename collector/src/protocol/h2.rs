@@ -18,6 +18,8 @@ pub const MAX_BLOCK: usize = 64 << 10;
 /// A header-carrying frame's payload beyond its fragment: pad length and padding,
 /// priority fields, promised stream id.
 const BLOCK_FRAME_EXTRA: usize = 1 + 255 + 5 + 4;
+/// SETTINGS_MAX_FRAME_SIZE's initial value: what nearly every peer keeps.
+const DEFAULT_MAX_FRAME: u32 = 16 << 10;
 /// Open streams tracked per direction; over it the oldest (lowest id) is dropped.
 pub const MAX_STREAMS: usize = 4096;
 
@@ -132,16 +134,21 @@ pub fn starts_server_preface(b: &[u8]) -> bool {
 
 /// Whether `b`, the captured start of an I/O, reads as a run of plausible frame
 /// headers that ends exactly at its end, or past it only when bytes went
-/// uncaptured (`cut`). How a stream joined mid-connection (or lost) is found.
+/// uncaptured (`cut`) and the frame is of a common size (a lone header of random
+/// bytes would pass otherwise). How a stream joined mid-connection (or lost) is found.
 pub fn looks_like_frames(b: &[u8], cut: bool) -> bool {
     let mut at = 0usize;
+    let mut last = 0;
     while at < b.len() {
         match FrameHead::read(&b[at..]) {
-            Some(h) if h.plausible() => at += FRAME_HEADER + h.len as usize,
+            Some(h) if h.plausible() => {
+                at += FRAME_HEADER + h.len as usize;
+                last = h.len;
+            }
             _ => return false, // implausible, or a header cut short
         }
     }
-    at > 0 && (at == b.len() || cut)
+    at > 0 && (at == b.len() || (cut && last <= DEFAULT_MAX_FRAME))
 }
 
 /// One direction of an HTTP/2 connection.

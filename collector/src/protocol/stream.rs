@@ -77,6 +77,9 @@ pub(super) struct BodyContent {
     /// each whole step; None once bytes went uncaptured.
     prefix: Option<(u64, usize, Vec<u64>)>,
     seen: u64,
+    /// Bytes went missing inside an event: its tail is dropped up to the next
+    /// blank line (line-start and after-CR state), so no event is made of it.
+    gap: Option<(bool, bool)>,
 }
 
 impl StreamParser {
@@ -425,7 +428,8 @@ impl BodyContent {
             (Some(splitter), Some(gz)) => {
                 let inflated = gz.write_all(content).and_then(|()| gz.flush());
                 if inflated.is_ok() {
-                    out.sse.extend(splitter.feed(gz.get_ref()));
+                    let events = past_gap(&mut self.gap, gz.get_ref());
+                    out.sse.extend(splitter.feed(events));
                     gz.get_mut().clear();
                 } else {
                     // Not gzip after all, or corrupt: its events stay unseen.
@@ -433,7 +437,10 @@ impl BodyContent {
                     self.inflate = None;
                 }
             }
-            (Some(splitter), None) => out.sse.extend(splitter.feed(content)),
+            (Some(splitter), None) => {
+                out.sse
+                    .extend(splitter.feed(past_gap(&mut self.gap, content)));
+            }
             (None, _) => {}
         }
     }
@@ -460,6 +467,7 @@ impl BodyContent {
         }
         if let Some(sse) = self.sse.as_mut() {
             sse.reset();
+            self.gap = Some((false, false));
         }
     }
 
@@ -479,6 +487,28 @@ impl BodyContent {
             out.prefix_prints = self.prefix.take().map(|p| p.2).unwrap_or_default();
         }
     }
+}
+
+/// After a gap, the bytes from just past the next blank line (the cut event's end);
+/// none while it is still to come.
+fn past_gap<'b>(gap: &mut Option<(bool, bool)>, bytes: &'b [u8]) -> &'b [u8] {
+    let Some((at_line_start, after_cr)) = gap.as_mut() else {
+        return bytes;
+    };
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' && *after_cr {
+            *after_cr = false;
+            continue; // CRLF is one line end
+        }
+        *after_cr = b == b'\r';
+        let newline = b == b'\n' || b == b'\r';
+        if newline && *at_line_start {
+            *gap = None;
+            return &bytes[i + 1..];
+        }
+        *at_line_start = newline;
+    }
+    &[]
 }
 
 /// A body that resumes at this I/O: a chunk-size line then an SSE field, or (unchunked)
