@@ -177,6 +177,7 @@ pub fn event_line(ev: &Event) -> String {
                     s.push_str(&sniff_text(kind));
                 }
                 s.push_str(&stream_text(sn));
+                s.push_str(&h2_text(sn));
             }
         }
         Some(Body::Cuda(c)) => {
@@ -319,6 +320,79 @@ fn stream_text(sn: &crate::ingest::model::Sniff) -> String {
     }
 }
 
+/// HTTP/2 facts: `h2 preface; control=2; s1 HEADERS POST /v1/chat/completions [...];
+/// s3 DATA 120 B 3 events (3 tokens) END_STREAM; s5 RST`.
+fn h2_text(sn: &crate::ingest::model::Sniff) -> String {
+    use crate::ingest::model::SseKind;
+    let mut parts = Vec::new();
+    if sn.h2_preface {
+        parts.push("preface".to_string());
+    }
+    if sn.h2_control_frames > 0 {
+        parts.push(format!("control={}", sn.h2_control_frames));
+    }
+    if sn.h2_errors > 0 {
+        parts.push(format!("errors={}", sn.h2_errors));
+    }
+    for st in &sn.h2_streams {
+        let mut s = format!("s{}", st.stream_id);
+        if st.attached_mid {
+            s.push_str(" attached mid-stream");
+        }
+        if let Some(inner) = &st.sniff {
+            match &inner.kind {
+                Some(sniff::Kind::HttpRequest(h)) => {
+                    let query = if h.has_query { "?…" } else { "" };
+                    let _ = write!(s, " HEADERS {} {}{query}", h.method, h.path);
+                    s.push_str(&headers_text(&h.headers));
+                }
+                Some(sniff::Kind::HttpResponse(h)) => {
+                    let _ = write!(s, " HEADERS {}", h.status);
+                    s.push_str(&headers_text(&h.headers));
+                }
+                _ => {}
+            }
+            if inner.body_bytes > 0 {
+                let _ = write!(s, " DATA {} B", inner.body_bytes);
+            }
+            if !inner.sse.is_empty() {
+                let tokens = inner
+                    .sse
+                    .iter()
+                    .filter(|e| e.kind() == SseKind::Choice)
+                    .count();
+                let done = inner.sse.iter().any(|e| e.kind() == SseKind::Done);
+                let _ = write!(
+                    s,
+                    " {} events ({tokens} tokens{})",
+                    inner.sse.len(),
+                    if done { ", [DONE]" } else { "" }
+                );
+            }
+            for (on, label) in [
+                (inner.message_end, " END_STREAM"),
+                (inner.compressed, " compressed"),
+            ] {
+                if on {
+                    s.push_str(label);
+                }
+            }
+        }
+        if st.reset {
+            s.push_str(" RST");
+        }
+        if st.unknown_headers > 0 {
+            let _ = write!(s, " unknown headers {}", st.unknown_headers);
+        }
+        parts.push(s);
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  h2 {}", parts.join("; "))
+    }
+}
+
 fn headers_text(headers: &[crate::ingest::model::Header]) -> String {
     if headers.is_empty() {
         return String::new();
@@ -331,4 +405,67 @@ fn headers_text(headers: &[crate::ingest::model::Header]) -> String {
         })
         .collect();
     format!(" [{}]", parts.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::model::{H2StreamSniff, Header, HttpRequestHead, Sniff, SseEvent, SseKind};
+
+    #[test]
+    fn h2_streams_are_shown_per_stream() {
+        let head = HttpRequestHead {
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            has_query: true,
+            version: "HTTP/2".into(),
+            headers: vec![Header {
+                name: "authorization".into(),
+                value: None,
+            }],
+            complete: true,
+        };
+        let sn = Sniff {
+            h2_preface: true,
+            h2_control_frames: 2,
+            h2_streams: vec![
+                H2StreamSniff {
+                    stream_id: 1,
+                    sniff: Some(Sniff {
+                        kind: Some(sniff::Kind::HttpRequest(head)),
+                        message_start: true,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                H2StreamSniff {
+                    stream_id: 3,
+                    sniff: Some(Sniff {
+                        body_bytes: 90,
+                        sse: vec![SseEvent {
+                            fingerprint: 1,
+                            kind: SseKind::Choice as i32,
+                        }],
+                        message_end: true,
+                        ..Default::default()
+                    }),
+                    attached_mid: true,
+                    unknown_headers: 2,
+                    ..Default::default()
+                },
+                H2StreamSniff {
+                    stream_id: 5,
+                    reset: true,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            h2_text(&sn),
+            "  h2 preface; control=2; s1 HEADERS POST /v1/chat/completions?… [authorization=<redacted>]; \
+s3 attached mid-stream DATA 90 B 1 events (1 tokens) END_STREAM unknown headers 2; s5 RST"
+        );
+        assert_eq!(h2_text(&Sniff::default()), "");
+    }
 }

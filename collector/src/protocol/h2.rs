@@ -18,6 +18,8 @@ pub const MAX_BLOCK: usize = 64 << 10;
 /// A header-carrying frame's payload beyond its fragment: pad length and padding,
 /// priority fields, promised stream id.
 const BLOCK_FRAME_EXTRA: usize = 1 + 255 + 5 + 4;
+/// SETTINGS_MAX_FRAME_SIZE's initial value: what nearly every peer keeps.
+const DEFAULT_MAX_FRAME: u32 = 16 << 10;
 /// Open streams tracked per direction; over it the oldest (lowest id) is dropped.
 pub const MAX_STREAMS: usize = 4096;
 
@@ -73,7 +75,7 @@ impl FrameHead {
             DATA | HEADERS | CONTINUATION | PUSH_PROMISE => !on_zero,
             PRIORITY => !on_zero && len == 5,
             RST_STREAM => !on_zero && len == 4,
-            SETTINGS => on_zero && len % 6 == 0 && (!self.has(ACK) || len == 0),
+            SETTINGS => on_zero && len.is_multiple_of(6) && (!self.has(ACK) || len == 0),
             PING => on_zero && len == 8,
             GOAWAY => on_zero && len >= 8,
             WINDOW_UPDATE => len == 4,
@@ -132,16 +134,21 @@ pub fn starts_server_preface(b: &[u8]) -> bool {
 
 /// Whether `b`, the captured start of an I/O, reads as a run of plausible frame
 /// headers that ends exactly at its end, or past it only when bytes went
-/// uncaptured (`cut`). How a stream joined mid-connection (or lost) is found.
+/// uncaptured (`cut`) and the frame is of a common size (a lone header of random
+/// bytes would pass otherwise). How a stream joined mid-connection (or lost) is found.
 pub fn looks_like_frames(b: &[u8], cut: bool) -> bool {
     let mut at = 0usize;
+    let mut last = 0;
     while at < b.len() {
         match FrameHead::read(&b[at..]) {
-            Some(h) if h.plausible() => at += FRAME_HEADER + h.len as usize,
+            Some(h) if h.plausible() => {
+                at += FRAME_HEADER + h.len as usize;
+                last = h.len;
+            }
             _ => return false, // implausible, or a header cut short
         }
     }
-    at > 0 && (at == b.len() || cut)
+    at > 0 && (at == b.len() || (cut && last <= DEFAULT_MAX_FRAME))
 }
 
 /// One direction of an HTTP/2 connection.
@@ -202,31 +209,21 @@ struct PendingBlock {
 }
 
 /// What is known of one stream in this direction.
-#[derive(Default)]
 struct H2Stream {
     /// A head (any, 1xx included) was reported: message_start was given.
     head_seen: bool,
     /// The request or final response head was read: a later HEADERS is trailers.
     head_final: bool,
-    body: Body,
+    /// Until a head says what the body is, it is read as one joined part-way.
+    body: BodyContent,
 }
 
-enum Body {
-    /// No head seen (attached part-way): bytes are counted until a DATA frame's
-    /// payload starts like an event stream. `probe` holds the current frame's
-    /// first bytes while that is undecided.
-    Attached {
-        probe: Vec<u8>,
-        undecided: bool,
-    },
-    Content(BodyContent),
-}
-
-impl Default for Body {
+impl Default for H2Stream {
     fn default() -> Self {
-        Body::Attached {
-            probe: Vec::new(),
-            undecided: false,
+        H2Stream {
+            head_seen: false,
+            head_final: false,
+            body: BodyContent::attached(),
         }
     }
 }
@@ -442,11 +439,8 @@ impl H2Conn {
         if attached {
             io.entry(head.stream).attached_mid = true;
         }
-        if let Some(Body::Attached { probe, undecided }) =
-            self.streams.get_mut(&head.stream).map(|s| &mut s.body)
-        {
-            probe.clear();
-            *undecided = true; // this frame's first bytes may show an event stream
+        if let Some(st) = self.streams.get_mut(&head.stream) {
+            st.body.segment_start(); // this frame's first bytes may show an event stream
         }
         let d = DataFrame {
             stream: head.stream,
@@ -495,13 +489,8 @@ impl H2Conn {
             return;
         }
         self.frame = Frame::Header;
-        if let Some(Body::Attached { probe, undecided }) =
-            self.streams.get_mut(&d.stream).map(|s| &mut s.body)
-        {
-            // The frame ended undecided: its bytes were not an event's start.
-            io.sniff(d.stream).body_bytes += probe.len() as u64;
-            probe.clear();
-            *undecided = false;
+        if let Some(st) = self.streams.get_mut(&d.stream) {
+            st.body.segment_end(io.sniff(d.stream));
         }
         if d.end_stream {
             self.end_stream(d.stream, io);
@@ -511,47 +500,17 @@ impl H2Conn {
     /// DATA content bytes for `stream`.
     fn content(&mut self, stream: u32, bytes: &[u8], io: &mut Io) {
         let sniff = io.sniff(stream);
-        let Some(st) = self.streams.get_mut(&stream) else {
-            sniff.body_bytes += bytes.len() as u64; // dropped over the cap mid-frame
-            return;
-        };
-        match &mut st.body {
-            Body::Content(c) => c.feed(bytes, sniff),
-            Body::Attached {
-                undecided: false, ..
-            } => sniff.body_bytes += bytes.len() as u64,
-            Body::Attached { probe, .. } => {
-                let had = probe.len();
-                probe.extend_from_slice(&bytes[..bytes.len().min(6 - had.min(6))]);
-                match sse_start(probe) {
-                    None => {} // too few bytes to tell (all of them are in the probe)
-                    Some(true) => {
-                        let mut c = BodyContent::event_stream();
-                        c.feed(&probe[..had], sniff);
-                        c.feed(bytes, sniff);
-                        st.body = Body::Content(c);
-                    }
-                    Some(false) => {
-                        sniff.body_bytes += (had + bytes.len()) as u64;
-                        st.body = Body::default();
-                    }
-                }
-            }
+        match self.streams.get_mut(&stream) {
+            Some(st) => st.body.feed(bytes, sniff),
+            None => sniff.body_bytes += bytes.len() as u64, // dropped over the cap mid-frame
         }
     }
 
     /// `n` DATA content bytes of `stream` went uncaptured.
     fn content_skipped(&mut self, stream: u32, n: u32, io: &mut Io) {
         let sniff = io.sniff(stream);
-        match self.streams.get_mut(&stream).map(|s| &mut s.body) {
-            Some(Body::Content(c)) => c.skipped(u64::from(n), sniff),
-            Some(body) => {
-                if let Body::Attached { probe, .. } = body {
-                    sniff.body_bytes += probe.len() as u64;
-                }
-                *body = Body::default(); // the frame's start was seen or lost: undecidable
-                sniff.body_bytes += u64::from(n);
-            }
+        match self.streams.get_mut(&stream) {
+            Some(st) => st.body.skipped(u64::from(n), sniff),
             None => sniff.body_bytes += u64::from(n),
         }
     }
@@ -647,12 +606,12 @@ impl H2Conn {
                         let length = http::header(&req.headers, "content-length")
                             .and_then(|v| v.parse::<u64>().ok());
                         st.head_final = true;
-                        st.body = Body::Content(BodyContent::request(length));
+                        st.body = BodyContent::request(length);
                     }
                     sniff::Kind::HttpResponse(resp) if resp.status >= 200 => {
                         let (content, compressed) = BodyContent::response(&resp.headers);
                         st.head_final = true;
-                        st.body = Body::Content(content);
+                        st.body = content;
                         sniff.compressed |= compressed && !block.end_stream;
                     }
                     _ => {} // 1xx: informational, the final head follows
@@ -686,12 +645,8 @@ impl H2Conn {
     fn end_stream(&mut self, id: u32, io: &mut Io) {
         let sniff = io.sniff(id);
         sniff.message_end = true;
-        if let Some(H2Stream {
-            body: Body::Content(mut c),
-            ..
-        }) = self.streams.remove(&id)
-        {
-            c.settle(true, sniff);
+        if let Some(mut st) = self.streams.remove(&id) {
+            st.body.settle(true, sniff);
         }
     }
 
@@ -703,15 +658,7 @@ impl H2Conn {
         self.preface_at = PREFACE.len();
         self.drop_block();
         for st in self.streams.values_mut() {
-            match &mut st.body {
-                // Events resume only where a later DATA frame starts like one.
-                Body::Content(c) if c.is_event_stream() => st.body = Body::default(),
-                Body::Content(c) => c.lost(),
-                Body::Attached { probe, undecided } => {
-                    probe.clear();
-                    *undecided = false;
-                }
-            }
+            st.body.lost();
         }
     }
 }
@@ -753,18 +700,6 @@ fn block_fragment<'b>(head: &FrameHead, payload: &'b [u8]) -> Option<&'b [u8]> {
         p = p.get(4..)?; // the promised stream id
     }
     p.get(..p.len().checked_sub(pad)?)
-}
-
-/// Whether a DATA payload starts like an SSE field; `None` while too short to tell.
-fn sse_start(b: &[u8]) -> Option<bool> {
-    const STARTS: [&[u8]; 3] = [b"data:", b"event:", b":"];
-    if STARTS.iter().any(|s| b.starts_with(s)) {
-        Some(true)
-    } else if STARTS.iter().any(|s| s.starts_with(b)) {
-        None
-    } else {
-        Some(false)
-    }
 }
 
 #[cfg(test)]

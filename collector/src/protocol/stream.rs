@@ -77,6 +77,19 @@ pub(super) struct BodyContent {
     /// each whole step; None once bytes went uncaptured.
     prefix: Option<(u64, usize, Vec<u64>)>,
     seen: u64,
+    /// Bytes went missing inside an event: its tail is dropped up to the next
+    /// blank line (line-start and after-CR state), so no event is made of it.
+    gap: Option<(bool, bool)>,
+    /// A body read from part-way through (no head seen): bytes are counted until
+    /// a segment (an HTTP/2 DATA frame) starts like an event stream.
+    probe: Option<Probe>,
+}
+
+#[derive(Debug, Default)]
+struct Probe {
+    /// The current segment's first bytes, while too few to tell.
+    held: Vec<u8>,
+    undecided: bool,
 }
 
 impl StreamParser {
@@ -405,12 +418,60 @@ impl BodyContent {
         }
     }
 
-    pub(super) fn is_event_stream(&self) -> bool {
-        self.sse.is_some()
+    /// A body joined part-way (see `probe`).
+    pub(super) fn attached() -> Self {
+        BodyContent {
+            probe: Some(Probe::default()),
+            ..Default::default()
+        }
+    }
+
+    /// A segment starts: an attached body may show an event stream at its start.
+    pub(super) fn segment_start(&mut self) {
+        if let Some(p) = self.probe.as_mut() {
+            p.held.clear();
+            p.undecided = true;
+        }
+    }
+
+    /// The segment ended: bytes still held were not an event's start.
+    pub(super) fn segment_end(&mut self, out: &mut Sniff) {
+        if let Some(p) = self.probe.as_mut() {
+            out.body_bytes += p.held.len() as u64;
+            self.seen += p.held.len() as u64;
+            p.held.clear();
+            p.undecided = false;
+        }
     }
 
     /// Content bytes, in order.
     pub(super) fn feed(&mut self, content: &[u8], out: &mut Sniff) {
+        if let Some(p) = self.probe.as_mut() {
+            if p.undecided {
+                let had = p.held.len();
+                let take = 6usize.saturating_sub(had).min(content.len());
+                p.held.extend_from_slice(&content[..take]);
+                let starts_event = sse_start(&p.held);
+                if starts_event.is_none() {
+                    return; // too few bytes to tell: all of them are held
+                }
+                p.held.truncate(had);
+                let held = std::mem::take(&mut p.held);
+                p.undecided = false;
+                if starts_event == Some(true) {
+                    self.probe = None;
+                    self.sse = Some(SseSplitter::new());
+                    self.feed(&held, out);
+                    self.feed(content, out);
+                    return;
+                }
+                out.body_bytes += held.len() as u64;
+                self.seen += held.len() as u64;
+            }
+            out.body_bytes += content.len() as u64;
+            self.seen += content.len() as u64;
+            return;
+        }
         out.body_bytes += content.len() as u64;
         self.seen += content.len() as u64;
         if let Some((hash, _, hashed)) = self.print.as_mut() {
@@ -425,7 +486,8 @@ impl BodyContent {
             (Some(splitter), Some(gz)) => {
                 let inflated = gz.write_all(content).and_then(|()| gz.flush());
                 if inflated.is_ok() {
-                    out.sse.extend(splitter.feed(gz.get_ref()));
+                    let events = past_gap(&mut self.gap, gz.get_ref());
+                    out.sse.extend(splitter.feed(events));
                     gz.get_mut().clear();
                 } else {
                     // Not gzip after all, or corrupt: its events stay unseen.
@@ -433,13 +495,17 @@ impl BodyContent {
                     self.inflate = None;
                 }
             }
-            (Some(splitter), None) => out.sse.extend(splitter.feed(content)),
+            (Some(splitter), None) => {
+                out.sse
+                    .extend(splitter.feed(past_gap(&mut self.gap, content)));
+            }
             (None, _) => {}
         }
     }
 
     /// `n` content bytes went uncaptured (their place is known).
     pub(super) fn skipped(&mut self, n: u64, out: &mut Sniff) {
+        self.segment_end(out); // a segment start still held is undecidable now
         self.seen += n;
         out.body_bytes += n;
         self.gap();
@@ -449,6 +515,10 @@ impl BodyContent {
     /// would be true.
     pub(super) fn lost(&mut self) {
         self.print = None;
+        if self.sse.is_some() || self.probe.is_some() {
+            // Events resume only where a later segment starts like one.
+            *self = BodyContent::attached();
+        }
         self.gap();
     }
 
@@ -460,6 +530,7 @@ impl BodyContent {
         }
         if let Some(sse) = self.sse.as_mut() {
             sse.reset();
+            self.gap = Some((false, false));
         }
     }
 
@@ -481,11 +552,44 @@ impl BodyContent {
     }
 }
 
+/// Whether body bytes start like an SSE field; `None` while too short to tell.
+fn sse_start(b: &[u8]) -> Option<bool> {
+    const STARTS: [&[u8]; 3] = [b"data:", b"event:", b":"];
+    if STARTS.iter().any(|s| b.starts_with(s)) {
+        Some(true)
+    } else if STARTS.iter().any(|s| s.starts_with(b)) {
+        None
+    } else {
+        Some(false)
+    }
+}
+
+/// After a gap, the bytes from just past the next blank line (the cut event's end);
+/// none while it is still to come.
+fn past_gap<'b>(gap: &mut Option<(bool, bool)>, bytes: &'b [u8]) -> &'b [u8] {
+    let Some((at_line_start, after_cr)) = gap.as_mut() else {
+        return bytes;
+    };
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' && *after_cr {
+            *after_cr = false;
+            continue; // CRLF is one line end
+        }
+        *after_cr = b == b'\r';
+        let newline = b == b'\n' || b == b'\r';
+        if newline && *at_line_start {
+            *gap = None;
+            return &bytes[i + 1..];
+        }
+        *at_line_start = newline;
+    }
+    &[]
+}
+
 /// A body that resumes at this I/O: a chunk-size line then an SSE field, or (unchunked)
 /// an SSE field at once.
 fn resume_sse(captured: &[u8], chunked: bool) -> Option<BodyState> {
-    let sse_start =
-        |b: &[u8]| b.starts_with(b"data:") || b.starts_with(b"event:") || b.starts_with(b":");
+    let sse_start = |b: &[u8]| sse_start(b) == Some(true);
     let reader = if chunked {
         let line_end = captured.iter().take(18).position(|b| *b == b'\r')?;
         let hex = &captured[..line_end];

@@ -379,3 +379,26 @@ fn request_bodies_that_share_a_prefix_share_its_whole_kib_prints() {
     assert!(s.message_end);
     assert_eq!(s.prefix_prints, pa[..2].to_vec());
 }
+
+#[test]
+fn bytes_lost_inside_an_event_drop_that_event_only() {
+    let text: String = (0..4).map(sse_event).collect();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+        text.len()
+    );
+    let stream = [head.as_bytes(), text.as_bytes()].concat();
+    let whole = events(&feed_all(&[&stream]));
+    // Ten bytes inside the second event go uncaptured.
+    let gap_at = head.len() + sse_event(0).len() + 10;
+    let mut p = StreamParser::default();
+    let a = p.feed(&stream[..gap_at], gap_at as u64 + 10);
+    let b = p.feed(&stream[gap_at + 10..], (stream.len() - gap_at - 10) as u64);
+    assert!(!a.unparsed && !b.unparsed && b.message_end);
+    let got = events(&[a, b]);
+    assert_eq!(
+        got,
+        vec![whole[0], whole[2], whole[3]],
+        "no event made of the tail"
+    );
+}
