@@ -255,46 +255,107 @@ fn tuned_nginx_forwards_every_token_within_a_millisecond() {
     );
 }
 
+/// The tuned demo side: TLS + HTTP/2 to clients (bench on rustls: its own socket
+/// shows only TLS records), HTTP/1.1 keep-alive upstream. nginx's OpenSSL plaintext
+/// and the HTTP/2 decoder give every request once; the client's reads of the bytes
+/// nginx wrote for each token give its client-read point, timed as bench timed it.
 #[test]
-fn tls_and_http2_through_nginx_show_handshakes_and_record_timing() {
+fn tls_and_http2_through_nginx_every_request_once_within_a_millisecond_of_bench() {
     let cfg = BenchConfig {
         http2: true,
         insecure: true,
-        ..load(4, 8, 16)
+        // Eight streams at once on the shared connection. At 32 on these 2-core machines,
+        // 1-2% of first tokens reach bench's stream task over 1 ms after its socket read
+        // (rustls + hyper's connection task + a wake-up): bench's own latency, not the wire.
+        ..load(8, 128, 24)
     };
     let (records, report) = run(ProxyMode::Tuned, cfg);
-    assert!(records.iter().all(|r| r.ok));
-    let new_conns = records.iter().filter(|r| r.new_connection).count();
-    let tls: Vec<&Value> = report["requests"]
-        .as_array()
-        .unwrap()
+    assert!(
+        records.iter().all(|r| r.ok && r.http_version == "2"),
+        "every bench request succeeded over HTTP/2"
+    );
+    let all = report["requests"].as_array().expect("requests");
+    let requests: Vec<&Value> = all
         .iter()
-        .filter(|r| r["tls"] == true)
-        .collect();
-    let with_handshake: Vec<u64> = tls
-        .iter()
-        .filter_map(|r| r["stages"]["tls_ns"].as_u64())
+        .filter(|r| r["path"] == "/v1/completions")
         .collect();
     assert_eq!(
-        with_handshake.len(),
-        new_conns,
-        "a TLS handshake time per new connection"
+        (all.len(), requests.len()),
+        (records.len(), records.len()),
+        "every bench request appears exactly once, none made of control frames"
+    );
+    for r in &requests {
+        let kinds: Vec<&str> = r["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["client_read", "proxy_write", "proxy_read", "engine_write"],
+            "request {} joined from the client's socket to the engine",
+            r["id"]
+        );
+        assert_eq!(r["http2"], true);
+        assert_eq!(r["chunk_mismatches"], 0);
+    }
+    assert!(
+        report["protocols"]["h2_control_frames"].as_u64().unwrap() > 0,
+        "control frames were seen and counted: {}",
+        report["protocols"]
+    );
+    // Streams share a connection, so pair each request with the bench record closest to
+    // it in time (request start and first token, one clock): the pair that explains both.
+    let first_token = |r: &Value| ns(&r["points"][0]["token_ns"][0]);
+    let mut costs: Vec<(u64, usize, usize)> = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        for (j, b) in records.iter().enumerate() {
+            let cost = ns(&r["first_byte_ns"]).abs_diff(b.request_start_ns)
+                + first_token(r).abs_diff(b.first_token_ns().expect("bench first token"));
+            costs.push((cost, i, j));
+        }
+    }
+    costs.sort_unstable();
+    let (mut used_r, mut used_b) = (vec![false; requests.len()], vec![false; records.len()]);
+    let (mut ttft_err, mut itl_err) = (Vec::new(), Vec::new());
+    for (_, i, j) in costs {
+        if used_r[i] || used_b[j] {
+            continue;
+        }
+        (used_r[i], used_b[j]) = (true, true);
+        let (r, b) = (requests[i], &records[j]);
+        let at = &r["points"][0];
+        let tokens: Vec<u64> = at["token_ns"].as_array().unwrap().iter().map(ns).collect();
+        assert_eq!(
+            tokens.len(),
+            b.events.iter().filter(|e| e.choice).count(),
+            "token count of request {}",
+            r["id"]
+        );
+        ttft_err.push(ns(&at["ttft_ns"]).abs_diff(b.ttft_ns().expect("bench ttft")));
+        let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
+        itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
+    }
+    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
+    let (t_ok, i_ok) = (within(&ttft_err), within(&itl_err));
+    let (t50, t99) = (
+        percentile(&mut ttft_err, 0.5),
+        percentile(&mut ttft_err, 0.99),
+    );
+    let (i50, i99) = (
+        percentile(&mut itl_err, 0.5),
+        percentile(&mut itl_err, 0.99),
+    );
+    println!("accuracy over TLS + HTTP/2 (client read vs bench): TTFT |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)", itl_err.len());
+    assert!(
+        t_ok >= 0.99,
+        "TTFT within 1 ms for {:.1}% of requests (p99 error {t99} ns)",
+        t_ok * 100.0
     );
     assert!(
-        with_handshake.iter().all(|t| *t > 0 && *t < 2_000_000_000),
-        "{with_handshake:?}"
-    );
-    // Without plaintext, exchanges are cut by direction: those that opened a connection
-    // (and so paid its handshake) carry the response's TLS records at the client.
-    let timed = tls
-        .iter()
-        .filter(|r| r["stages"]["tls_ns"].is_u64())
-        .filter(|r| {
-            point(r, "client_read").is_some_and(|p| !p["record_ns"].as_array().unwrap().is_empty())
-        })
-        .count();
-    assert_eq!(
-        timed, new_conns,
-        "responses are timed by TLS record at the client"
+        i_ok >= 0.99,
+        "ITL within 1 ms for {:.1}% of samples (p99 error {i99} ns)",
+        i_ok * 100.0
     );
 }

@@ -28,6 +28,9 @@ pub struct Event {
 }
 
 pub mod event {
+    // Socket I/O is most events and carries its sniff inline; boxing it would cost an
+    // allocation per event to save memory on the rarer kinds.
+    #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Body {
         #[prost(message, tag = "10")]

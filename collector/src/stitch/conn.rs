@@ -61,6 +61,9 @@ pub struct Connection {
     /// HPACK entries from before the recording (never guessed).
     pub h2_errors: u64,
     pub h2_unknown_headers: u64,
+    /// TLS connections: every socket I/O with its stream offset, so the other end's
+    /// plaintext can be mapped onto this end's reads and writes (see stitch::wire).
+    pub wire: super::wire::Wire,
 }
 
 /// A token (or other SSE event) as it crossed one end of a connection.
@@ -255,6 +258,7 @@ impl Connection {
             h2_control_frames: 0,
             h2_errors: 0,
             h2_unknown_headers: 0,
+            wire: Default::default(),
         }
     }
 
@@ -288,6 +292,13 @@ impl Connection {
             (Direction::Recv, false) => self.bytes_recv += io.bytes,
         }
         let Some(sn) = io.sniff.as_ref() else { return };
+        if !plaintext && (self.tls.is_some() || matches!(sn.kind, Some(sniff::Kind::Tls(_)))) {
+            let end = match io.dir() {
+                Direction::Send => self.bytes_sent,
+                _ => self.bytes_recv,
+            };
+            self.wire.push(ev.ts_ns, io.dir(), end);
+        }
         if sn.unparsed {
             self.unparsed_ios += 1;
         }

@@ -4,6 +4,7 @@
 pub mod chain;
 pub mod conn;
 pub mod request;
+pub mod wire;
 
 pub use conn::{Connection, Exchange, Role};
 pub use request::{Point, PointKind, Request};

@@ -250,8 +250,17 @@ pub fn build(
             .min(rx.request_start_ns),
         (false, _) => rx.request_start_ns,
     };
+    // That client's socket also tells, through the connection's byte stream, when it
+    // sent this request and when it read each token (see stitch::wire).
+    let client_sent = connector.and_then(|c| super::wire::peer_send_ns(rc, c, rx.request_start_ns));
+    let first_byte_ns = client_sent.map_or(rx.request_start_ns, |t| t.min(rx.request_start_ns));
+    let start_ns = if new_connection {
+        start_ns
+    } else {
+        first_byte_ns
+    };
     let last = chain.len() - 1;
-    let points: Vec<Point> = chain
+    let mut points: Vec<Point> = chain
         .iter()
         .enumerate()
         .map(|(i, &e)| {
@@ -265,6 +274,9 @@ pub fn build(
             point(kind, c, x(e), start_ns)
         })
         .collect();
+    if let Some(client) = connector.and_then(|c| mapped_client_point(rc, c, rx, start_ns)) {
+        points.insert(0, client);
+    }
 
     let mut stages = Stages::default();
     if new_connection {
@@ -374,7 +386,7 @@ pub fn build(
             rc.remote.to_string()
         },
         start_ns,
-        first_byte_ns: rx.request_start_ns,
+        first_byte_ns,
         end_ns: rx.response_end_ns.or(rx.sse.last().map(|e| e.ts_ns)),
         new_connection,
         connection_requests: rc.exchanges.len(),
@@ -397,6 +409,35 @@ pub fn build(
         points,
         forward,
     }
+}
+
+/// The client-read point of a client seen only as TLS records: each token the server
+/// wrote, at the client's read that took in its bytes. None unless every token maps.
+fn mapped_client_point(
+    server: &Connection,
+    client: &Connection,
+    x: &Exchange,
+    start_ns: u64,
+) -> Option<Point> {
+    let mut token_ns = Vec::new();
+    let mut per_read: std::collections::HashMap<usize, u32> = std::collections::HashMap::new();
+    for t in x.tokens() {
+        let (ts, read) = super::wire::peer_read_ns(server, client, t.ts_ns)?;
+        token_ns.push(ts);
+        *per_read.entry(read).or_default() += 1;
+    }
+    Some(Point {
+        kind: PointKind::ClientRead,
+        pid: client.pid,
+        comm: client.comm.clone(),
+        ttft_ns: token_ns.first().map(|t| t.saturating_sub(start_ns)),
+        token_ns,
+        ios: per_read.len() as u32,
+        max_tokens_per_io: per_read.values().copied().max().unwrap_or(0),
+        done: x.done(),
+        compressed: x.compressed,
+        record_ns: Vec::new(),
+    })
 }
 
 fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point {
