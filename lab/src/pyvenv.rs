@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The python of a venv under the temp dir named `name` in which `import_check`
-/// (Python code) runs, installing `package` from PyPI when needed. Panics with the
+/// (Python code) runs, installing `package` from PyPI when needed (several
+/// requirements separated by spaces, e.g. "openai httpx[http2]"). Panics with the
 /// reason when it cannot (it is for tests).
 pub fn python_with(name: &str, package: &str, import_check: &str) -> PathBuf {
     let venv = std::env::temp_dir().join(name);
@@ -29,14 +30,15 @@ pub fn python_with(name: &str, package: &str, import_check: &str) -> PathBuf {
         "python3 -m venv (Debian package python3-venv)",
     );
     run(
-        Command::new(building.join("bin/python")).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            package,
-        ]),
+        Command::new(building.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(package.split_whitespace()),
         &format!("pip install {package} (PyPI)"),
     );
     let _ = std::fs::remove_dir_all(&venv);

@@ -156,6 +156,8 @@ static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ct
 	if (!pid_wanted(id >> 32))
 		return 0;
 	struct sock *sk = ctx->sk;
+	if (dir == TS_DIR_RECV)
+		tls_note_recv((__u32)id, sk);
 	__u16 sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (!port_wanted(sport, dport))

@@ -8,7 +8,14 @@
  * connection as the TLS records, in order. SSL_do_handshake ties the SSL* to its
  * socket before any data call (SSL_connect and SSL_accept run through it);
  * SSL_shutdown / SSL_free forget the SSL*.
+ *
+ * TLS over memory BIOs (Python's asyncio, node) runs no socket I/O inside the calls:
+ * the event loop reads the socket, then feeds the bytes to the SSL object on the same
+ * thread. An SSL* not yet tied is tied, on a handshake or a read, to the socket the
+ * thread last received on, if that was just before (TLS_RECENT_RECV_NS).
  */
+
+#define TLS_RECENT_RECV_NS 50000000ULL
 
 struct ssl_args {
 	__u64 ssl;
@@ -27,6 +34,19 @@ struct {
 	__type(value, struct ssl_args);
 } SSL_ARGS SEC(".maps");
 
+struct last_recv {
+	__u64 ts_ns;
+	struct ts_sock sock;
+};
+
+/* tid -> the TCP socket the thread last received on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct last_recv);
+} TLS_LAST_RECV SEC(".maps");
+
 /* SSL* -> the last socket a call on it touched. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -43,6 +63,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ts_io_event);
 } TLS_SCRATCH SEC(".maps");
+
+/* Called by the socket layer's probe for every TCP receive of a traced process,
+ * before port filters (a tie to an unwanted socket must not fall back to a wanted one). */
+static __always_inline void tls_note_recv(__u32 tid, struct sock *sk)
+{
+	struct last_recv r = {};
+	r.ts_ns = bpf_ktime_get_ns();
+	read_sock(&r.sock, sk);
+	bpf_map_update_elem(&TLS_LAST_RECV, &tid, &r, BPF_ANY);
+}
 
 /* Called by the socket layer's probe for every traced I/O: ties a TLS call in
  * flight on this thread to the socket. */
@@ -107,8 +137,15 @@ int up_ssl_return(struct pt_regs *ctx)
 		return 0; /* the return of a call nested inside ours: keep waiting */
 	struct ssl_args a = *stashed;
 	bpf_map_delete_elem(&SSL_ARGS, &tid);
+	int write = a.call == TS_SSL_WRITE || a.call == TS_SSL_WRITE_EX;
+	if (!a.has_sock && !write && !bpf_map_lookup_elem(&SSL_SOCK, &a.ssl)) {
+		/* A memory-BIO session: the bytes came from the thread's last receive. */
+		struct last_recv *r = bpf_map_lookup_elem(&TLS_LAST_RECV, &tid);
+		if (r && a.entry_ns - r->ts_ns < TLS_RECENT_RECV_NS)
+			bpf_map_update_elem(&SSL_SOCK, &a.ssl, &r->sock, BPF_ANY);
+	}
 	if (a.call == TS_SSL_DO_HANDSHAKE)
-		return 0; /* its socket I/O already tied the SSL* (tls_note_socket) */
+		return 0; /* it only ties the SSL* to its socket */
 
 	__s64 n = 0;
 #if defined(__TARGET_ARCH_x86)
@@ -142,7 +179,6 @@ int up_ssl_return(struct pt_regs *ctx)
 	struct ts_io_event *ev = bpf_map_lookup_elem(&TLS_SCRATCH, &zero);
 	if (!ev)
 		return 0;
-	int write = a.call == TS_SSL_WRITE || a.call == TS_SSL_WRITE_EX;
 	fill_header(&ev->hdr, TS_EV_IO, 1);
 	if (write)
 		ev->hdr.ts_ns = a.entry_ns; /* when the application handed the bytes over */

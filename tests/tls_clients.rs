@@ -1,0 +1,275 @@
+//! Privileged: real Python HTTP/2 clients over TLS through nginx to the lab engine.
+//! The official openai SDK (httpx + h2, OpenSSL through Python's ssl module): its own
+//! SSL_read gives the client-read point, timed as the SDK timed it. And a recording
+//! that starts while HTTP/2 streams are already running on a connection: later
+//! streams are decoded with their paths, earlier ones timed and counted as attached
+//! mid-connection, nothing made up.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+use tokenscope_lab::{Engine, EngineConfig};
+
+const MS: u64 = 1_000_000;
+
+fn python() -> PathBuf {
+    tokenscope_lab::pyvenv::python_with(
+        "tokenscope-openai-h2-venv",
+        "openai httpx[http2]",
+        "import openai, httpx, h2",
+    )
+}
+
+fn client_script(name: &str) -> String {
+    format!("{}/tests/clients/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The lab engine behind real nginx (TLS + HTTP/2 on `h2_port`), on a runtime kept
+/// alive by the caller.
+fn engine_and_nginx(dir: &std::path::Path) -> (tokio::runtime::Runtime, Engine, Nginx) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let engine = rt
+        .block_on(Engine::start(
+            EngineConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .expect("lab engine");
+    let up = engine.addr();
+    let nginx = Nginx::start(
+        dir,
+        &format!(
+            "proxy_pass http://{up}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+             proxy_buffering off;"
+        ),
+    );
+    (rt, engine, nginx)
+}
+
+fn ns(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("expected ns, got {v}"))
+}
+
+fn point<'a>(r: &'a Value, kind: &str) -> Option<&'a Value> {
+    r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+#[test]
+fn openai_sdk_over_http2_gets_its_client_read_point_from_its_own_ssl_read() {
+    const REQUESTS: usize = 12;
+    let python = python();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, engine, nginx) = engine_and_nginx(dir.path());
+    let ports = [engine.addr().port().to_string(), nginx.h2_port.to_string()];
+    let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
+    let out = Command::new(&python)
+        .arg(client_script("openai_sdk_h2.py"))
+        .arg(format!("https://127.0.0.1:{}/v1", nginx.h2_port))
+        .arg("sk-SECRET-sdk-key-5150")
+        .arg(REQUESTS.to_string())
+        .arg("16")
+        .output()
+        .expect("run the openai SDK");
+    let path = rec.path.clone();
+    rec.stop();
+    drop(nginx);
+    rt.block_on(engine.shutdown());
+    assert!(
+        out.status.success(),
+        "the SDK client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sdk: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    assert!(
+        sdk.iter().all(|r| r["http_version"] == "HTTP/2"),
+        "httpx spoke HTTP/2: {sdk:?}"
+    );
+
+    let report = report_json(&path);
+    let requests: Vec<&Value> = report["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"] == "/v1/chat/completions")
+        .collect();
+    assert_eq!(
+        (report["requests"].as_array().unwrap().len(), requests.len()),
+        (REQUESTS, REQUESTS),
+        "every SDK request once, none made of control frames"
+    );
+    // Sequential requests: pair them in order.
+    let mut requests = requests;
+    requests.sort_by_key(|r| ns(&r["first_byte_ns"]));
+    let (mut first_err, mut itl_err, mut start_gap) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sdk_work = Vec::new();
+    for (r, s) in requests.iter().zip(&sdk) {
+        let client = point(r, "client_read").unwrap_or_else(|| {
+            panic!("request {} has the SDK's client-read point: {r:#}", r["id"])
+        });
+        assert!(
+            client["comm"].as_str().unwrap().starts_with("python"),
+            "the client-read point is the SDK's process: {}",
+            client["comm"]
+        );
+        assert_eq!(r["http2"], true);
+        let ours: Vec<u64> = client["token_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(ns)
+            .collect();
+        let theirs: Vec<u64> = s["token_ns"].as_array().unwrap().iter().map(ns).collect();
+        assert_eq!(
+            ours.len(),
+            theirs.len(),
+            "token count of request {}",
+            r["id"]
+        );
+        // The first token: one event (the client's read of it) on one clock, twice.
+        first_err.push(ours[0].abs_diff(theirs[0]));
+        sdk_work.push(ns(&s["chunk_ns"][0]).saturating_sub(theirs[0]));
+        let gaps = |t: &[u64]| t.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
+        itl_err.extend(
+            gaps(&ours)
+                .iter()
+                .zip(gaps(&theirs))
+                .map(|(a, b)| a.abs_diff(b)),
+        );
+        // What the SDK spends before its first request byte (building the request):
+        // inside its own TTFT, before anything reaches a socket.
+        start_gap.push(ns(&r["start_ns"]).saturating_sub(ns(&s["start_ns"])));
+    }
+    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
+    let (t_ok, i_ok) = (within(&first_err), within(&itl_err));
+    let (t50, t99) = (
+        percentile(&mut first_err, 0.5),
+        percentile(&mut first_err, 0.99),
+    );
+    let (i50, i99) = (
+        percentile(&mut itl_err, 0.5),
+        percentile(&mut itl_err, 0.99),
+    );
+    let pre = percentile(&mut start_gap, 0.5);
+    let work = percentile(&mut sdk_work, 0.5);
+    println!("openai SDK over HTTP/2: first token |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples); the SDK's own work before its first request byte p50 {pre} ns, from its read of the first token to handing it over p50 {work} ns", itl_err.len());
+    assert!(
+        t_ok >= 0.99,
+        "first token within 1 ms for {:.1}% of requests",
+        t_ok * 100.0
+    );
+    assert!(
+        i_ok >= 0.99,
+        "ITL within 1 ms for {:.1}% of samples",
+        i_ok * 100.0
+    );
+    assert_no_secrets_in_outputs(
+        &path,
+        dir.path(),
+        &["sk-SECRET-sdk-key-5150", "SECRET-sdk-prompt"],
+    );
+}
+
+#[test]
+fn recording_that_starts_mid_connection_decodes_later_streams_and_times_earlier_ones() {
+    const EARLY: usize = 8;
+    const LATE: usize = 4;
+    let python = python();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, engine, nginx) = engine_and_nginx(dir.path());
+    let mut client = Command::new(&python)
+        .arg(client_script("late_attach_h2.py"))
+        .arg(format!("https://127.0.0.1:{}", nginx.h2_port))
+        .arg(EARLY.to_string())
+        .arg(LATE.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the HTTP/2 client");
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(
+        first, "EARLY-STREAMING",
+        "the early streams run before the recording"
+    );
+    let ports = [engine.addr().port().to_string(), nginx.h2_port.to_string()];
+    let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
+    writeln!(client.stdin.take().unwrap(), "go").expect("tell the client to go on");
+    let summary = lines.next().and_then(Result::ok).unwrap_or_default();
+    let status = client.wait().expect("client exit");
+    let path = rec.path.clone();
+    rec.stop();
+    drop(nginx);
+    rt.block_on(engine.shutdown());
+    assert!(status.success(), "the client failed; stdout: {summary}");
+    let counts: Value = serde_json::from_str(&summary).expect("the client prints JSON");
+
+    let report = report_json(&path);
+    let requests = report["requests"].as_array().unwrap();
+    let late: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["path"] == "/v1/completions")
+        .collect();
+    assert_eq!(late.len(), LATE, "every later stream decoded with its path");
+    for (r, n) in late.iter().zip(counts["late"].as_array().unwrap()) {
+        assert_eq!(r["attached_mid"], false);
+        assert_eq!(r["method"], "POST");
+        let client = point(r, "client_read").unwrap_or_else(|| {
+            std::fs::copy(&path, "/tmp/late.tsrec").ok();
+            panic!("a later stream's client read: {r:#}")
+        });
+        assert_eq!(
+            &client["token_ns"].as_array().unwrap().len(),
+            &(n.as_u64().unwrap() as usize)
+        );
+        assert!(
+            point(r, "engine_write").is_some(),
+            "joined to the engine: {r:#}"
+        );
+    }
+    let early: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["attached_mid"] == true)
+        .collect();
+    assert_eq!(
+        early.len(),
+        EARLY,
+        "the streams open before the recording, each once: {:#?}",
+        requests
+            .iter()
+            .map(|r| (&r["path"], &r["attached_mid"]))
+            .collect::<Vec<_>>()
+    );
+    for r in &early {
+        assert_eq!(
+            r["path"], "",
+            "an attached stream's path is unknown, not made up"
+        );
+        let tokens = point(r, "client_read").map_or(0, |p| p["token_ns"].as_array().unwrap().len());
+        assert!(tokens > 0, "an attached stream's tokens are timed: {r:#}");
+    }
+    assert_eq!(
+        requests.len(),
+        EARLY + LATE,
+        "nothing else became a request"
+    );
+    let protocols = &report["protocols"];
+    println!("late attach: {protocols}");
+    assert!(
+        protocols["h2_unknown_headers"].as_u64().unwrap() > 0,
+        "header fields that referred to the table before the recording are counted: {protocols}"
+    );
+}
