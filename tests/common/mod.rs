@@ -84,6 +84,17 @@ impl Recorder {
     }
 }
 
+/// A test that panics before stopping its recorder must not leave it running (its
+/// probes would stay attached and its traffic would reach the next tests' kernels).
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {

@@ -82,13 +82,31 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
     if !tls.is_empty() {
         figures.push(fig("TLS handshake p50", ms(median(&tls)), "ms"));
     }
+    // Over HTTP/2 the server already multiplexes: each connection carrying one stream
+    // means the client opens a new one per request, so the fix is the client's.
+    let http2 = paid.iter().filter(|&&i| reqs[i].http2).count() * 2 > paid.len();
+    let nginx_lines: &[&'static str] = if http2 {
+        &["keepalive_timeout 75s;  # HTTP/2 connections idle this long before closing"]
+    } else {
+        &[
+            "keepalive_timeout 75s;  # to clients",
+            "upstream engine { server ...; keepalive 32; }",
+            "proxy_http_version 1.1; proxy_set_header Connection \"\";  # to the engine",
+            "listen 443 ssl; http2 on;  # multiplex streams on one connection",
+        ]
+    };
     let finding = format!(
-        "{} of {} requests ({:.0}%) opened a new connection; {once} of those connections carried \
+        "{} of {} requests ({:.0}%) opened a new connection{}; {once} of those connections carried \
          no other request before the client opened the next: each paid a handshake of {} ms \
          (p50)",
         paid.len(),
         reqs.len(),
         share * 100.0,
+        if http2 {
+            " (HTTP/2: one stream each, where one connection could carry them all)"
+        } else {
+            ""
+        },
         ms(median(&hs))
     );
     let diagnosis = diagnosis(
@@ -99,15 +117,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
         figures,
         "each request that opened its connection would skip its TCP (and TLS) handshake",
         vec![
-            fix(
-                "nginx",
-                &[
-                    "keepalive_timeout 75s;  # to clients",
-                    "upstream engine { server ...; keepalive 32; }",
-                    "proxy_http_version 1.1; proxy_set_header Connection \"\";  # to the engine",
-                    "listen 443 ssl; http2 on;  # multiplex streams on one connection",
-                ],
-            ),
+            fix("nginx", nginx_lines),
             fix(
                 "client",
                 &["create the HTTP client once and reuse it (openai.OpenAI(), httpx.Client, requests.Session)"],
