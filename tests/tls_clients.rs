@@ -219,6 +219,9 @@ fn recording_that_starts_mid_connection_decodes_later_streams_and_times_earlier_
 
     let report = report_json(&path);
     let requests = report["requests"].as_array().unwrap();
+    if let Ok(keep) = std::env::var("TOKENSCOPE_KEEP_RECORDING") {
+        std::fs::copy(&path, keep).expect("keep the recording");
+    }
     let late: Vec<&Value> = requests
         .iter()
         .filter(|r| r["path"] == "/v1/completions")
@@ -227,10 +230,8 @@ fn recording_that_starts_mid_connection_decodes_later_streams_and_times_earlier_
     for (r, n) in late.iter().zip(counts["late"].as_array().unwrap()) {
         assert_eq!(r["attached_mid"], false);
         assert_eq!(r["method"], "POST");
-        let client = point(r, "client_read").unwrap_or_else(|| {
-            std::fs::copy(&path, "/tmp/late.tsrec").ok();
-            panic!("a later stream's client read: {r:#}")
-        });
+        let client = point(r, "client_read")
+            .unwrap_or_else(|| panic!("a later stream's client read: {r:#}"));
         assert_eq!(
             &client["token_ns"].as_array().unwrap().len(),
             &(n.as_u64().unwrap() as usize)

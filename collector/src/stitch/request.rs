@@ -268,7 +268,9 @@ pub fn build(
             let kind = match (c.role, i) {
                 (Role::Client, 0) if !links.proxies.contains(&c.pid) => PointKind::ClientRead,
                 (Role::Client, _) => PointKind::ProxyRead,
-                (_, i) if i == last => PointKind::EngineWrite,
+                // The last end traced, unless that process is a proxy (a hop it forwarded
+                // but that could not be joined upstream, e.g. a stream older than the recording).
+                (_, i) if i == last && !links.proxies.contains(&c.pid) => PointKind::EngineWrite,
                 _ => PointKind::ProxyWrite,
             };
             point(kind, c, x(e), start_ns)
@@ -351,14 +353,21 @@ pub fn build(
             .count() as u32;
     }
 
+    // The head as the first end that saw it: a client whose request bytes went untied
+    // (a TLS session older than the recording) still has it decoded at the proxy.
+    let head = chain
+        .iter()
+        .map(|&e| x(e))
+        .find(|x| !x.method.is_empty())
+        .unwrap_or(rx);
     Request {
         id,
-        method: rx.method.clone(),
+        method: head.method.clone(),
         // Without plaintext there is no path; the route is the server it went to.
         path: if rx.encrypted {
             "(encrypted)".into()
         } else {
-            rx.path.clone()
+            head.path.clone()
         },
         host: if rx.encrypted {
             Some(
@@ -370,11 +379,11 @@ pub fn build(
                 .to_string(),
             )
         } else {
-            rx.host.clone()
+            head.host.clone()
         },
         encrypted: rx.encrypted,
         http2: rx.stream_id.is_some(),
-        attached_mid: rx.attached_mid,
+        attached_mid: head.attached_mid,
         status: rx
             .status
             .or_else(|| chain.iter().find_map(|&e| x(e).status)),
