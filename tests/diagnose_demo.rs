@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{report_json, BIN};
+use common::{assert_rule_with_evidence, report_json, BIN};
 use serde_json::Value;
 
 struct Demo {
@@ -74,25 +74,8 @@ fn untuned_demo_yields_rules_1_to_5_with_evidence_and_tuned_none() {
     let untuned = report_json(&d.untuned);
     collector::export::schema_check::check(&schema(), &untuned)
         .expect("the report with diagnoses matches the committed schema");
-    let found = rules(&untuned);
     for rule in 1..=5 {
-        let diag = untuned["diagnoses"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["rule"] == rule)
-            .unwrap_or_else(|| panic!("rule {rule} on the untuned side; found {found:?}"));
-        let ev = &diag["evidence"];
-        assert!(
-            ev["requests"].as_u64().unwrap() >= 3
-                && !ev["request_ids"].as_array().unwrap().is_empty()
-                && !ev["figures"].as_array().unwrap().is_empty(),
-            "rule {rule} shows its evidence: {diag:#}"
-        );
-        assert!(
-            !diag["fix"].as_array().unwrap().is_empty(),
-            "rule {rule} names a fix"
-        );
+        assert_rule_with_evidence(&untuned, rule);
     }
     let tuned = report_json(&d.tuned);
     let left: Vec<u64> = rules(&tuned).into_iter().filter(|r| *r <= 5).collect();

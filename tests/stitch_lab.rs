@@ -14,8 +14,6 @@ use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
 use tokenscope_lab::proxy::{NginxProxy, ProxyConfig, ProxyMode};
 use tokenscope_lab::{Engine, EngineConfig};
 
-const MS: u64 = 1_000_000;
-
 /// Runs `load` through nginx in `mode` while recording; returns bench's records and the report.
 fn run(mode: ProxyMode, load: BenchConfig) -> (Vec<RequestRecord>, Value) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -65,19 +63,6 @@ fn load(concurrency: usize, requests: u64, max_tokens: usize) -> BenchConfig {
         timeout: Duration::from_secs(120),
         ..BenchConfig::default()
     }
-}
-
-fn ns(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("expected ns, got {v}"))
-}
-
-fn point<'a>(r: &'a Value, kind: &str) -> Option<&'a Value> {
-    r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
-}
-
-fn percentile(v: &mut [u64], p: f64) -> u64 {
-    v.sort_unstable();
-    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 #[test]
@@ -166,26 +151,11 @@ fn keep_alive_streams_through_nginx_match_the_bench_exactly_once() {
             itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
         }
     }
-    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
-    let (t_ok, i_ok) = (within(&ttft_err), within(&itl_err));
-    let (t50, t99) = (
-        percentile(&mut ttft_err, 0.5),
-        percentile(&mut ttft_err, 0.99),
-    );
-    let (i50, i99) = (
-        percentile(&mut itl_err, 0.5),
-        percentile(&mut itl_err, 0.99),
-    );
-    println!("accuracy vs bench: TTFT |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)", itl_err.len());
-    assert!(
-        t_ok >= 0.99,
-        "TTFT within 1 ms for {:.1}% of requests (p99 error {t99} ns)",
-        t_ok * 100.0
-    );
-    assert!(
-        i_ok >= 0.99,
-        "ITL within 1 ms for {:.1}% of samples (p99 error {i99} ns)",
-        i_ok * 100.0
+    assert_within_a_millisecond(
+        "HTTP/1.1 through nginx (client read vs bench)",
+        "TTFT",
+        ttft_err,
+        itl_err,
     );
 }
 
@@ -337,25 +307,10 @@ fn tls_and_http2_through_nginx_every_request_once_within_a_millisecond_of_bench(
         let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
         itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
     }
-    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
-    let (t_ok, i_ok) = (within(&ttft_err), within(&itl_err));
-    let (t50, t99) = (
-        percentile(&mut ttft_err, 0.5),
-        percentile(&mut ttft_err, 0.99),
-    );
-    let (i50, i99) = (
-        percentile(&mut itl_err, 0.5),
-        percentile(&mut itl_err, 0.99),
-    );
-    println!("accuracy over TLS + HTTP/2 (client read vs bench): TTFT |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)", itl_err.len());
-    assert!(
-        t_ok >= 0.99,
-        "TTFT within 1 ms for {:.1}% of requests (p99 error {t99} ns)",
-        t_ok * 100.0
-    );
-    assert!(
-        i_ok >= 0.99,
-        "ITL within 1 ms for {:.1}% of samples (p99 error {i99} ns)",
-        i_ok * 100.0
+    assert_within_a_millisecond(
+        "TLS + HTTP/2 through nginx (client read vs bench)",
+        "TTFT",
+        ttft_err,
+        itl_err,
     );
 }

@@ -394,3 +394,108 @@ pub fn assert_no_secrets_in_outputs(recording: &Path, scratch: &Path, secrets: &
     }
     String::from_utf8_lossy(&dump).into_owned()
 }
+
+pub const MS: u64 = 1_000_000;
+
+/// A nanosecond figure of a JSON report.
+pub fn ns(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("expected ns, got {v}"))
+}
+
+/// A request's observation point of `kind` in a JSON report.
+pub fn point<'a>(r: &'a serde_json::Value, kind: &str) -> Option<&'a serde_json::Value> {
+    r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
+}
+
+/// The nearest-rank percentile of `v` (sorted in place).
+pub fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Accuracy against a client's own clock (two measurements of the same events, one
+/// clock): prints the errors' p50/p99 and asserts >= 99% of first tokens (TTFT) and of
+/// ITL samples are within 1 ms. `first` names what the first list holds.
+pub fn assert_within_a_millisecond(
+    what: &str,
+    first: &str,
+    mut first_err: Vec<u64>,
+    mut itl_err: Vec<u64>,
+) {
+    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
+    let (t_ok, i_ok) = (within(&first_err), within(&itl_err));
+    let (t50, t99) = (
+        percentile(&mut first_err, 0.5),
+        percentile(&mut first_err, 0.99),
+    );
+    let (i50, i99) = (
+        percentile(&mut itl_err, 0.5),
+        percentile(&mut itl_err, 0.99),
+    );
+    println!(
+        "accuracy, {what}: {first} |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)",
+        itl_err.len()
+    );
+    assert!(
+        t_ok >= 0.99,
+        "{what}: {first} within 1 ms for {:.1}% (p99 error {t99} ns)",
+        t_ok * 100.0
+    );
+    assert!(
+        i_ok >= 0.99,
+        "{what}: ITL within 1 ms for {:.1}% of samples (p99 error {i99} ns)",
+        i_ok * 100.0
+    );
+}
+
+/// Asserts the report names `rule` with evidence (requests, ids, figures) and a fix.
+pub fn assert_rule_with_evidence(report: &serde_json::Value, rule: u64) {
+    let found: Vec<&serde_json::Value> = report["diagnoses"]
+        .as_array()
+        .expect("diagnoses")
+        .iter()
+        .map(|d| &d["rule"])
+        .collect();
+    let diag = report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["rule"] == rule)
+        .unwrap_or_else(|| panic!("rule {rule} in the report; found {found:?}"));
+    let ev = &diag["evidence"];
+    assert!(
+        ev["requests"].as_u64().unwrap() >= 3
+            && !ev["request_ids"].as_array().unwrap().is_empty()
+            && !ev["figures"].as_array().unwrap().is_empty(),
+        "rule {rule} shows its evidence: {diag:#}"
+    );
+    assert!(
+        !diag["fix"].as_array().unwrap().is_empty(),
+        "rule {rule} names a fix"
+    );
+}
+
+/// The lab engine (on a runtime the caller keeps) behind real nginx on its four
+/// listeners, proxying with HTTP/1.1 keep-alive upstream and no buffering.
+pub fn engine_behind_nginx(dir: &Path) -> (tokio::runtime::Runtime, tokenscope_lab::Engine, Nginx) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let engine = rt
+        .block_on(tokenscope_lab::Engine::start(
+            tokenscope_lab::EngineConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .expect("lab engine");
+    let up = engine.addr();
+    let nginx = Nginx::start(
+        dir,
+        &format!(
+            "proxy_pass http://{up}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+             proxy_buffering off;"
+        ),
+    );
+    (rt, engine, nginx)
+}

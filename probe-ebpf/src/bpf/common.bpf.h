@@ -134,4 +134,33 @@ static __always_inline void read_sock(struct ts_sock *out, struct sock *sk)
 		}                                                                          \
 	} while (0)
 
+/* Argument n (1-based) of a uprobed call at its entry, System V x86-64. Arguments past the
+ * sixth are on the stack above the return address. */
+static __always_inline __u64 uprobe_arg(struct pt_regs *ctx, int n)
+{
+#if defined(__TARGET_ARCH_x86)
+	switch (n) {
+	case 1:
+		return ctx->di;
+	case 2:
+		return ctx->si;
+	case 3:
+		return ctx->dx;
+	case 4:
+		return ctx->cx;
+	case 5:
+		return ctx->r8;
+	case 6:
+		return ctx->r9;
+	default: {
+		__u64 v = 0;
+		bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->sp + 8 * (n - 6)));
+		return v;
+	}
+	}
+#else
+	return 0;
+#endif
+}
+
 #endif

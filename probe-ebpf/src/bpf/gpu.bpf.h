@@ -6,35 +6,6 @@
  * Uprobes cost tens of microseconds per hit in VMs: they are optional.
  */
 
-/* Argument n (1-based) of a call at its entry, System V x86-64. Arguments past the
- * sixth are on the stack above the return address. */
-static __always_inline __u64 cuda_arg(struct pt_regs *ctx, int n)
-{
-#if defined(__TARGET_ARCH_x86)
-	switch (n) {
-	case 1:
-		return ctx->di;
-	case 2:
-		return ctx->si;
-	case 3:
-		return ctx->dx;
-	case 4:
-		return ctx->cx;
-	case 5:
-		return ctx->r8;
-	case 6:
-		return ctx->r9;
-	default: {
-		__u64 v = 0;
-		bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->sp + 8 * (n - 6)));
-		return v;
-	}
-	}
-#else
-	return 0;
-#endif
-}
-
 /* CUlaunchConfig: gridDim[3], blockDim[3], sharedMemBytes (7 x u32), then hStream. */
 #define TS_CULAUNCHCONFIG_STREAM_OFFSET 32
 
@@ -49,26 +20,26 @@ int up_cuda_entry(struct pt_regs *ctx)
 	ev.phase = TS_CUDA_ENTRY;
 	switch (ev.call) {
 	case TS_CU_LAUNCH_KERNEL: /* (f, grid xyz, block xyz, sharedMem, hStream, params, extra) */
-		ev.stream = cuda_arg(ctx, 9);
+		ev.stream = uprobe_arg(ctx, 9);
 		break;
 	case TS_CU_LAUNCH_KERNEL_EX: { /* (const CUlaunchConfig *config, f, params, extra) */
-		void *config = (void *)cuda_arg(ctx, 1);
+		void *config = (void *)uprobe_arg(ctx, 1);
 		bpf_probe_read_user(&ev.stream, sizeof(ev.stream), config + TS_CULAUNCHCONFIG_STREAM_OFFSET);
 		break;
 	}
 	case TS_CU_GRAPH_LAUNCH: /* (hGraphExec, hStream) */
-		ev.stream = cuda_arg(ctx, 2);
+		ev.stream = uprobe_arg(ctx, 2);
 		break;
 	case TS_CU_MEMCPY_DTOH_ASYNC: /* (dstHost, srcDevice, ByteCount, hStream) */
-		ev.bytes = cuda_arg(ctx, 3);
-		ev.stream = cuda_arg(ctx, 4);
+		ev.bytes = uprobe_arg(ctx, 3);
+		ev.stream = uprobe_arg(ctx, 4);
 		break;
 	case TS_CU_MEMCPY_DTOH: /* (dstHost, srcDevice, ByteCount) */
-		ev.bytes = cuda_arg(ctx, 3);
+		ev.bytes = uprobe_arg(ctx, 3);
 		break;
 	case TS_CU_STREAM_SYNCHRONIZE: /* (hStream) */
 	case TS_CU_EVENT_SYNCHRONIZE:  /* (hEvent) */
-		ev.stream = cuda_arg(ctx, 1);
+		ev.stream = uprobe_arg(ctx, 1);
 		break;
 	default:
 		break;

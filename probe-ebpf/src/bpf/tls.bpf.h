@@ -86,22 +86,6 @@ static __always_inline void tls_note_socket(__u32 tid, const struct ts_sock *soc
 	bpf_map_update_elem(&SSL_SOCK, &a->ssl, sock, BPF_ANY);
 }
 
-static __always_inline __u64 ssl_arg(struct pt_regs *ctx, int n)
-{
-#if defined(__TARGET_ARCH_x86)
-	switch (n) {
-	case 1:
-		return ctx->di;
-	case 2:
-		return ctx->si;
-	default:
-		return ctx->cx; /* 4th: the _ex forms' size_t *written / *readbytes */
-	}
-#else
-	return 0;
-#endif
-}
-
 SEC("uprobe")
 int up_ssl_entry(struct pt_regs *ctx)
 {
@@ -109,15 +93,15 @@ int up_ssl_entry(struct pt_regs *ctx)
 	if (!pid_wanted(id >> 32))
 		return 0;
 	__u32 call = bpf_get_attach_cookie(ctx);
-	__u64 ssl = ssl_arg(ctx, 1);
+	__u64 ssl = uprobe_arg(ctx, 1);
 	if (call == TS_SSL_SHUTDOWN || call == TS_SSL_FREE) {
 		bpf_map_delete_elem(&SSL_SOCK, &ssl);
 		return 0;
 	}
 	struct ssl_args a = {};
 	a.ssl = ssl;
-	a.buf = ssl_arg(ctx, 2);
-	a.done_ptr = (call == TS_SSL_WRITE_EX || call == TS_SSL_READ_EX) ? ssl_arg(ctx, 4) : 0;
+	a.buf = uprobe_arg(ctx, 2);
+	a.done_ptr = (call == TS_SSL_WRITE_EX || call == TS_SSL_READ_EX) ? uprobe_arg(ctx, 4) : 0;
 	a.entry_ns = bpf_ktime_get_ns();
 	a.call = call;
 	__u32 tid = (__u32)id;
