@@ -41,6 +41,8 @@ pub struct Row {
     pub coalesced: bool,
     /// Some of its decode gaps at the engine waited on other requests' prefill.
     pub stalled: bool,
+    /// One stream of an HTTP/2 connection (filterable as `http2`).
+    pub http2: bool,
     /// No end of response yet (live: still streaming; replay: cut off).
     pub open: bool,
 }
@@ -75,6 +77,7 @@ impl Row {
             tls: r.tls,
             coalesced: r.coalesced,
             stalled: r.gpu.as_ref().is_some_and(|g| !g.stalled_by.is_empty()),
+            http2: r.http2,
             open: r.truncated,
         }
     }
@@ -103,6 +106,7 @@ impl Row {
             (self.tls, "tls"),
             (self.coalesced, "coalesced"),
             (self.stalled, "stalled"),
+            (self.http2, "http2"),
             (self.open, "open"),
         ];
         self.route.to_lowercase().contains(needle)

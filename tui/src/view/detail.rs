@@ -57,6 +57,8 @@ fn summary(row: &Row, r: &Request) -> Vec<Line<'static>> {
         (row.coalesced, "coalesced"),
         (row.stalled, "stalled"),
         (r.encrypted, "encrypted"),
+        (r.http2, "HTTP/2"),
+        (r.attached_mid, "attached mid-connection"),
         (r.events_dropped, "events dropped"),
     ] {
         if on {

@@ -22,7 +22,7 @@ const HELP: &[&str] = &[
     "request's prefill). Italic rows are still open.",
     "ITL panel buckets: 0 <5 <10 <25 <50 <100 <250 ms <1 s ≥1 s.",
     "Filter text matches route, client, status or flag names",
-    "(new-conn tls coalesced stalled open).",
+    "(new-conn tls coalesced stalled http2 open).",
     "Diagnoses panel: what tokenscope report's rules find in the",
     "window, largest saving first: [rule] fix, ~its share of the",
     "TTFT p95 saving, where; then what was seen. A request's",
