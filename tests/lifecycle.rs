@@ -233,14 +233,7 @@ fn stopping_mid_stream_leaves_every_stream_readable() {
         "the 8 streams in flight, nothing made up"
     );
     for r in requests {
-        let tokens = |kind: &str| {
-            r["points"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|p| p["kind"] == kind)
-                .map_or(0, |p| p["token_ns"].as_array().unwrap().len())
-        };
+        let tokens = |kind: &str| tokens_at(r, kind);
         assert!(
             tokens("engine_write") >= 5 && tokens("client_read") >= 5,
             "request {} has its tokens at both ends: {}",

@@ -65,6 +65,27 @@ fn load(concurrency: usize, requests: u64, max_tokens: usize) -> BenchConfig {
     }
 }
 
+/// One request's point against bench's record of it: the same token count, and the
+/// TTFT and ITL errors (bench's clock is the reference).
+fn compare_with_bench(
+    r: &Value,
+    at: &Value,
+    b: &RequestRecord,
+    ttft_err: &mut Vec<u64>,
+    itl_err: &mut Vec<u64>,
+) {
+    let tokens: Vec<u64> = at["token_ns"].as_array().unwrap().iter().map(ns).collect();
+    assert_eq!(
+        tokens.len(),
+        b.events.iter().filter(|e| e.choice).count(),
+        "token count of request {}",
+        r["id"]
+    );
+    ttft_err.push(ns(&at["ttft_ns"]).abs_diff(b.ttft_ns().expect("bench ttft")));
+    let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
+    itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
+}
+
 #[test]
 fn keep_alive_streams_through_nginx_match_the_bench_exactly_once() {
     let (records, report) = run(ProxyMode::TunedPlain, load(32, 192, 24));
@@ -133,22 +154,7 @@ fn keep_alive_streams_through_nginx_match_the_bench_exactly_once() {
                 r["id"]
             );
             let client = point(r, "client_read").unwrap();
-            let tokens: Vec<u64> = client["token_ns"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(ns)
-                .collect();
-            let bench_tokens = b.events.iter().filter(|e| e.choice).count();
-            assert_eq!(
-                tokens.len(),
-                bench_tokens,
-                "token count of request {}",
-                r["id"]
-            );
-            ttft_err.push(ns(&client["ttft_ns"]).abs_diff(b.ttft_ns().expect("bench ttft")));
-            let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
-            itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
+            compare_with_bench(r, client, b, &mut ttft_err, &mut itl_err);
         }
     }
     assert_within_a_millisecond(
@@ -295,17 +301,7 @@ fn tls_and_http2_through_nginx_every_request_once_within_a_millisecond_of_bench(
         }
         (used_r[i], used_b[j]) = (true, true);
         let (r, b) = (requests[i], &records[j]);
-        let at = &r["points"][0];
-        let tokens: Vec<u64> = at["token_ns"].as_array().unwrap().iter().map(ns).collect();
-        assert_eq!(
-            tokens.len(),
-            b.events.iter().filter(|e| e.choice).count(),
-            "token count of request {}",
-            r["id"]
-        );
-        ttft_err.push(ns(&at["ttft_ns"]).abs_diff(b.ttft_ns().expect("bench ttft")));
-        let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
-        itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
+        compare_with_bench(r, &r["points"][0], b, &mut ttft_err, &mut itl_err);
     }
     assert_within_a_millisecond(
         "TLS + HTTP/2 through nginx (client read vs bench)",

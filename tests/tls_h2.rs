@@ -76,15 +76,6 @@ fn kinds(r: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn token_count(r: &Value, kind: &str) -> usize {
-    r["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["kind"] == kind)
-        .map_or(0, |p| p["token_ns"].as_array().unwrap().len())
-}
-
 #[test]
 fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -150,7 +141,7 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
         );
         for kind in ["client_read", "proxy_write", "proxy_read", "engine_write"] {
             assert_eq!(
-                token_count(r, kind),
+                tokens_at(r, kind),
                 received,
                 "{wire:?}: every token curl received is timed at {kind}"
             );

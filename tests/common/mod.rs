@@ -407,6 +407,11 @@ pub fn point<'a>(r: &'a serde_json::Value, kind: &str) -> Option<&'a serde_json:
     r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
 }
 
+/// How many tokens a request's point of `kind` saw (0 without that point).
+pub fn tokens_at(r: &serde_json::Value, kind: &str) -> usize {
+    point(r, kind).map_or(0, |p| p["token_ns"].as_array().map_or(0, Vec::len))
+}
+
 /// The nearest-rank percentile of `v` (sorted in place).
 pub fn percentile(v: &mut [u64], p: f64) -> u64 {
     v.sort_unstable();
