@@ -31,9 +31,12 @@ pub fn libssl(pids: &[u32]) -> Vec<PathBuf> {
     let is_libssl = |name: &str| name.starts_with("libssl.so");
     let mut found: BTreeSet<PathBuf> = mapped(pids, is_libssl).into_iter().collect();
     found.extend(loader_cache(is_libssl));
+    // Executables that map no libssl may carry OpenSSL themselves.
     let mut exes = BTreeSet::new();
     for pid in pids_or_all(pids) {
-        if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+        let maps_libssl = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .is_ok_and(|m| m.contains("/libssl.so"));
+        if let (false, Ok(exe)) = (maps_libssl, std::fs::read_link(format!("/proc/{pid}/exe"))) {
             exes.insert(exe);
         }
     }
@@ -77,16 +80,18 @@ fn loader_cache(wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Whether the ELF file at `path` defines `symbol` in its dynamic symbol table.
+/// Whether the ELF file at `path` defines `symbol` in its dynamic symbol table. Reads
+/// only the headers and tables it needs (executables can be hundreds of MB).
 pub fn exports(path: &Path, symbol: &str) -> bool {
     use object::{Object, ObjectSymbol};
-    let Ok(data) = std::fs::read(path) else {
+    let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    let Ok(file) = object::File::parse(&*data) else {
+    let cache = object::ReadCache::new(file);
+    let Ok(elf) = object::File::parse(&cache) else {
         return false;
     };
-    file.dynamic_symbols()
+    elf.dynamic_symbols()
         .any(|s| s.is_definition() && s.name() == Ok(symbol))
 }
 
