@@ -306,7 +306,11 @@ impl Connection {
             self.tls_records(ev.ts_ns, io.dir(), t);
             return;
         }
-        if sn.h2_preface || !sn.h2_streams.is_empty() || sn.h2_control_frames > 0 {
+        if sn.h2_preface
+            || !sn.h2_streams.is_empty()
+            || sn.h2_control_frames > 0
+            || sn.h2_errors > 0
+        {
             self.h2 = true;
             self.h2_control_frames += u64::from(sn.h2_control_frames);
             self.h2_errors += u64::from(sn.h2_errors);
