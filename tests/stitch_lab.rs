@@ -136,12 +136,7 @@ fn keep_alive_streams_through_nginx_match_the_bench_exactly_once() {
         rs.sort_by_key(|r| ns(&r["first_byte_ns"]));
         assert_eq!(bs.len(), rs.len(), "requests on :{port}");
         for (b, r) in bs.iter().zip(rs) {
-            let kinds: Vec<&str> = r["points"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| p["kind"].as_str().unwrap())
-                .collect();
+            let kinds = point_kinds(r);
             assert_eq!(
                 kinds,
                 ["client_read", "proxy_write", "proxy_read", "engine_write"],
@@ -261,12 +256,7 @@ fn tls_and_http2_through_nginx_every_request_once_within_a_millisecond_of_bench(
         "every bench request appears exactly once, none made of control frames"
     );
     for r in &requests {
-        let kinds: Vec<&str> = r["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["kind"].as_str().unwrap())
-            .collect();
+        let kinds = point_kinds(r);
         assert_eq!(
             kinds,
             ["client_read", "proxy_write", "proxy_read", "engine_write"],

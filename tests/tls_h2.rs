@@ -67,15 +67,6 @@ fn stream_with_curl(nginx: &Nginx, wire: Wire) -> usize {
     tokens
 }
 
-fn kinds(r: &Value) -> Vec<&str> {
-    r["points"]
-        .as_array()
-        .expect("points")
-        .iter()
-        .map(|p| p["kind"].as_str().expect("kind"))
-        .collect()
-}
-
 #[test]
 fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -108,7 +99,7 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
                 r["path"],
                 r["tls"],
                 r["http2"],
-                kinds(r)
+                point_kinds(r)
             )
         })
         .collect();
@@ -135,7 +126,7 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
             "{wire:?}: decoded head"
         );
         assert_eq!(
-            kinds(r),
+            point_kinds(r),
             ["client_read", "proxy_write", "proxy_read", "engine_write"],
             "{wire:?}: joined from curl to the engine"
         );

@@ -407,6 +407,16 @@ pub fn point<'a>(r: &'a serde_json::Value, kind: &str) -> Option<&'a serde_json:
     r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
 }
 
+/// The kinds of a request's observation points, client side first.
+pub fn point_kinds(r: &serde_json::Value) -> Vec<&str> {
+    r["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| p["kind"].as_str().expect("kind"))
+        .collect()
+}
+
 /// How many tokens a request's point of `kind` saw (0 without that point).
 pub fn tokens_at(r: &serde_json::Value, kind: &str) -> usize {
     point(r, kind).map_or(0, |p| p["token_ns"].as_array().map_or(0, Vec::len))
