@@ -18,7 +18,8 @@ connection, TLS handshake and socket read/write of the chain (client -> proxy ->
 without restarting anything.
 
 Requirements: root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_ADMIN for uprobes); a kernel with
-BTF (/sys/kernel/btf/vmlinux); tracefs (mounted automatically when missing).
+BTF (/sys/kernel/btf/vmlinux, or --btf FILE) and a BPF ring buffer (5.8+); tracefs (mounted
+automatically when missing). Exit status 2 when the kernel cannot host the probes.
 
 Privacy: payloads are reduced in the collector to HTTP start lines, framing headers and
 TLS record headers; prompts, completions, Authorization and Cookie values never reach any
@@ -41,10 +42,16 @@ Examples:
   tokenscope record --port 8000 --port 443 -o api.tsrec
   tokenscope record --port 443 --libssl /opt/app/lib/libssl.so.3 -o tls.tsrec
   tokenscope record --port 443 --tls off -o tls.tsrec  # TLS timed by record only
+  tokenscope record --io-source syscall -o s.tsrec     # no kprobes, no 6.3 tracepoints
+  tokenscope record --btf /var/lib/btf/$(uname -r).btf -o r.tsrec  # kernel without BTF
   tokenscope record --port 8000 --libcuda /usr/lib/x86_64-linux-gnu/libcuda.so.1 -o gpu.tsrec
   tokenscope record --port 8000 --cupti-socket /tmp/ts-cupti.sock -o gpu.tsrec
       # ...and start the engine with CUDA_INJECTION64_PATH=<tokenscope dir>/libtokenscope_cupti_hook.so
       #     TOKENSCOPE_CUPTI_SOCKET=/tmp/ts-cupti.sock
+
+I/O source: socket I/O comes from the socket-layer tracepoints (Linux 6.3+), else kprobes on
+tcp_sendmsg/tcp_cleanup_rbuf, else the syscall tracepoints alone (--io-source forces one);
+the first lines and the report name the one used. A kernel without BTF needs --btf FILE.
 
 Filters: -p limits socket I/O and accepts to those processes; TCP state changes and
 retransmits run in the kernel's softirq, outside any process, so only --port filters them.
@@ -183,6 +190,8 @@ struct RecordArgs {
     /// Put the TLS plaintext uprobes on this file (repeatable) instead of searching.
     #[arg(long, value_name = "PATH")]
     libssl: Vec<PathBuf>,
+    #[command(flatten)]
+    kernel: tokenscope_tui::KernelArgs,
     /// NVML device counters: `auto` samples when a driver is there (one line when not).
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     nvml: GpuMode,
@@ -280,6 +289,7 @@ impl RecordObserver for Progress {
         if let Some(note) = self.gpu_note {
             eprintln!("tokenscope: {note}");
         }
+        eprintln!("tokenscope: {}", probes.io_source_line());
         eprintln!(
             "tokenscope: recording: {} probes attached; Ctrl-C to stop",
             probes.attached.len()
@@ -312,15 +322,18 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let gpu_note = (args.gpu == GpuMode::Auto && libcuda.is_empty())
         .then_some("GPU probes off: no traced process maps libcuda.so (use --libcuda PATH)");
+    let mut probes = ProbeConfig {
+        pids: args.pids,
+        ports: args.ports,
+        ring_bytes: args.ring_size,
+        payload_cap: args.payload_cap,
+        libcuda,
+        libssl,
+        ..ProbeConfig::default()
+    };
+    args.kernel.apply(&mut probes);
     let opts = RecordOptions {
-        probes: ProbeConfig {
-            pids: args.pids,
-            ports: args.ports,
-            ring_bytes: args.ring_size,
-            payload_cap: args.payload_cap,
-            libcuda,
-            libssl,
-        },
+        probes,
         duration: args.duration,
         output: recording.clone(),
         cupti_socket: args.cupti_socket.clone(),

@@ -14,7 +14,23 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line with its context chain, like bpftop and oha.
             eprintln!("tokenscope: error: {e:#}");
-            ExitCode::FAILURE
+            if unsupported_kernel(&e) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
+}
+
+/// No BTF or no usable I/O source: the host cannot run the probes (exit status 2).
+fn unsupported_kernel(e: &anyhow::Error) -> bool {
+    use collector::probes::ProbeError;
+    use collector::record::RecordSessionError;
+    e.chain().any(|c| {
+        c.downcast_ref::<ProbeError>()
+            .is_some_and(ProbeError::is_unsupported_kernel)
+            || c.downcast_ref::<RecordSessionError>()
+                .is_some_and(RecordSessionError::is_unsupported_kernel)
+    })
 }

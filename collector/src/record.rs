@@ -47,6 +47,13 @@ pub enum RecordSessionError {
     Signal(std::io::Error),
 }
 
+impl RecordSessionError {
+    /// The kernel cannot host tokenscope (no BTF, no I/O source): exit status 2.
+    pub fn is_unsupported_kernel(&self) -> bool {
+        matches!(self, RecordSessionError::Probe(p) if p.is_unsupported_kernel())
+    }
+}
+
 /// What a session reports while it runs.
 pub trait RecordObserver {
     /// Probes are attached: traffic from now on is recorded.
@@ -78,6 +85,7 @@ pub fn run(
     writer.update_header(|h| {
         h.probes = probes.attached.clone();
         h.probes_skipped = probes.skipped.clone();
+        h.io_source = probes.io_source.name().into();
         h.start_monotonic_ns = monotonic_ns();
     })?;
     observer.started(&probes);

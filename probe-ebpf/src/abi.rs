@@ -40,6 +40,10 @@ pub const SYS_RECVMSG: u32 = 8;
 pub const SYS_SSL_WRITE: u32 = 9;
 pub const SYS_SSL_READ: u32 = 10;
 
+pub const IO_SRC_SOCK: u32 = 1;
+pub const IO_SRC_KPROBE: u32 = 2;
+pub const IO_SRC_SYSCALL: u32 = 3;
+
 pub const SSL_WRITE: u32 = 1;
 pub const SSL_WRITE_EX: u32 = 2;
 pub const SSL_READ: u32 = 3;

@@ -20,14 +20,19 @@ pub const CFG_N_PORTS: &str = "cfg_n_ports";
 pub const CFG_PORTS: &str = "cfg_ports";
 pub const CFG_WAKEUP_BYTES: &str = "cfg_wakeup_bytes";
 pub const CFG_PAYLOAD_CAP: &str = "cfg_payload_cap";
+/// Which I/O source emits socket I/O events (`abi::IO_SRC_*`).
+pub const CFG_IO_SOURCE: &str = "cfg_io_source";
 
 /// Which concern a probe serves; the recording's header lists what was attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeGroup {
     /// TCP state changes, accepts, retransmits.
     Conn,
-    /// Socket sends and receives with payload prefixes.
+    /// The syscalls that carry socket buffers: every I/O source needs them (the
+    /// syscall source emits from them).
     Io,
+    /// The socket-layer tracepoints that emit I/O records in the `sock` source.
+    SockIo,
 }
 
 /// One tracepoint program: the C function name (what aya finds it by) and where it attaches.
@@ -197,15 +202,15 @@ pub const TRACEPOINTS: &[Tracepoint] = &[
         "tp_sock_sock_send_length",
         "sock",
         "sock_send_length",
-        ProbeGroup::Io,
-        true,
+        ProbeGroup::SockIo,
+        false,
     ),
     tp(
         "tp_sock_sock_recv_length",
         "sock",
         "sock_recv_length",
-        ProbeGroup::Io,
-        true,
+        ProbeGroup::SockIo,
+        false,
     ),
     tp(
         "tp_tcp_tcp_retransmit_skb",
@@ -214,6 +219,30 @@ pub const TRACEPOINTS: &[Tracepoint] = &[
         ProbeGroup::Conn,
         false,
     ),
+];
+
+/// One kprobe program of the `kprobe` I/O source.
+#[derive(Clone, Copy, Debug)]
+pub struct Kprobe {
+    pub program: &'static str,
+    /// The kernel function it attaches to.
+    pub function: &'static str,
+}
+
+/// The `kprobe` I/O source: tcp_sendmsg's entry and return, tcp_cleanup_rbuf's entry.
+pub const KPROBES: &[Kprobe] = &[
+    Kprobe {
+        program: "kp_tcp_sendmsg",
+        function: "tcp_sendmsg",
+    },
+    Kprobe {
+        program: "krp_tcp_sendmsg",
+        function: "tcp_sendmsg",
+    },
+    Kprobe {
+        program: "kp_tcp_cleanup_rbuf",
+        function: "tcp_cleanup_rbuf",
+    },
 ];
 
 /// 1 when build.rs found no clang and embedded an empty object.

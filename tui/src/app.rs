@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use collector::probes::{ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES};
+use collector::probes::{
+    IoSource, IoSourceChoice, ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES,
+};
 use collector::record::{NvmlOptions, RecordOptions};
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -23,6 +25,43 @@ const FRAME: Duration = Duration::from_millis(100);
 pub enum GpuMode {
     Auto,
     Off,
+}
+
+/// Where socket I/O events come from (`--io-source`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoSourceArg {
+    /// The best source this kernel has (sock, then kprobe, then syscall).
+    Auto,
+    /// The socket-layer tracepoints sock:sock_send_length/sock_recv_length (Linux 6.3+).
+    Sock,
+    /// kprobes on tcp_sendmsg and tcp_cleanup_rbuf (kernels built with kprobes).
+    Kprobe,
+    /// The syscall tracepoints alone; does not see sendfile, splice or io_uring.
+    Syscall,
+}
+
+/// How the probes meet the kernel: shared by `record` and `top`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KernelArgs {
+    /// Where socket I/O events come from; the recording and the report name the one used.
+    #[arg(long, value_enum, default_value_t = IoSourceArg::Auto)]
+    pub io_source: IoSourceArg,
+    /// Kernel BTF to use when the kernel has none at /sys/kernel/btf/vmlinux (older
+    /// RHEL/CentOS), e.g. a BTFHub file for this exact kernel.
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<PathBuf>,
+}
+
+impl KernelArgs {
+    pub fn apply(&self, probes: &mut ProbeConfig) {
+        probes.io_source = match self.io_source {
+            IoSourceArg::Auto => IoSourceChoice::Auto,
+            IoSourceArg::Sock => IoSourceChoice::Only(IoSource::Sock),
+            IoSourceArg::Kprobe => IoSourceChoice::Only(IoSource::Kprobe),
+            IoSourceArg::Syscall => IoSourceChoice::Only(IoSource::Syscall),
+        };
+        probes.btf = self.btf.clone();
+    }
 }
 
 /// For the CLI's `#[command(after_help = ...)]` on `top`.
@@ -65,6 +104,8 @@ pub struct TopArgs {
     /// Live: TLS plaintext from OpenSSL uprobes (`auto`, as `record --tls`) or none.
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     pub tls: GpuMode,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Live: keep the recording in this file (default: a temporary file, removed on exit).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -195,15 +236,18 @@ fn record_options(args: &TopArgs) -> RecordOptions {
         GpuMode::Off => Vec::new(),
         GpuMode::Auto => collector::probes::find_libssl(&args.pids),
     };
+    let mut probes = ProbeConfig {
+        pids: args.pids.clone(),
+        ports: args.ports.clone(),
+        ring_bytes: DEFAULT_RING_BYTES,
+        payload_cap: DEFAULT_PAYLOAD_CAP,
+        libcuda,
+        libssl,
+        ..ProbeConfig::default()
+    };
+    args.kernel.apply(&mut probes);
     RecordOptions {
-        probes: ProbeConfig {
-            pids: args.pids.clone(),
-            ports: args.ports.clone(),
-            ring_bytes: DEFAULT_RING_BYTES,
-            payload_cap: DEFAULT_PAYLOAD_CAP,
-            libcuda,
-            libssl,
-        },
+        probes,
         nvml: (args.nvml == GpuMode::Auto).then(|| NvmlOptions {
             lib: None,
             interval: Duration::from_millis(100),

@@ -11,6 +11,6 @@ pub mod state;
 pub mod term;
 pub mod view;
 
-pub use app::{action_for_key, run_top, GpuMode, TopArgs, AFTER_HELP};
+pub use app::{action_for_key, run_top, GpuMode, IoSourceArg, KernelArgs, TopArgs, AFTER_HELP};
 pub use state::{update, Action, Meta, SortKey, State, View};
 pub use view::render;

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::analyze::{self, Stats, Summary};
 use crate::diagnose::{self, slo, Diagnosis, Slo, SloResult};
+use crate::ingest::io_source::IoSource;
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
 use crate::stitch::{self, Request};
@@ -53,6 +54,9 @@ pub struct GpuSummary {
 pub struct RecordingInfo {
     pub host: String,
     pub kernel: String,
+    /// Where socket I/O came from; absent in recordings older than the choice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_source: Option<IoSourceInfo>,
     pub complete: bool,
     pub duration_ns: u64,
     pub events: u64,
@@ -60,6 +64,30 @@ pub struct RecordingInfo {
     pub delivered: u64,
     pub dropped: u64,
     pub decode_errors: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IoSourceInfo {
+    /// `sock`, `kprobe` or `syscall` (`record --io-source`).
+    pub name: String,
+    pub description: String,
+    /// What the source cannot see, when something.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_seen: Option<&'static str>,
+}
+
+impl IoSourceInfo {
+    fn from_header(name: &str) -> Option<IoSourceInfo> {
+        if name.is_empty() {
+            return None;
+        }
+        let known = IoSource::from_name(name);
+        Some(IoSourceInfo {
+            name: name.to_string(),
+            description: known.map_or_else(|| name.to_string(), |s| s.describe().to_string()),
+            not_seen: known.and_then(IoSource::blind_spot),
+        })
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -87,6 +115,7 @@ pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Rep
         recording: RecordingInfo {
             host: header.host.clone(),
             kernel: header.kernel.clone(),
+            io_source: IoSourceInfo::from_header(&header.io_source),
             complete: header.complete,
             duration_ns: header
                 .end_monotonic_ns
@@ -175,6 +204,12 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         "tokenscope report: {} requests ({} on new connections, {} seen only as TLS records), {} tokens; {} events, {} dropped, {} unparsed I/Os",
         o.requests, o.new_connections, o.encrypted, o.tokens, r.events, r.dropped, report.unparsed_ios
     )?;
+    if let Some(io) = &r.io_source {
+        writeln!(out, "I/O source: {}, kernel {}", io.description, r.kernel)?;
+        if let Some(blind) = io.not_seen {
+            writeln!(out, "  not seen with this source: {blind}")?;
+        }
+    }
     if r.dropped > 0 {
         writeln!(
             out,
@@ -437,6 +472,8 @@ mod tests {
         proxied(&mut net, 1_020 * MS, 40001, 50001, "req-b");
         let header = FileHeader {
             host: "h".into(),
+            kernel: "6.1.0-57-amd64".into(),
+            io_source: "syscall".into(),
             complete: true,
             counters: Some(Counters {
                 dropped: 1,
@@ -471,6 +508,11 @@ mod tests {
             text.contains("client read")
                 && text.contains("WARNING: the recording dropped 1 events"),
             "{text}"
+        );
+        assert!(
+            text.contains("I/O source: syscall tracepoints (fd -> socket), kernel 6.1.0-57-amd64")
+                && text.contains("not seen with this source: sendfile, splice and io_uring"),
+            "the report names the I/O source and what it cannot see: {text}"
         );
     }
 }

@@ -80,6 +80,10 @@ pub struct FileHeader {
     /// it since. Their bytes are missing from the plaintext streams.
     #[prost(uint64, tag = "21")]
     pub tls_untied: u64,
+    /// Where socket I/O events came from (`--io-source` name: sock, kprobe, syscall);
+    /// empty in recordings older than the choice (all of them used `sock`).
+    #[prost(string, tag = "22")]
+    pub io_source: String,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]

@@ -3,6 +3,7 @@
 //! recording would be useless without it.
 
 mod discover;
+mod io_source;
 mod preflight;
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -10,13 +11,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::kprobe::KProbeLinkId;
 use aya::programs::trace_point::TracePointLinkId;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
-use aya::programs::{TracePoint, UProbe};
-use aya::{Ebpf, EbpfLoader};
-use probe_ebpf::{abi, Tracepoint, TRACEPOINTS};
+use aya::programs::{KProbe, TracePoint, UProbe};
+use aya::{Btf, Ebpf, EbpfLoader, Endianness};
+use probe_ebpf::{abi, ProbeGroup, Tracepoint, KPROBES, TRACEPOINTS};
 
-pub use preflight::tracefs_root;
+use io_source::KernelFeatures;
+pub use io_source::{IoSource, IoSourceChoice};
+pub use preflight::{kernel_btf_path, tracefs_root};
 
 /// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
@@ -40,6 +44,10 @@ pub struct ProbeConfig {
     /// Files exporting OpenSSL's SSL_read/SSL_write (libssl.so*, or executables that
     /// link it statically and export it) to put plaintext uprobes on (empty: none).
     pub libssl: Vec<PathBuf>,
+    /// Where socket I/O events come from (auto: the best the kernel has).
+    pub io_source: IoSourceChoice,
+    /// A BTF file for kernels without /sys/kernel/btf/vmlinux (BTFHub-style).
+    pub btf: Option<PathBuf>,
 }
 
 impl Default for ProbeConfig {
@@ -51,6 +59,8 @@ impl Default for ProbeConfig {
             payload_cap: DEFAULT_PAYLOAD_CAP,
             libcuda: Vec::new(),
             libssl: Vec::new(),
+            io_source: IoSourceChoice::Auto,
+            btf: None,
         }
     }
 }
@@ -61,8 +71,14 @@ pub enum ProbeError {
     NotBuilt,
     #[error("not privileged: loading eBPF needs root, or CAP_BPF and CAP_PERFMON (plus CAP_SYS_ADMIN for uprobes)")]
     NotPrivileged,
-    #[error("kernel BTF not found at /sys/kernel/btf/vmlinux: tokenscope needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
-    NoBtf,
+    #[error("kernel BTF not found at {0}: this kernel was built without CONFIG_DEBUG_INFO_BTF; pass one for it with --btf FILE (BTFHub-style)")]
+    NoBtf(String),
+    #[error("--btf {path}: {reason}")]
+    BadBtf { path: String, reason: String },
+    #[error("no usable socket I/O source in this kernel ({0})")]
+    NoIoSource(String),
+    #[error("--io-source {name}: not available in this kernel: {why}")]
+    IoSourceUnavailable { name: &'static str, why: String },
     #[error("tracefs is not mounted and mounting it failed ({0}); as root run: mount -t tracefs nodev /sys/kernel/tracing")]
     NoTracefs(String),
     #[error("pid {0}: no such process")]
@@ -79,12 +95,29 @@ pub enum ProbeError {
     Attach { probe: String, reason: String },
 }
 
+impl ProbeError {
+    /// The kernel cannot host tokenscope (as opposed to a usage or a transient error):
+    /// callers exit with status 2 for these.
+    pub fn is_unsupported_kernel(&self) -> bool {
+        matches!(
+            self,
+            ProbeError::NoBtf(_)
+                | ProbeError::BadBtf { .. }
+                | ProbeError::NoIoSource(_)
+                | ProbeError::IoSourceUnavailable { .. }
+        )
+    }
+}
+
 /// Loaded and attached probes; dropping them detaches everything.
 pub struct Probes {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
     links: Vec<(&'static str, TracePointLinkId)>,
+    kprobe_links: Vec<(&'static str, KProbeLinkId)>,
     uprobe_links: Vec<(&'static str, UProbeLinkId)>,
+    /// Where socket I/O events come from.
+    pub io_source: IoSource,
     /// `category:name` of each attached tracepoint.
     pub attached: Vec<String>,
     /// `category:name: reason` of each tracepoint the kernel lacked.
@@ -111,19 +144,68 @@ impl Probes {
                 got: cfg.ports.len(),
             });
         }
+        let btf = match &cfg.btf {
+            Some(path) => Some(Btf::parse_file(path, Endianness::default()).map_err(|e| {
+                ProbeError::BadBtf {
+                    path: path.display().to_string(),
+                    reason: error_chain(&e),
+                }
+            })?),
+            None => None,
+        };
+        let candidates = KernelFeatures::probe(&tracefs)
+            .candidates(cfg.io_source)
+            .map_err(|(forced, why)| match forced {
+                Some(s) => ProbeError::IoSourceUnavailable {
+                    name: s.name(),
+                    why,
+                },
+                None => ProbeError::NoIoSource(why),
+            })?;
+        // A source the kernel seems to have can still refuse to attach (a kprobe on a
+        // function the kernel blacklists): fall back to the next, and say so.
+        let mut fell_back = Vec::new();
+        for (i, &source) in candidates.iter().enumerate() {
+            match Self::load_with(cfg, object, &tracefs, source, btf.as_ref()) {
+                Ok(mut probes) => {
+                    probes.skipped.extend(fell_back);
+                    return Ok(probes);
+                }
+                Err(e @ ProbeError::Attach { .. }) if i + 1 < candidates.len() => {
+                    fell_back.push(format!("I/O source {}: {e}", source.name()));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("candidates() is never empty")
+    }
+
+    fn load_with(
+        cfg: &ProbeConfig,
+        object: &[u8],
+        tracefs: &std::path::Path,
+        source: IoSource,
+        btf: Option<&Btf>,
+    ) -> Result<Probes, ProbeError> {
         let mut ports = [0u16; abi::MAX_FILTER_PORTS];
         ports[..cfg.ports.len()].copy_from_slice(&cfg.ports);
         let self_tgid = std::process::id();
         let filter_pids = u32::from(!cfg.pids.is_empty());
         let n_ports = cfg.ports.len() as u32;
+        let io_source = source.abi();
 
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if btf.is_some() {
+            loader.btf(btf);
+        }
+        let mut ebpf = loader
             .override_global(probe_ebpf::CFG_SELF_TGID, &self_tgid, true)
             .override_global(probe_ebpf::CFG_FILTER_PIDS, &filter_pids, true)
             .override_global(probe_ebpf::CFG_N_PORTS, &n_ports, true)
             .override_global(probe_ebpf::CFG_PORTS, &ports, true)
             .override_global(probe_ebpf::CFG_WAKEUP_BYTES, &DEFAULT_WAKEUP_BYTES, true)
             .override_global(probe_ebpf::CFG_PAYLOAD_CAP, &cfg.payload_cap, true)
+            .override_global(probe_ebpf::CFG_IO_SOURCE, &io_source, true)
             .map_max_entries(probe_ebpf::MAP_EVENTS, cfg.ring_bytes)
             .map_max_entries(probe_ebpf::MAP_IO_SCRATCH, possible_cpus()?)
             .load(object)
@@ -142,42 +224,14 @@ impl Probes {
             }
         }
 
-        let mut links = Vec::new();
         let mut attached = Vec::new();
         let mut skipped = Vec::new();
-        for t in TRACEPOINTS {
-            let label = format!("{}:{}", t.category, t.name);
-            if !tracefs
-                .join("events")
-                .join(t.category)
-                .join(t.name)
-                .exists()
-            {
-                let reason = "tracepoint not in this kernel";
-                if t.required {
-                    return Err(ProbeError::Attach {
-                        probe: label,
-                        reason: reason.into(),
-                    });
-                }
-                skipped.push(format!("{label}: {reason}"));
-                continue;
-            }
-            match attach(&mut ebpf, t) {
-                Ok(id) => {
-                    links.push((t.program, id));
-                    attached.push(label);
-                }
-                Err(reason) if !t.required => skipped.push(format!("{label}: {reason}")),
-                Err(reason) => {
-                    return Err(ProbeError::Attach {
-                        probe: label,
-                        reason,
-                    })
-                }
-            }
-        }
-
+        let links = attach_tracepoints(&mut ebpf, tracefs, source, &mut attached, &mut skipped)?;
+        let kprobe_links = if source == IoSource::Kprobe {
+            attach_kprobes(&mut ebpf, &mut attached)?
+        } else {
+            Vec::new()
+        };
         let mut uprobe_links = attach_uprobes(
             &mut ebpf,
             CUDA_UPROBES,
@@ -200,10 +254,22 @@ impl Probes {
             ebpf,
             ring,
             links,
+            kprobe_links,
             uprobe_links,
+            io_source: source,
             attached,
             skipped,
         })
+    }
+
+    /// "I/O source: kprobes tcp_sendmsg/tcp_cleanup_rbuf, kernel 6.1.0-57-amd64"
+    pub fn io_source_line(&self) -> String {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        format!(
+            "I/O source: {}, kernel {}",
+            self.io_source.describe(),
+            release.trim()
+        )
     }
 
     /// Waits until the kernel signals pending data or `timeout` passes. The probes
@@ -240,12 +306,21 @@ impl Probes {
 
     /// Detaches every program, so no new records arrive; the maps stay readable.
     ///
-    /// In reverse attach order: the socket-layer tracepoints that emit I/O records go
+    /// Emitters first, then in reverse attach order: the kprobes and socket-layer tracepoints that emit I/O records go
     /// before the syscall tracepoints that give them their buffers. The other way round,
     /// the I/Os of the second or so that detaching takes arrived without payload and broke
     /// every stream in flight (hundreds of unparsed I/Os when a recording stopped
     /// mid-stream).
     pub fn detach(&mut self) {
+        for (program, id) in self.kprobe_links.drain(..) {
+            if let Some(kp) = self
+                .ebpf
+                .program_mut(program)
+                .and_then(|p| <&mut KProbe>::try_from(p).ok())
+            {
+                let _ = kp.detach(id);
+            }
+        }
         for (program, id) in self.links.drain(..).rev() {
             if let Some(tp) = self
                 .ebpf
@@ -377,6 +452,77 @@ pub fn find_libcuda(pids: &[u32]) -> Vec<PathBuf> {
 /// Files to put the TLS plaintext uprobes on, for `--tls auto`: see [`discover::libssl`].
 pub fn find_libssl(pids: &[u32]) -> Vec<PathBuf> {
     discover::libssl(pids)
+}
+
+/// The tracepoints `source` uses (every one but the socket-layer pair, which only the
+/// sock source emits from). Those it cannot do without fail the load; the rest are
+/// skipped with a reason.
+fn attach_tracepoints(
+    ebpf: &mut Ebpf,
+    tracefs: &std::path::Path,
+    source: IoSource,
+    attached: &mut Vec<String>,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<(&'static str, TracePointLinkId)>, ProbeError> {
+    let mut links = Vec::new();
+    for t in TRACEPOINTS {
+        if t.group == ProbeGroup::SockIo && source != IoSource::Sock {
+            continue;
+        }
+        let required = t.required
+            || (t.group == ProbeGroup::SockIo)
+            || (t.group == ProbeGroup::Io && source == IoSource::Syscall);
+        let label = format!("{}:{}", t.category, t.name);
+        let result = if tracefs
+            .join("events")
+            .join(t.category)
+            .join(t.name)
+            .exists()
+        {
+            attach(ebpf, t)
+        } else {
+            Err("tracepoint not in this kernel".to_string())
+        };
+        match result {
+            Ok(id) => {
+                links.push((t.program, id));
+                attached.push(label);
+            }
+            Err(reason) if !required => skipped.push(format!("{label}: {reason}")),
+            Err(reason) => {
+                return Err(ProbeError::Attach {
+                    probe: label,
+                    reason,
+                })
+            }
+        }
+    }
+    Ok(links)
+}
+
+/// The kprobe I/O source's programs; all of them or none.
+fn attach_kprobes(
+    ebpf: &mut Ebpf,
+    attached: &mut Vec<String>,
+) -> Result<Vec<(&'static str, KProbeLinkId)>, ProbeError> {
+    let mut links = Vec::new();
+    for k in KPROBES {
+        let fail = |reason: String| ProbeError::Attach {
+            probe: format!("kprobe:{} ({})", k.function, k.program),
+            reason,
+        };
+        let program = ebpf
+            .program_mut(k.program)
+            .ok_or_else(|| fail("program missing from the object".into()))?;
+        let kp: &mut KProbe = program.try_into().map_err(|e| fail(format!("{e}")))?;
+        kp.load().map_err(|e| fail(error_chain(&e)))?;
+        let id = kp
+            .attach(k.function, 0)
+            .map_err(|e| fail(error_chain(&e)))?;
+        links.push((k.program, id));
+        attached.push(format!("kprobe:{} ({})", k.function, k.program));
+    }
+    Ok(links)
 }
 
 fn attach(ebpf: &mut Ebpf, t: &Tracepoint) -> Result<TracePointLinkId, String> {

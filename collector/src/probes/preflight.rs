@@ -16,8 +16,11 @@ pub(super) fn check(cfg: &ProbeConfig) -> Result<(), ProbeError> {
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
         return Err(ProbeError::NotPrivileged);
     }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err(ProbeError::NoBtf);
+    if cfg.btf.is_none() {
+        let btf = kernel_btf_path();
+        if !btf.exists() {
+            return Err(ProbeError::NoBtf(btf.display().to_string()));
+        }
     }
     for pid in &cfg.pids {
         if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -25,6 +28,14 @@ pub(super) fn check(cfg: &ProbeConfig) -> Result<(), ProbeError> {
         }
     }
     Ok(())
+}
+
+/// The kernel's own BTF. `TOKENSCOPE_KERNEL_BTF` points elsewhere, so a kernel without
+/// BTF can be played on one that has it (the tests do).
+pub fn kernel_btf_path() -> PathBuf {
+    std::env::var_os("TOKENSCOPE_KERNEL_BTF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/sys/kernel/btf/vmlinux"))
 }
 
 fn effective_caps() -> Option<u64> {

@@ -116,6 +116,37 @@ static __always_inline void read_sock(struct ts_sock *out, struct sock *sk)
 	}
 }
 
+/* fd -> struct file -> struct socket -> struct sock, through the current task's fd
+ * table; 0 when the fd is not open or not a socket (its inode says which). */
+static __always_inline struct sock *sock_of_fd(long fd)
+{
+	if (fd < 0)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	if ((BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return 0;
+	struct socket *so = BPF_CORE_READ(f, private_data);
+	if (!so)
+		return 0;
+	return BPF_CORE_READ(so, sk);
+}
+
+/* An IPv4/IPv6 TCP socket (what every I/O source reports). */
+static __always_inline int is_inet_tcp(struct sock *sk)
+{
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	return family == AF_INET || family == AF_INET6;
+}
+
 /* Tracepoints that carry the 4-tuple themselves (state changes, retransmits).
  * Arrays are read with probe_read: the verifier forbids ctx pointer arithmetic. */
 #define TS_SOCK_FROM_TP(out, ctx)                                                          \

@@ -55,23 +55,6 @@ int tp_tcp_tcp_retransmit_skb(void *raw)
 	return on_retransmit((struct trace_event_raw_tcp_event_sk_skb *)raw);
 }
 
-/* The accepted fd -> struct file -> struct socket -> struct sock, through the task's fd table. */
-static __always_inline struct sock *sock_of_fd(long fd)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = 0;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
-		return 0;
-	struct socket *so = BPF_CORE_READ(f, private_data);
-	if (!so)
-		return 0;
-	return BPF_CORE_READ(so, sk);
-}
-
 static __always_inline int on_accept_exit(struct syscall_exit_ctx *ctx)
 {
 	long fd = ctx->ret;

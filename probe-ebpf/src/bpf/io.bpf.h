@@ -1,11 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Socket I/O. The syscall entry stashes where the user buffer is (by tid); the
- * socket layer (sock:sock_send_length / sock_recv_length, which every TCP
- * send/receive path reaches) says which socket and how many bytes, and emits
- * the event with a bounded copy of the payload; the syscall exit drops the
- * stash so a later sendfile/splice on the same thread cannot pick it up.
+ * Socket I/O, from one of three sources (cfg_io_source, chosen by the loader):
+ *   sock     the syscall entry stashes where the user buffer is (by tid); the socket
+ *            layer (sock:sock_send_length / sock_recv_length, Linux 6.3+, which every
+ *            TCP send/receive path reaches) says which socket and how many bytes and
+ *            emits the event with a bounded copy of the payload; the syscall exit drops
+ *            the stash so a later sendfile/splice on the same thread cannot pick it up.
+ *   kprobe   the same, with tcp_sendmsg's return and tcp_cleanup_rbuf's entry (given
+ *            the bytes copied) in place of the socket-layer tracepoints. Receives are
+ *            not kretprobes: a thread blocked in recv would hold one of the few
+ *            return instances the kernel keeps per probe, and returns would be lost.
+ *   syscall  syscall tracepoints alone: the entry finds the TCP socket from the fd
+ *            through the task's file table, the exit emits. Blind to sendfile/splice
+ *            and io_uring, which carry no buffer through these syscalls.
+ * Every source emits the same ts_io_event.
  */
+
+const volatile __u32 cfg_io_source = TS_IO_SRC_SOCK;
 
 #define MSG_PEEK 2
 
@@ -18,10 +29,11 @@ enum io_shape {
 struct io_args {
 	__u64 buf;
 	__u64 vlen;
+	__u64 sk; /* syscall source: the socket found at entry */
 	__u32 syscall;
 	__s32 fd;
 	__u32 shape;
-	__u32 _pad;
+	__u32 msg_flags; /* recvfrom/recvmsg flags (MSG_PEEK) */
 };
 
 struct {
@@ -48,47 +60,76 @@ struct {
 	__type(value, struct io_scratch);
 } IO_SCRATCH SEC(".maps");
 
-static __always_inline int stash(__u32 syscall, __u64 fd, __u64 buf, __u32 shape, __u64 vlen)
+/* Kernel entry of tcp_sendmsg, by tid: its return has no arguments left. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} TCP_SEND_SK SEC(".maps");
+
+static __always_inline int stash(__u32 syscall, __u64 fd, __u64 buf, __u32 shape, __u64 vlen, __u64 msg_flags)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!pid_wanted(id >> 32))
 		return 0;
+	__u64 sk = 0;
+	if (cfg_io_source == TS_IO_SRC_SYSCALL) {
+		/* Only TCP sockets are stashed: files and pipes stop here. */
+		struct sock *s = sock_of_fd((long)fd);
+		if (!is_inet_tcp(s))
+			return 0;
+		sk = (__u64)s;
+	}
 	__u32 tid = (__u32)id;
 	struct io_args a = {
-		.buf = buf, .vlen = vlen, .syscall = syscall, .fd = (__s32)fd, .shape = shape, ._pad = 0,
+		.buf = buf,
+		.vlen = vlen,
+		.sk = sk,
+		.syscall = syscall,
+		.fd = (__s32)fd,
+		.shape = shape,
+		.msg_flags = (__u32)msg_flags,
 	};
 	bpf_map_update_elem(&IO_ARGS, &tid, &a, BPF_ANY);
 	return 0;
 }
 
-static __always_inline int unstash(void)
+static int on_syscall_exit(long ret);
+
+/* The syscall source emits here; the others only drop what the entry stashed. */
+static __always_inline int unstash(long ret)
 {
+	if (cfg_io_source == TS_IO_SRC_SYSCALL)
+		return on_syscall_exit(ret);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	bpf_map_delete_elem(&IO_ARGS, &tid);
 	return 0;
 }
 
-#define TS_SYSCALL_PROBES(name, sys, shape, buf_arg, vlen_arg)                                    \
+#define TS_ARG(ctx, n) ((n) < 0 ? 0 : (ctx)->args[(n) < 0 ? 0 : (n)])
+
+#define TS_SYSCALL_PROBES(name, sys, shape, buf_arg, vlen_arg, flags_arg)                         \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                                               \
 	int tp_sys_enter_##name(struct syscall_enter_ctx *ctx)                                    \
 	{                                                                                         \
-		return stash(sys, ctx->args[0], ctx->args[buf_arg], shape,                        \
-			     vlen_arg < 0 ? 0 : ctx->args[vlen_arg < 0 ? 0 : vlen_arg]);          \
+		return stash(sys, ctx->args[0], ctx->args[buf_arg], shape, TS_ARG(ctx, vlen_arg), \
+			     TS_ARG(ctx, flags_arg));                                             \
 	}                                                                                         \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                                \
 	int tp_sys_exit_##name(struct syscall_exit_ctx *ctx)                                      \
 	{                                                                                         \
-		return unstash();                                                                 \
+		return unstash(ctx->ret);                                                         \
 	}
 
-TS_SYSCALL_PROBES(write, TS_SYS_WRITE, SHAPE_BUF, 1, -1)
-TS_SYSCALL_PROBES(writev, TS_SYS_WRITEV, SHAPE_IOV, 1, 2)
-TS_SYSCALL_PROBES(sendto, TS_SYS_SENDTO, SHAPE_BUF, 1, -1)
-TS_SYSCALL_PROBES(sendmsg, TS_SYS_SENDMSG, SHAPE_MSGHDR, 1, -1)
-TS_SYSCALL_PROBES(read, TS_SYS_READ, SHAPE_BUF, 1, -1)
-TS_SYSCALL_PROBES(readv, TS_SYS_READV, SHAPE_IOV, 1, 2)
-TS_SYSCALL_PROBES(recvfrom, TS_SYS_RECVFROM, SHAPE_BUF, 1, -1)
-TS_SYSCALL_PROBES(recvmsg, TS_SYS_RECVMSG, SHAPE_MSGHDR, 1, -1)
+TS_SYSCALL_PROBES(write, TS_SYS_WRITE, SHAPE_BUF, 1, -1, -1)
+TS_SYSCALL_PROBES(writev, TS_SYS_WRITEV, SHAPE_IOV, 1, 2, -1)
+TS_SYSCALL_PROBES(sendto, TS_SYS_SENDTO, SHAPE_BUF, 1, -1, -1)
+TS_SYSCALL_PROBES(sendmsg, TS_SYS_SENDMSG, SHAPE_MSGHDR, 1, -1, -1)
+TS_SYSCALL_PROBES(read, TS_SYS_READ, SHAPE_BUF, 1, -1, -1)
+TS_SYSCALL_PROBES(readv, TS_SYS_READV, SHAPE_IOV, 1, 2, -1)
+TS_SYSCALL_PROBES(recvfrom, TS_SYS_RECVFROM, SHAPE_BUF, 1, -1, 3)
+TS_SYSCALL_PROBES(recvmsg, TS_SYS_RECVMSG, SHAPE_MSGHDR, 1, -1, 2)
 
 static __always_inline int is_send_syscall(__u32 sys)
 {
@@ -143,21 +184,13 @@ static __always_inline void copy_payload(struct ts_io_event *ev, const struct io
 	ev->payload_len = off;
 }
 
-static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ctx, __u32 dir)
+/* Emits one I/O event of `ret` bytes on `sk`, its payload copied from the syscall's
+ * buffer when `a` (the syscall's stash) is given. */
+static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id, const struct io_args *a)
 {
-	int ret = ctx->ret;
-	if (ret <= 0 || ctx->protocol != IPPROTO_TCP)
-		return 0;
-	if (ctx->family != AF_INET && ctx->family != AF_INET6)
-		return 0;
-	if (dir == TS_DIR_RECV && (ctx->flags & MSG_PEEK))
-		return 0; /* the same bytes are read again without MSG_PEEK */
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!pid_wanted(id >> 32))
-		return 0;
-	struct sock *sk = ctx->sk;
+	__u32 tid = (__u32)id;
 	if (dir == TS_DIR_RECV)
-		tls_note_recv((__u32)id, sk);
+		tls_note_recv(tid, sk);
 	__u16 sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (!port_wanted(sport, dport))
@@ -178,16 +211,12 @@ static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ct
 	ev->payload_len = 0;
 	ev->_pad = 0;
 
-	__u32 tid = (__u32)id;
 	tls_note_socket(tid, &ev->sock);
-	struct io_args *stashed = bpf_map_lookup_elem(&IO_ARGS, &tid);
-	if (stashed && is_send_syscall(stashed->syscall) == (dir == TS_DIR_SEND)) {
-		struct io_args a = *stashed;
-		bpf_map_delete_elem(&IO_ARGS, &tid);
-		ev->syscall = a.syscall;
-		ev->fd = a.fd;
+	if (a) {
+		ev->syscall = a->syscall;
+		ev->fd = a->fd;
 		__u32 cap = cfg_payload_cap < TS_PAYLOAD_MAX ? cfg_payload_cap : TS_PAYLOAD_MAX;
-		copy_payload(ev, &a, (__u32)ret < cap ? (__u32)ret : cap);
+		copy_payload(ev, a, (__u32)ret < cap ? (__u32)ret : cap);
 	}
 	__u64 size = TS_IO_EVENT_HEAD_SIZE + (__u64)ev->payload_len;
 	if (size > TS_IO_EVENT_SIZE)
@@ -196,14 +225,98 @@ static __always_inline int on_sock_io(struct trace_event_raw_sock_msg_length *ct
 	return 0;
 }
 
+/* The sock and kprobe sources: the kernel's TCP send/receive finished with `ret`
+ * bytes on `sk`; the syscall in flight on this thread (if any) has the buffer. */
+static __always_inline int on_kernel_io(struct sock *sk, __u32 dir, int ret)
+{
+	if (ret <= 0)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!pid_wanted(id >> 32))
+		return 0;
+	__u32 tid = (__u32)id;
+	struct io_args *stashed = bpf_map_lookup_elem(&IO_ARGS, &tid);
+	if (stashed && is_send_syscall(stashed->syscall) == (dir == TS_DIR_SEND)) {
+		struct io_args a = *stashed;
+		bpf_map_delete_elem(&IO_ARGS, &tid);
+		if (dir == TS_DIR_RECV && (a.msg_flags & MSG_PEEK))
+			return 0; /* the same bytes are read again without MSG_PEEK */
+		return emit_io(sk, dir, ret, id, &a);
+	}
+	return emit_io(sk, dir, ret, id, 0);
+}
+
+static __noinline int on_syscall_exit(long ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct io_args *stashed = bpf_map_lookup_elem(&IO_ARGS, &tid);
+	if (!stashed)
+		return 0;
+	struct io_args a = *stashed;
+	bpf_map_delete_elem(&IO_ARGS, &tid);
+	if (ret <= 0)
+		return 0;
+	__u32 dir = is_send_syscall(a.syscall) ? TS_DIR_SEND : TS_DIR_RECV;
+	if (dir == TS_DIR_RECV && (a.msg_flags & MSG_PEEK))
+		return 0;
+	return emit_io((struct sock *)a.sk, dir, (int)ret, id, &a);
+}
+
 SEC("tracepoint/sock/sock_send_length")
 int tp_sock_sock_send_length(struct trace_event_raw_sock_msg_length *ctx)
 {
-	return on_sock_io(ctx, TS_DIR_SEND);
+	if (ctx->protocol != IPPROTO_TCP || (ctx->family != AF_INET && ctx->family != AF_INET6))
+		return 0;
+	return on_kernel_io(ctx->sk, TS_DIR_SEND, ctx->ret);
 }
 
 SEC("tracepoint/sock/sock_recv_length")
 int tp_sock_sock_recv_length(struct trace_event_raw_sock_msg_length *ctx)
 {
-	return on_sock_io(ctx, TS_DIR_RECV);
+	if (ctx->protocol != IPPROTO_TCP || (ctx->family != AF_INET && ctx->family != AF_INET6))
+		return 0;
+	if (ctx->flags & MSG_PEEK)
+		return 0; /* the same bytes are read again without MSG_PEEK */
+	return on_kernel_io(ctx->sk, TS_DIR_RECV, ctx->ret);
+}
+
+/* int tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size): the same in every
+ * kernel since 4.1. */
+SEC("kprobe/tcp_sendmsg")
+int kp_tcp_sendmsg(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!pid_wanted(id >> 32))
+		return 0;
+	__u32 tid = (__u32)id;
+	__u64 sk = uprobe_arg(ctx, 1);
+	bpf_map_update_elem(&TCP_SEND_SK, &tid, &sk, BPF_ANY);
+	return 0;
+}
+
+SEC("kretprobe/tcp_sendmsg")
+int krp_tcp_sendmsg(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 *sk = bpf_map_lookup_elem(&TCP_SEND_SK, &tid);
+	if (!sk)
+		return 0;
+	struct sock *s = (struct sock *)*sk;
+	bpf_map_delete_elem(&TCP_SEND_SK, &tid);
+	if (!is_inet_tcp(s))
+		return 0;
+	return on_kernel_io(s, TS_DIR_SEND, (int)ctx->ax);
+}
+
+/* void tcp_cleanup_rbuf(struct sock *sk, int copied): called once at the end of every
+ * tcp_recvmsg with the bytes copied to user space. */
+SEC("kprobe/tcp_cleanup_rbuf")
+int kp_tcp_cleanup_rbuf(struct pt_regs *ctx)
+{
+	int copied = (int)uprobe_arg(ctx, 2);
+	struct sock *sk = (struct sock *)uprobe_arg(ctx, 1);
+	if (copied <= 0 || !is_inet_tcp(sk))
+		return 0;
+	return on_kernel_io(sk, TS_DIR_RECV, copied);
 }

@@ -13,6 +13,8 @@
 #define AF_INET 2
 #define AF_INET6 10
 #define IPPROTO_TCP 6
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
@@ -99,8 +101,13 @@ struct socket {
 	struct sock *sk;
 };
 
+struct inode {
+	unsigned short i_mode;
+};
+
 struct file {
 	void *private_data;
+	struct inode *f_inode;
 };
 
 struct fdtable {

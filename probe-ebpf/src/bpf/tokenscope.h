@@ -65,6 +65,14 @@ enum ts_syscall {
 	TS_SYS_SSL_READ = 10,
 };
 
+/* Where socket I/O events come from (cfg_io_source); chosen by the loader by feature
+ * probing, best first. Every source emits the same ts_io_event. */
+enum ts_io_source {
+	TS_IO_SRC_SOCK = 1,    /* sock:sock_send_length / sock_recv_length (Linux 6.3+) */
+	TS_IO_SRC_KPROBE = 2,  /* kprobes on tcp_sendmsg (entry+return) and tcp_cleanup_rbuf */
+	TS_IO_SRC_SYSCALL = 3, /* syscall tracepoints alone, fd -> socket via the task's file table */
+};
+
 /* The OpenSSL entry points probed; the uprobe's attach cookie says which one fired. */
 enum ts_ssl_call {
 	TS_SSL_WRITE = 1,
