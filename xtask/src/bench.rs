@@ -33,19 +33,22 @@ pub fn run() -> Result<()> {
     let sink = std::thread::spawn(move || sink(listener));
 
     let mut base = Vec::new();
-    let mut filtered = Vec::new();
-    let mut traced = Vec::new();
-    let mut throughput = Vec::new();
+    let mut sources: Vec<SourceRuns> = IO_SOURCES
+        .iter()
+        .filter_map(|&name| usable_source(&bin, &out, name, port.wrapping_add(1)))
+        .collect();
     for _ in 0..ROUNDS {
         base.push(flood(port)?);
-        let rec = Recorder::start(&bin, &out, port.wrapping_add(1))?;
-        filtered.push(flood(port)?);
-        rec.stop()?;
-        let rec = Recorder::start(&bin, &out, port)?;
-        let t = flood(port)?;
-        traced.push(t);
-        let summary = rec.stop()?;
-        throughput.push((summary, t));
+        for s in &mut sources {
+            let rec = Recorder::start(&bin, &out, port.wrapping_add(1), s.name)?;
+            s.filtered.push(flood(port)?);
+            rec.stop()?;
+            let rec = Recorder::start(&bin, &out, port, s.name)?;
+            let t = flood(port)?;
+            s.traced.push(t);
+            let summary = rec.stop()?;
+            s.throughput.push((summary, t));
+        }
     }
     let _ = TcpStream::connect(("127.0.0.1", port)).map(|mut s| s.write_all(b"q"));
     drop(sink);
@@ -55,33 +58,41 @@ pub fn run() -> Result<()> {
         v.sort();
         v[v.len() / 2]
     };
-    let (b, f, t) = (med(&mut base), med(&mut filtered), med(&mut traced));
+    let b = med(&mut base);
     let per = |d: Duration| d.as_nanos() as f64 / SENDS as f64;
     println!("probe overhead: {SENDS} one-byte sends over loopback, median of {ROUNDS} rounds (same run)");
     println!(
-        "  no probes                     {:>8.0} ns/send   1.00x",
+        "  no probes                               {:>8.0} ns/send   1.00x",
         per(b)
     );
-    println!(
-        "  probes on, other port         {:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
-        per(f),
-        per(f) / per(b),
-        (per(f) - per(b)) / 1e3
-    );
-    println!(
-        "  probes on, this socket        {:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
-        per(t),
-        per(t) / per(b),
-        (per(t) - per(b)) / 1e3
-    );
-    println!("throughput while tracing (each send is a send event on one side and a receive event on the other):");
-    for (s, d) in &throughput {
+    for s in &mut sources {
+        let (f, t) = (med(&mut s.filtered), med(&mut s.traced));
         println!(
-            "  {:>9.0} events/s delivered ({} delivered, {} dropped)",
-            s.delivered as f64 / d.as_secs_f64(),
-            s.delivered,
-            s.dropped
+            "  --io-source {:<8} probes on, other port {:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
+            s.name,
+            per(f),
+            per(f) / per(b),
+            (per(f) - per(b)) / 1e3
         );
+        println!(
+            "  --io-source {:<8} probes on, this socket{:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
+            s.name,
+            per(t),
+            per(t) / per(b),
+            (per(t) - per(b)) / 1e3
+        );
+    }
+    println!("throughput while tracing (each send is a send event on one side and a receive event on the other):");
+    for s in &sources {
+        for (summary, d) in &s.throughput {
+            println!(
+                "  --io-source {:<8} {:>9.0} events/s delivered ({} delivered, {} dropped)",
+                s.name,
+                summary.delivered as f64 / d.as_secs_f64(),
+                summary.delivered,
+                summary.dropped
+            );
+        }
     }
     replay(&bin, &out)?;
     uprobe_cost(&bin, &out)?;
@@ -449,7 +460,7 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let rec = Recorder::start(bin, out, port)?;
+    let rec = Recorder::start(bin, out, port, "auto")?;
     let url = format!("http://127.0.0.1:{port}");
     let load = [
         "bench",
@@ -507,6 +518,32 @@ fn sink(listener: TcpListener) {
     }
 }
 
+/// Every I/O source `record --io-source` knows; each this kernel has is measured.
+const IO_SOURCES: &[&str] = &["sock", "kprobe", "syscall"];
+
+struct SourceRuns {
+    name: &'static str,
+    filtered: Vec<Duration>,
+    traced: Vec<Duration>,
+    throughput: Vec<(Summary, Duration)>,
+}
+
+/// The source's runs to fill, or a line saying why this kernel cannot run it.
+fn usable_source(bin: &Path, out: &Path, name: &'static str, port: u16) -> Option<SourceRuns> {
+    match Recorder::start(bin, out, port, name).and_then(Recorder::stop) {
+        Ok(_) => Some(SourceRuns {
+            name,
+            filtered: Vec::new(),
+            traced: Vec::new(),
+            throughput: Vec::new(),
+        }),
+        Err(e) => {
+            println!("  --io-source {name}: not measured: {e:#}");
+            None
+        }
+    }
+}
+
 fn flood(port: u16) -> Result<Duration> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_nodelay(true)?;
@@ -527,13 +564,15 @@ struct Summary {
 pub(crate) struct Recorder(std::process::Child, BufReader<std::process::ChildStderr>);
 
 impl Recorder {
-    fn start(bin: &Path, out: &Path, port: u16) -> Result<Recorder> {
+    fn start(bin: &Path, out: &Path, port: u16, io_source: &str) -> Result<Recorder> {
         let port = port.to_string();
         Recorder::spawn(
             bin,
             &[
                 "--port".as_ref(),
                 port.as_ref(),
+                "--io-source".as_ref(),
+                io_source.as_ref(),
                 "-o".as_ref(),
                 out.as_os_str(),
             ],
@@ -550,10 +589,15 @@ impl Recorder {
             .context("start tokenscope record")?;
         let mut err = BufReader::new(child.stderr.take().expect("piped"));
         let mut line = String::new();
+        let mut last = String::new();
         while !line.contains("recording:") {
             line.clear();
             if err.read_line(&mut line)? == 0 {
-                bail!("tokenscope record exited before attaching");
+                let _ = child.wait();
+                bail!("tokenscope record exited before attaching: {}", last.trim());
+            }
+            if !line.trim().is_empty() {
+                last.clone_from(&line);
             }
         }
         Ok(Recorder(child, err))

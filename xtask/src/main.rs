@@ -6,6 +6,7 @@ mod bench;
 mod demo;
 mod fixtures;
 mod gpu;
+mod kernels;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +19,9 @@ usage: cargo xtask <task>
 
 tasks:
   setup   install missing system packages (apt-get), mount tracefs
-  test    setup, build once, run unit tests, then privileged end-to-end tests one at a time
+  test    setup, build once, run unit tests, then privileged end-to-end tests one at a time,
+          then the kernel matrix (test-kernels)
+  test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
   demo    setup, then run `tokenscope demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios)
   lint    cargo fmt --check and clippy with warnings denied
@@ -35,6 +38,7 @@ fn main() {
         "lint" => lint(),
         "fixtures" => fixtures::run(),
         "gpu-check" => gpu::run(),
+        "test-kernels" => kernels::run(),
         "" | "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

@@ -6,7 +6,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// Build: clang-19 + libbpf headers (+ kernel UAPI headers) compile the probes.
-/// Tests: nginx, curl, openssl, bpftool, python3-venv (the openai SDK test), tmux (TUI test).
+/// Tests: nginx, curl, openssl, bpftool, python3-venv (the openai SDK test and virtme-ng),
+/// tmux (TUI test), QEMU (the kernel matrix).
 const PACKAGES: &[&str] = &[
     "clang-19",
     "libbpf-dev",
@@ -20,6 +21,11 @@ const PACKAGES: &[&str] = &[
     "util-linux",
     // The lab's lossy scenario drops segments with an nftables rule.
     "nftables",
+    // The kernel matrix (test-kernels): QEMU, and what virtme-ng needs of the host.
+    "qemu-system-x86",
+    "ipxe-qemu",
+    "busybox-static",
+    "kmod",
 ];
 const POLICY_RC: &str = "/usr/sbin/policy-rc.d";
 

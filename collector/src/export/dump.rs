@@ -71,6 +71,9 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
             h.payload_cap
         )?;
     }
+    if let Some(source) = crate::ingest::io_source::IoSource::from_name(&h.io_source) {
+        writeln!(out, "# I/O source: {}", source.describe())?;
+    }
     writeln!(
         out,
         "# probes attached ({}): {}",
