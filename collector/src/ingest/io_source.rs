@@ -52,7 +52,12 @@ impl IoSource {
     /// What this source cannot see, said once in the report.
     pub fn blind_spot(self) -> Option<&'static str> {
         match self {
-            IoSource::Sock | IoSource::Kprobe => None,
+            IoSource::Sock => None,
+            // Before 6.5 sendfile/splice reach TCP through tcp_sendpage, not tcp_sendmsg.
+            IoSource::Kprobe => Some(
+                "sendfile and splice sends are not seen on kernels before 6.5 (they go \
+                 through tcp_sendpage)",
+            ),
             IoSource::Syscall => Some(
                 "sendfile, splice and io_uring I/O is not seen (it carries no buffer through \
                  read/write/send/recv syscalls)",

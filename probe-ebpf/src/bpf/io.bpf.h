@@ -13,7 +13,8 @@
  *   syscall  syscall tracepoints alone: the entry finds the TCP socket from the fd
  *            through the task's file table, the exit emits. Blind to sendfile/splice
  *            and io_uring, which carry no buffer through these syscalls.
- * Every source emits the same ts_io_event.
+ * Every source emits the same ts_io_event, a send timed at its syscall's entry and a
+ * receive at its end.
  */
 
 const volatile __u32 cfg_io_source = TS_IO_SRC_SOCK;
@@ -29,7 +30,8 @@ enum io_shape {
 struct io_args {
 	__u64 buf;
 	__u64 vlen;
-	__u64 sk; /* syscall source: the socket found at entry */
+	__u64 sk;    /* syscall source: the socket found at entry */
+	__u64 ts_ns; /* syscall entry: when the application handed its bytes over */
 	__u32 syscall;
 	__s32 fd;
 	__u32 shape;
@@ -86,6 +88,7 @@ static __always_inline int stash(__u32 syscall, __u64 fd, __u64 buf, __u32 shape
 		.buf = buf,
 		.vlen = vlen,
 		.sk = sk,
+		.ts_ns = bpf_ktime_get_ns(),
 		.syscall = syscall,
 		.fd = (__s32)fd,
 		.shape = shape,
@@ -213,6 +216,11 @@ static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id
 
 	tls_note_socket(tid, &ev->sock);
 	if (a) {
+		/* A send is timed when the application made it: by the time the socket
+		 * layer returns, loopback has already delivered it to the receiver. A
+		 * receive is timed when its bytes reached the application (now). */
+		if (dir == TS_DIR_SEND)
+			ev->hdr.ts_ns = a->ts_ns;
 		ev->syscall = a->syscall;
 		ev->fd = a->fd;
 		__u32 cap = cfg_payload_cap < TS_PAYLOAD_MAX ? cfg_payload_cap : TS_PAYLOAD_MAX;
