@@ -112,12 +112,6 @@ in-flight requests, engine queue depth, tokens/s and ring-buffer drops; a 'token
 diagnoses' track with one row per diagnosis (its evidence's time span, finding, fix and cited
 requests), and a 'cited by' instant on each cited request. See the README.")]
     Export(ExportArgs),
-    /// Run the built-in lab (engine, nginx, load) and show where TTFT and ITL go.
-    Demo(tokenscope_lab::cli::DemoArgs),
-    /// Streaming load client for OpenAI-compatible servers (vllm bench serve definitions).
-    Bench(tokenscope_lab::cli::BenchArgs),
-    /// The lab's parts on their own: the simulated engine and the nginx set-ups.
-    Lab(tokenscope_lab::cli::LabArgs),
     /// The live terminal view: requests, TTFT and ITL per hop, as they happen (or a replay).
     #[command(after_help = tokenscope_tui::AFTER_HELP)]
     Top(tokenscope_tui::TopArgs),
@@ -249,17 +243,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Export(args) => export(&args.file, &args.output, args.window, args.lookback),
-        Command::Demo(args) => {
-            let mut observer =
-                crate::demo::RecordingObserver::new().context("demo scratch directory")?;
-            tokenscope_lab::cli::run_demo_observed(args, &mut observer).map(|()| ExitCode::SUCCESS)
-        }
-        Command::Bench(args) => tokenscope_lab::cli::run_bench(args).map(|()| ExitCode::SUCCESS),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
-        Command::Lab(tokenscope_lab::cli::LabArgs {
-            command: tokenscope_lab::cli::LabCommand::Scenario(a),
-        }) if a.output.is_some() => crate::demo::scenario_recorded(a),
-        Command::Lab(args) => tokenscope_lab::cli::run_lab(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());

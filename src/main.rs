@@ -1,11 +1,9 @@
 //! tokenscope: where did the time to first token go? See `tokenscope --help`.
 
-mod cli;
-mod demo;
-
 use std::process::ExitCode;
 
 use clap::Parser;
+use tokenscope::cli;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();

@@ -1,17 +1,15 @@
-//! Privileged: `tokenscope demo --compare` records both sides of the lab. The untuned
+//! Privileged: `tokenscope-lab demo --compare` records both sides of the lab. The untuned
 //! side must yield the seed article's five diagnoses (rules 1-5), each with its
 //! evidence, and their summed TTFT p95 saving must land within 50% of what tuning
 //! measurably saved (the bench's own clock, same run); the tuned side yields none of
 //! them. The same recordings then drive the SLO gate both ways.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{assert_rule_with_evidence, report_json, BIN};
 use serde_json::Value;
+use test_support::{assert_rule_with_evidence, lab_command, profiler, report_json};
 
 struct Demo {
     stdout: String,
@@ -23,10 +21,10 @@ struct Demo {
 fn demo() -> &'static Demo {
     static DEMO: OnceLock<Demo> = OnceLock::new();
     DEMO.get_or_init(|| {
-        let out = Command::new(BIN)
+        let out = lab_command()
             .args(["demo", "--compare", "--duration", "20s"])
             .output()
-            .expect("run tokenscope demo");
+            .expect("run tokenscope-lab demo");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
@@ -120,7 +118,7 @@ fn the_summed_saving_of_rules_1_to_5_is_within_half_of_the_measured_difference()
 
 /// `report --slo ...` on a recording: (exit code, stdout).
 fn gate(path: &std::path::Path, slos: &[&str]) -> (i32, String) {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(profiler());
     cmd.arg("report").arg(path);
     for s in slos {
         cmd.args(["--slo", s]);
@@ -152,7 +150,7 @@ fn the_slo_gate_fails_the_untuned_side_and_passes_the_tuned_one() {
     assert!(out.contains("met: ttft_p95=300ms"), "{out}");
 
     // JSON carries the verdicts too.
-    let out = Command::new(BIN)
+    let out = Command::new(profiler())
         .arg("report")
         .arg(&d.untuned)
         .args(["--json", "--slo", "ttft_p95=300ms"])

@@ -1,5 +1,5 @@
 //! The ten diagnosis rules on recorded fixtures (tests/fixtures/diagnose, re-recorded by
-//! `cargo xtask fixtures` from `tokenscope lab scenario NAME`): each fixture must yield
+//! `cargo xtask fixtures` from `tokenscope-lab scenario NAME`): each fixture must yield
 //! exactly the rules its table row names, and every rule has a fixture where it fires
 //! and one where it must not. Unprivileged: it replays committed recordings.
 

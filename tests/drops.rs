@@ -2,12 +2,10 @@
 //! recording must account for every record: submitted = delivered + dropped,
 //! in the file header and in `tokenscope dump`.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
-use common::*;
+use test_support::*;
 
 #[test]
 fn forced_drops_are_counted_exactly() {
@@ -64,7 +62,7 @@ fn forced_drops_are_counted_exactly() {
         "the header's count matches the events in the file"
     );
 
-    let dump = std::process::Command::new(BIN)
+    let dump = std::process::Command::new(profiler())
         .arg("dump")
         .arg(&path)
         .arg("--limit")

@@ -3,12 +3,10 @@
 //! dlopen + InitializeInjection) over the stand-in libcupti, which hands out
 //! activity buffers in the real record layout.
 
-mod common;
-
 use std::process::Command;
 
 use collector::ingest::model::{event::Body, GpuActivity, GpuActivityKind};
-use common::*;
+use test_support::*;
 
 #[test]
 fn hook_records_reach_the_recording_in_monotonic_time() {
@@ -27,11 +25,8 @@ fn hook_records_reach_the_recording_in_monotonic_time() {
             socket.to_str().unwrap(),
         ],
     );
-    let standin = tokenscope_cupti_hook::standin_dir();
-    let deps = std::path::Path::new(BIN)
-        .parent()
-        .expect("target dir")
-        .join("deps");
+    let standin = standin::cupti_dir();
+    let deps = profiler().parent().expect("target dir").join("deps");
     let hook = deps.join("libtokenscope_cupti_hook.so");
     assert!(
         hook.exists(),

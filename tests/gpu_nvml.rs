@@ -4,13 +4,11 @@
 //! The driver-not-loaded path also runs against Debian's real libnvidia-ml1,
 //! fetched from deb.debian.org and checked against the signed archive index.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use collector::ingest::model::{event::Body, NvmlSample};
-use common::*;
+use test_support::*;
 
 const SCRIPT: &str = "\
 devices 2
@@ -116,7 +114,7 @@ fn expected(device: u32, k: usize) -> NvmlSample {
 /// every 20 ms through `lib`: the recording's path and the command's output.
 fn record_nvml(dir: &Path, lib: &Path, duration: &str) -> (PathBuf, std::process::Output) {
     let path = dir.join("n.tsrec");
-    let out = Command::new(BIN)
+    let out = Command::new(profiler())
         .args([
             "record",
             "--port",
@@ -138,7 +136,7 @@ fn record_nvml(dir: &Path, lib: &Path, duration: &str) -> (PathBuf, std::process
 #[test]
 fn the_recording_holds_exactly_the_scripted_nvml_values() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let lib = nvml_sampler::standin::scripted_copy(dir.path(), SCRIPT).expect("stand-in copy");
+    let lib = standin::nvml::scripted_copy(dir.path(), SCRIPT).expect("stand-in copy");
     let (path, out) = record_nvml(dir.path(), &lib, "500ms");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -168,7 +166,7 @@ fn the_recording_holds_exactly_the_scripted_nvml_values() {
             assert_eq!(**s, expected(device, k), "device {device} sample {k}");
         }
     }
-    let dump = Command::new(BIN)
+    let dump = Command::new(profiler())
         .arg("dump")
         .arg(&path)
         .output()

@@ -3,14 +3,12 @@
 //! match the engine's own logs; a decode stall must name the request whose
 //! prefill caused it.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
 use collector::gpu::{self, StepKind};
-use common::*;
 use serde_json::Value;
+use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::engine::requests::ServedRequest;
 use tokenscope_lab::engine::StepKind as LabKind;

@@ -6,15 +6,13 @@
 //! `cargo xtask test-kernels` runs this file inside older kernels too (Debian 12's 6.1,
 //! where the default is the kprobe source).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
+use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
 use tokenscope_lab::proxy::{NginxProxy, ProxyConfig, ProxyMode};
 use tokenscope_lab::{Engine, EngineConfig};
@@ -274,7 +272,7 @@ fn the_syscall_source_sees_the_same_requests_and_tokens_as_the_default() {
 /// Runs `tokenscope record` expecting it to refuse at once; returns (status, stderr).
 fn refused(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
+    let out = Command::new(profiler())
         .arg("record")
         .arg("-o")
         .arg(dir.path().join("r.tsrec"))
@@ -336,7 +334,7 @@ fn without_kernel_btf_one_line_and_status_2_and_an_external_btf_file_works() {
     let external = dir.path().join("vmlinux.btf");
     std::fs::copy("/sys/kernel/btf/vmlinux", &external).expect("copy the kernel's BTF");
     let external = external.to_str().expect("utf-8");
-    let out = Command::new(BIN)
+    let out = Command::new(profiler())
         .arg("record")
         .arg("-o")
         .arg(dir.path().join("r.tsrec"))
@@ -359,7 +357,7 @@ fn without_kernel_btf_one_line_and_status_2_and_an_external_btf_file_works() {
 /// request) recorded with this kernel's default source still yields rules 1, 2 and 3.
 #[test]
 fn the_untuned_demo_still_yields_rules_1_2_3() {
-    let out = Command::new(BIN)
+    let out = Command::new(profiler())
         .args(["demo", "--duration", "20s"])
         .output()
         .expect("run tokenscope demo");

@@ -2,11 +2,9 @@
 //! leave a complete, readable file and no tokenscope program in the kernel;
 //! bad set-ups fail with one clear line.
 
-mod common;
-
 use std::process::{Command, Stdio};
 
-use common::*;
+use test_support::*;
 
 /// Names of loaded BPF programs (bpftool truncates to the kernel's 15 chars).
 fn loaded_programs() -> String {
@@ -75,7 +73,7 @@ fn sigterm_leaves_a_complete_file_and_no_programs() {
 fn duration_ends_the_recording() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("d.tsrec");
-    let out = Command::new(BIN)
+    let out = Command::new(profiler())
         .args(["record", "--duration", "300ms", "-o"])
         .arg(&path)
         .output()
@@ -110,7 +108,7 @@ fn fails_with(cmd: &mut Command) -> String {
 
 #[test]
 fn unwritable_output_is_one_clear_line() {
-    let e = fails_with(Command::new(BIN).args([
+    let e = fails_with(Command::new(profiler()).args([
         "record",
         "--duration",
         "1s",
@@ -134,16 +132,9 @@ fn unprivileged_is_one_clear_line() {
     let out = dir.path().join("x.tsrec");
     let e = fails_with(
         Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                BIN,
-                "record",
-                "--duration",
-                "1s",
-                "-o",
-            ])
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(profiler())
+            .args(["record", "--duration", "1s", "-o"])
             .arg(&out),
     );
     assert!(e.contains("not privileged") && e.contains("CAP_BPF"), "{e}");
@@ -153,7 +144,7 @@ fn unprivileged_is_one_clear_line() {
 fn dead_pid_is_one_clear_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = fails_with(
-        Command::new(BIN)
+        Command::new(profiler())
             .args(["record", "-p", "999999", "--duration", "1s", "-o"])
             .arg(dir.path().join("x")),
     );
@@ -165,10 +156,10 @@ fn dump_of_garbage_or_missing_file_is_one_clear_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let junk = dir.path().join("junk.tsrec");
     std::fs::write(&junk, b"\x00garbage that is not a recording").expect("write");
-    let e = fails_with(Command::new(BIN).arg("dump").arg(&junk));
+    let e = fails_with(Command::new(profiler()).arg("dump").arg(&junk));
     assert!(e.contains("not a tokenscope recording"), "{e}");
     let e = fails_with(
-        Command::new(BIN)
+        Command::new(profiler())
             .arg("dump")
             .arg(dir.path().join("missing.tsrec")),
     );

@@ -2,14 +2,12 @@
 //! python3 child (client), with known byte counts both ways. The recording
 //! must hold both handshakes and the exact byte totals per direction and pid.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 
 use collector::ingest::model::{event::Body, Direction};
-use common::*;
+use test_support::*;
 
 const UP: usize = 100_000; // client -> server
 const DOWN: usize = 250_000; // server -> client

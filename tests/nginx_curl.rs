@@ -3,11 +3,9 @@
 //! the first application-data record, nginx's response writes with byte totals
 //! equal to what curl downloaded, and no secret the client sent.
 
-mod common;
-
 use collector::ingest::model::{event::Body, sniff, Direction, Event};
 use collector::protocol::tls::{APPLICATION_DATA, HANDSHAKE};
-use common::*;
+use test_support::*;
 
 const BODY: &str = "tokenscope says hello from nginx; this body has a known size.";
 

@@ -5,14 +5,12 @@
 //! and checked (tests/perfetto_check.py), and the trace's counts of request
 //! tracks, token instants, GPU steps and diagnoses must equal the report's.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
+use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::proxy::{NginxProxy, ProxyConfig, ProxyMode};
 use tokenscope_lab::{Engine, EngineConfig};
@@ -36,7 +34,7 @@ fn run(cmd: &mut Command, what: &str) -> std::process::Output {
 /// built beside its final path and renamed into place, so concurrent runs never share
 /// a half-made one.
 fn perfetto_venv() -> PathBuf {
-    tokenscope_lab::pyvenv::python_with(
+    test_support::pyvenv::python_with(
         "tokenscope-perfetto-venv",
         "perfetto",
         "from perfetto.protos.perfetto.trace import perfetto_trace_pb2",
@@ -122,7 +120,7 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     let report = collector::export::report::build(&header, &events);
     let trace_path = dir.path().join("lab.pftrace");
     let out = run(
-        Command::new(BIN)
+        Command::new(profiler())
             .arg("export")
             .arg(&rec)
             .arg("-o")
@@ -231,7 +229,7 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
 fn windowed_export_keeps_the_reports_counts(python: &Path, rec: &Path, dir: &Path, whole: &Value) {
     let path = dir.join("windowed.pftrace");
     let out = run(
-        Command::new(BIN)
+        Command::new(profiler())
             .arg("export")
             .arg(rec)
             .arg("-o")
@@ -347,7 +345,7 @@ fn export_benchmark_on_a_million_events() {
             .expect("finish the bench recording");
         let out = dir.path().join("bench-streamed.pftrace");
         let started = std::time::Instant::now();
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(profiler())
             .arg("export")
             .arg(&file)
             .arg("-o")
@@ -432,7 +430,7 @@ fn record_to_a_pftrace_name_writes_the_trace_and_keeps_the_recording() {
     let nginx = Nginx::start(dir.path(), "default_type text/plain; return 200 \"hi\";");
     let trace = dir.path().join("live.pftrace");
     let port = nginx.http_port.to_string();
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(profiler())
         .args([
             "record",
             "--port",
@@ -471,7 +469,7 @@ fn record_to_a_pftrace_name_writes_the_trace_and_keeps_the_recording() {
     // own bindings accept it.
     let again = dir.path().join("again.pftrace");
     run(
-        Command::new(BIN)
+        Command::new(profiler())
             .arg("export")
             .arg(&kept)
             .arg("-o")

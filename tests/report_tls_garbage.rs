@@ -3,12 +3,10 @@
 //! nginx's TLS listener; garbage and another protocol on a traced port are
 //! counted as unparsed, and nothing panics.
 
-mod common;
-
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 
-use common::*;
+use test_support::*;
 
 #[test]
 fn tls_handshake_per_new_connection_and_timing_by_record() {

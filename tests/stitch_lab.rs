@@ -3,13 +3,11 @@
 //! `tokenscope record` watches; then `tokenscope report --json` is compared
 //! with bench's per-request records.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
+use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
 use tokenscope_lab::proxy::{NginxProxy, ProxyConfig, ProxyMode};
 use tokenscope_lab::{Engine, EngineConfig};

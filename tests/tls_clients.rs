@@ -5,17 +5,15 @@
 //! streams are decoded with their paths, earlier ones timed and counted as attached
 //! mid-connection, nothing made up.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use common::*;
 use serde_json::Value;
+use test_support::*;
 
 fn python() -> PathBuf {
-    tokenscope_lab::pyvenv::python_with(
+    test_support::pyvenv::python_with(
         "tokenscope-openai-h2-venv",
         "openai httpx[http2]",
         "import openai, httpx, h2",

@@ -5,12 +5,10 @@
 //! and each request must come out once, joined from curl to the engine, with every
 //! token the client received timed at every point, and no secret in any output.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
 use serde_json::Value;
+use test_support::*;
 
 const AUTH: &str = "sk-SECRET-auth-4411";
 const COOKIE: &str = "session=SECRET-cookie-9a9a";
@@ -164,10 +162,10 @@ fn check_untied(path: &Path) {
 /// OpenSSL): nginx's plaintext tells each request, so the network rules still fire.
 #[test]
 fn untuned_demo_with_tls_on_the_client_hop_still_yields_rules_1_2_3() {
-    let out = std::process::Command::new(BIN)
+    let out = lab_command()
         .args(["demo", "--client-tls", "--duration", "20s"])
         .output()
-        .expect("run tokenscope demo");
+        .expect("run tokenscope-lab demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

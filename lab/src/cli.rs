@@ -1,11 +1,11 @@
-//! Command-line surface of the lab (`tokenscope bench`, `tokenscope lab ...`,
-//! `tokenscope demo`) as clap types the tokenscope binary embeds. Errors become anyhow here.
+//! Command-line surface of the `tokenscope-lab` binary (`demo`, `bench`, `engine`,
+//! `proxy`, `scenario`) as clap types. Errors become anyhow here.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bench::{self, BenchConfig};
 use crate::demo::{self, DemoConfig};
@@ -61,8 +61,8 @@ CLOCK_MONOTONIC. Prints the percentiles; --json writes one line per request with
 timestamps (never prompt or completion text).",
     after_help = concat!(
         "Examples:\n",
-        "  tokenscope bench --url http://127.0.0.1:8000 --requests 200 --concurrency 16\n",
-        "  tokenscope bench --url https://gw.local --http2 --chat --duration 60s --rate 5 \\\n",
+        "  tokenscope-lab bench --url http://127.0.0.1:8000 --requests 200 --concurrency 16\n",
+        "  tokenscope-lab bench --url https://gw.local --http2 --chat --duration 60s --rate 5 \\\n",
         "      --prompt-tokens 2100 --shared-prefix 2000 --json requests.jsonl\n"
     ),
     after_long_help = METRICS_HELP
@@ -165,7 +165,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// `tokenscope bench`: runs the load, prints the report, writes --json.
+/// `tokenscope-lab bench`: runs the load, prints the report, writes --json.
 pub fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
     let cfg = args.to_config();
     let out = runtime()?
@@ -194,34 +194,48 @@ impl Switch {
     }
 }
 
-/// Run the lab's pieces by hand.
-#[derive(Args, Debug, Clone)]
-#[command(about = "Run the lab's simulated engine or an nginx set-up in front of one")]
-pub struct LabArgs {
+const ABOUT: &str = "The tokenscope lab: a simulated LLM serving chain to profile, and the demo.";
+const LONG_ABOUT: &str = "\
+The tokenscope lab: a simulated OpenAI-compatible engine (continuous batching, prefix cache,
+chunked prefill) doing its GPU work through a stand-in libcuda, real nginx set-ups in front of
+it, a streaming load client, and the pathologies tokenscope diagnoses, reproduced on real TCP.
+
+It is a test bench, not part of the profiler: `tokenscope` ships without it. `demo` and
+`scenario -o` record with the `tokenscope` binary found beside this one (or in $TOKENSCOPE_BIN,
+or on the PATH).";
+
+/// `tokenscope-lab`: the lab's own binary.
+#[derive(Parser, Debug)]
+#[command(name = "tokenscope-lab", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct LabCli {
     #[command(subcommand)]
     pub command: LabCommand,
 }
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum LabCommand {
+    /// Run engine + nginx + load, recorded by tokenscope: where TTFT and ITL go.
+    Demo(DemoArgs),
+    /// Streaming load client for OpenAI-compatible servers (vllm bench serve definitions).
+    Bench(BenchArgs),
     /// A simulated OpenAI-compatible engine (continuous batching, prefix cache, chunked
     /// prefill) doing its GPU work through a stand-in libcuda.so.1.
     #[command(
-        after_help = "Example:\n  tokenscope lab engine --listen 127.0.0.1:8000 --prefix-cache off --chunked-prefill off"
+        after_help = "Example:\n  tokenscope-lab engine --listen 127.0.0.1:8000 --prefix-cache off --chunked-prefill off"
     )]
     Engine(EngineArgs),
     /// nginx in front of an engine: --tuned (TLS + HTTP/2, keep-alive, no buffering) or
     /// --untuned (no keep-alive, HTTP/1.0 buffered upstream, gzip, slow auth hop).
     #[command(
-        after_help = "Example:\n  tokenscope lab proxy --untuned --upstream 127.0.0.1:8000 --listen 127.0.0.1:8080"
+        after_help = "Example:\n  tokenscope-lab proxy --untuned --upstream 127.0.0.1:8000 --listen 127.0.0.1:8080"
     )]
     Proxy(ProxyArgs),
     /// Reproduce one pathology (or its fix) on this machine with real TCP, nginx and the
     /// lab engine, for a few seconds; with -o, tokenscope records it.
     #[command(after_help = "\
 Examples:
-  tokenscope lab scenario nagle -o nagle.tsrec && tokenscope report nagle.tsrec
-  tokenscope lab scenario lossy          # needs root and nftables (drops 1 in 10 segments)
+  tokenscope-lab scenario nagle -o nagle.tsrec && tokenscope report nagle.tsrec
+  tokenscope-lab scenario lossy          # needs root and nftables (drops 1 in 10 segments)
 
 Scenarios (positive / negative, and the diagnosis rules they show):
   untuned / tuned-plain            rules 1-5: new connections, proxy buffering, gzip on SSE,
@@ -232,6 +246,24 @@ Scenarios (positive / negative, and the diagnosis rules they show):
   slow-client / fast-client        rule 9: a client reading 256 bytes every 10 ms
   gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling")]
     Scenario(ScenarioArgs),
+}
+
+/// Runs one `tokenscope-lab` command.
+pub fn run(cli: LabCli) -> anyhow::Result<()> {
+    match cli.command {
+        LabCommand::Demo(args) => {
+            let mut observer =
+                crate::profiler::RecordingObserver::new().context("demo scratch directory")?;
+            run_demo_observed(args, &mut observer)
+        }
+        LabCommand::Bench(args) => run_bench(args),
+        LabCommand::Scenario(args) if args.output.is_some() => {
+            crate::profiler::scenario_recorded(args)
+        }
+        LabCommand::Scenario(args) => run_scenario(args),
+        LabCommand::Engine(args) => run_engine(args),
+        LabCommand::Proxy(args) => run_proxy(args),
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -361,60 +393,62 @@ fn write_lines<T: serde::Serialize>(items: &[T], path: &std::path::Path) -> anyh
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// `tokenscope lab engine|proxy`: runs until Ctrl-C or SIGTERM.
-pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
-    let rt = runtime()?;
-    rt.block_on(async {
-        match args.command {
-            LabCommand::Scenario(a) => {
-                let out = crate::scenario::run(a.name, &mut demo::NoObserver)
-                    .await
-                    .with_context(|| format!("scenario {}", a.name))?;
-                println!("{}: {}\n{}", a.name, a.name.describe(), out.summary);
-            }
-            LabCommand::Engine(a) => {
-                let engine = Engine::start(a.to_config(), a.listen)
-                    .await
-                    .context("starting the lab engine")?;
-                println!(
-                    "engine on {} (stand-in GPU: {}, pid {}); Ctrl-C stops",
-                    engine.base_url(),
-                    engine.libcuda_path().display(),
-                    std::process::id()
-                );
-                wait_for_stop().await?;
-                let (steps, requests) = (engine.step_log(), engine.request_log());
-                engine.shutdown().await;
-                if let Some(path) = &a.step_log {
-                    write_lines(&steps.snapshot(), path)?;
-                }
-                if let Some(path) = &a.request_log {
-                    write_lines(&requests.snapshot(), path)?;
-                }
-            }
-            LabCommand::Proxy(a) => {
-                let mode = if a.tuned {
-                    ProxyMode::Tuned
-                } else {
-                    ProxyMode::Untuned
-                };
-                let proxy = NginxProxy::start(ProxyConfig {
-                    listen: a.listen,
-                    nginx: a.nginx.clone(),
-                    ..ProxyConfig::new(mode, a.upstream)
-                })
-                .await
-                .context("starting nginx")?;
-                println!(
-                    "{mode} nginx on {} (pid {}, config in {}); Ctrl-C stops",
-                    proxy.url(),
-                    proxy.pid(),
-                    proxy.dir().display()
-                );
-                wait_for_stop().await?;
-            }
+/// `tokenscope-lab scenario NAME` without recording it.
+fn run_scenario(a: ScenarioArgs) -> anyhow::Result<()> {
+    let out = runtime()?
+        .block_on(crate::scenario::run(a.name, &mut demo::NoObserver))
+        .with_context(|| format!("scenario {}", a.name))?;
+    println!("{}: {}\n{}", a.name, a.name.describe(), out.summary);
+    Ok(())
+}
+
+/// `tokenscope-lab engine`: serves until Ctrl-C or SIGTERM, then writes its logs.
+fn run_engine(a: EngineArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let engine = Engine::start(a.to_config(), a.listen)
+            .await
+            .context("starting the lab engine")?;
+        println!(
+            "engine on {} (stand-in GPU: {}, pid {}); Ctrl-C stops",
+            engine.base_url(),
+            engine.libcuda_path().display(),
+            std::process::id()
+        );
+        wait_for_stop().await?;
+        let (steps, requests) = (engine.step_log(), engine.request_log());
+        engine.shutdown().await;
+        if let Some(path) = &a.step_log {
+            write_lines(&steps.snapshot(), path)?;
+        }
+        if let Some(path) = &a.request_log {
+            write_lines(&requests.snapshot(), path)?;
         }
         Ok(())
+    })
+}
+
+/// `tokenscope-lab proxy`: nginx until Ctrl-C or SIGTERM.
+fn run_proxy(a: ProxyArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let mode = if a.tuned {
+            ProxyMode::Tuned
+        } else {
+            ProxyMode::Untuned
+        };
+        let proxy = NginxProxy::start(ProxyConfig {
+            listen: a.listen,
+            nginx: a.nginx.clone(),
+            ..ProxyConfig::new(mode, a.upstream)
+        })
+        .await
+        .context("starting nginx")?;
+        println!(
+            "{mode} nginx on {} (pid {}, config in {}); Ctrl-C stops",
+            proxy.url(),
+            proxy.pid(),
+            proxy.dir().display()
+        );
+        wait_for_stop().await
     })
 }
 
@@ -427,7 +461,7 @@ shared 2,000-word system prompt and an occasional 6,000-word document. Untuned (
 no prefix cache, no chunked prefill, nginx without keep-alive, buffering an HTTP/1.0 upstream, \
 gzip on and an auth hop. --tuned: prefix cache, chunked prefill, nginx with TLS + HTTP/2, \
 keep-alive and proxy_buffering off. Needs nginx and openssl.",
-    after_help = "Examples:\n  tokenscope demo\n  tokenscope demo --tuned --duration 30s\n  tokenscope demo --compare",
+    after_help = "Examples:\n  tokenscope-lab demo\n  tokenscope-lab demo --tuned --duration 30s\n  tokenscope-lab demo --compare",
     after_long_help = METRICS_HELP
 )]
 pub struct DemoArgs {
@@ -454,7 +488,7 @@ pub struct DemoArgs {
     pub client_tls: bool,
 }
 
-/// `tokenscope demo [--tuned | --compare]`: prints the set-up and the bench report(s).
+/// `tokenscope-lab demo [--tuned | --compare]` without the profiler: prints the set-up and the bench report(s).
 pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     run_demo_observed(args, &mut demo::NoObserver)
 }
@@ -518,22 +552,16 @@ pub fn run_demo_observed(
 mod tests {
     use super::*;
 
-    #[derive(clap::Parser)]
-    struct Top {
-        #[command(subcommand)]
-        cmd: Cmd,
-    }
-
-    #[derive(clap::Subcommand)]
-    enum Cmd {
-        Bench(BenchArgs),
-        Lab(LabArgs),
-        Demo(DemoArgs),
-    }
+    use LabCommand as Cmd;
 
     fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
-        use clap::Parser;
-        Top::try_parse_from(std::iter::once("t").chain(args.iter().copied())).map(|t| t.cmd)
+        LabCli::try_parse_from(std::iter::once("t").chain(args.iter().copied())).map(|t| t.command)
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        LabCli::command().debug_assert();
     }
 
     #[test]
@@ -571,17 +599,13 @@ mod tests {
             .is_err(),
             "--requests and --duration conflict"
         );
-        let Ok(Cmd::Lab(LabArgs {
-            command: LabCommand::Engine(e),
-        })) = parse(&[
-            "lab",
+        let Ok(Cmd::Engine(e)) = parse(&[
             "engine",
             "--prefix-cache",
             "off",
             "--chunked-prefill",
             "off",
-        ])
-        else {
+        ]) else {
             panic!("lab engine parses");
         };
         let cfg = e.to_config();
@@ -594,19 +618,11 @@ mod tests {
             EngineConfig::default().step_overhead_ns
         );
         assert!(
-            parse(&["lab", "proxy", "--upstream", "127.0.0.1:1"]).is_err(),
+            parse(&["proxy", "--upstream", "127.0.0.1:1"]).is_err(),
             "proxy needs a mode"
         );
         assert!(
-            parse(&[
-                "lab",
-                "proxy",
-                "--tuned",
-                "--untuned",
-                "--upstream",
-                "127.0.0.1:1"
-            ])
-            .is_err(),
+            parse(&["proxy", "--tuned", "--untuned", "--upstream", "127.0.0.1:1"]).is_err(),
             "one mode only"
         );
         assert!(matches!(parse(&["demo", "--tuned"]), Ok(Cmd::Demo(d)) if d.tuned));

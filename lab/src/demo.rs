@@ -1,4 +1,4 @@
-//! `tokenscope demo`: engine + nginx + bench on one machine. Untuned reproduces the classic
+//! `tokenscope-lab demo`: engine + nginx + bench on one machine. Untuned reproduces the classic
 //! slow stream (no prefix cache, no chunked prefill, a buffering gateway without
 //! keep-alive); tuned removes each cause. Only the mechanisms differ, never a sleep.
 use std::time::Duration;
@@ -189,7 +189,7 @@ pub fn describe(cfg: &DemoConfig) -> String {
         side.to_string()
     };
     format!(
-        "tokenscope demo ({side})\nload: {:.1} requests/s (at most {} in flight) for {:.0} s, chat, {}-word shared system \
+        "tokenscope-lab demo ({side})\nload: {:.1} requests/s (at most {} in flight) for {:.0} s, chat, {}-word shared system \
          prompt + {}-word question, every {}th request a {}-word document, {} tokens out; one client \
          in four accepts gzip\n",
         cfg.rate,

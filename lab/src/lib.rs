@@ -2,14 +2,19 @@
 //! batching, prefix cache, chunked prefill) that does its GPU work through a stand-in
 //! libcuda.so.1, real nginx set-ups in front of it, and `bench`, an SSE load client that
 //! times what users feel. All timestamps are CLOCK_MONOTONIC nanoseconds.
+//!
+//! Its binary, `tokenscope-lab`, hosts the demo and the lab's commands; the
+//! `tokenscope` profiler never links this crate (an SRE's production install gets
+//! no simulated engine, stand-in libraries, nftables installer or accept-any-cert
+//! TLS client with it).
 pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod cuda;
 pub mod demo;
 pub mod engine;
+pub mod profiler;
 pub mod proxy;
-pub mod pyvenv;
 pub mod scenario;
 pub mod server;
 pub mod words;

@@ -1,4 +1,4 @@
-//! Both sides of `tokenscope demo`: the untuned chain shows the classic slow stream, the
+//! Both sides of `tokenscope-lab demo`: the untuned chain shows the classic slow stream, the
 //! tuned one removes it, from the mechanisms alone.
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! The engine's OpenAI surface over real TCP: SSE framing, errors, the step log and the
 //! stand-in libcuda.
-mod common;
 
-use common::{curl, words};
+use test_support::http::{curl_status, words};
 use tokenscope_lab::{Engine, EngineConfig, StepKind};
 
 async fn engine(cfg: EngineConfig) -> Engine {
@@ -14,7 +13,7 @@ async fn engine(cfg: EngineConfig) -> Engine {
 fn curl_blocking(args: Vec<String>) -> tokio::task::JoinHandle<(u16, String)> {
     tokio::task::spawn_blocking(move || {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        curl(&a)
+        curl_status(&a)
     })
 }
 

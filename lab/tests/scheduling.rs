@@ -1,6 +1,5 @@
 //! The engine's scheduling pathologies, measured by bench over real TCP: chunked prefill
 //! and the prefix cache.
-mod common;
 
 use std::time::Duration;
 

@@ -4,105 +4,10 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+
+use test_support::tmux::Tmux;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenscope-top");
-
-/// A private tmux server running one bash in a 100x30 window.
-struct Tmux {
-    socket: String,
-    dir: tempfile::TempDir,
-}
-
-impl Tmux {
-    fn start() -> Tmux {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // One tmux server per test: tests of one binary run in parallel.
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let socket = format!(
-            "tokenscope-top-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let tmux = Tmux { socket, dir };
-        tmux.run(&[
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            "100",
-            "-y",
-            "30",
-            "env PS1='shell$ ' TERM=xterm-256color bash --norc --noprofile",
-        ]);
-        tmux.wait_for("the shell prompt", |s| s.contains("shell$"));
-        tmux
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("running tmux (install the tmux package): {e}"));
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "top"];
-        args.extend(keys);
-        self.run(&args);
-    }
-
-    /// Typed literally (no key-name lookup).
-    fn type_text(&self, text: &str) {
-        self.run(&["send-keys", "-t", "top", "-l", text]);
-    }
-
-    fn screen(&self) -> String {
-        self.run(&["capture-pane", "-p", "-t", "top"])
-    }
-
-    fn pane_flag(&self, flag: &str) -> String {
-        self.run(&["display-message", "-p", "-t", "top", flag])
-            .trim()
-            .to_string()
-    }
-
-    /// Polls the screen until `ready` holds (tmux has no event to await).
-    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let screen = self.screen();
-            if ready(&screen) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "waited 30 s for {what}; the screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
-}
 
 fn has_line(screen: &str, text: &str) -> bool {
     screen.lines().any(|l| l.trim_end() == text)
@@ -110,9 +15,10 @@ fn has_line(screen: &str, text: &str) -> bool {
 
 #[test]
 fn replay_sort_filter_open_and_quit_restore_the_terminal() {
-    let tmux = Tmux::start();
-    let stty_before = tmux.dir.path().join("stty.before");
-    let stty_after = tmux.dir.path().join("stty.after");
+    let tmux = Tmux::shell(100, 30);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stty_before = dir.path().join("stty.before");
+    let stty_after = dir.path().join("stty.after");
     tmux.type_text(&format!(
         "echo before-top; stty -g > {}; {BIN} --replay {} --speed 0; echo top-exit=$?",
         stty_before.display(),
@@ -206,7 +112,7 @@ fn without_a_terminal_top_says_so_in_one_line() {
 
 #[test]
 fn replay_at_speed_pauses_follows_resizes_and_sigterm_restores_the_terminal() {
-    let tmux = Tmux::start();
+    let tmux = Tmux::shell(100, 30);
     tmux.type_text(&format!(
         "echo before-top; {BIN} --replay {} --speed 1; echo top-exit=$?",
         common::fixture().display()
@@ -218,7 +124,7 @@ fn replay_at_speed_pauses_follows_resizes_and_sigterm_restores_the_terminal() {
     tmux.keys(&["p"]);
     tmux.wait_for("the pause mark", |s| s.contains("PAUSED"));
 
-    tmux.run(&["resize-window", "-t", "top", "-x", "80", "-y", "24"]);
+    tmux.resize(80, 24);
     let small = tmux.wait_for("the 80x24 layout", |s| {
         s.lines().count() == 24
             && s.lines().last().is_some_and(|l| l.contains("PAUSED"))

@@ -24,8 +24,16 @@ const ROUNDS: usize = 3;
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
-    crate::cargo(&["build", "--release", "--bin", "tokenscope"])?;
-    let bin = target_dir().join("release/tokenscope");
+    crate::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "tokenscope",
+        "-p",
+        "tokenscope-lab",
+        "--bins",
+    ])?;
+    let bin = crate::target_dir().join("release/tokenscope");
     warn_other_recorders();
     let out = std::env::temp_dir().join(format!("tokenscope-bench-{}.tsrec", std::process::id()));
     let listener = TcpListener::bind("127.0.0.1:0")?;
@@ -99,13 +107,9 @@ pub fn run() -> Result<()> {
     tls_cost(&bin, &out)
 }
 
-/// Where cargo builds: `CARGO_TARGET_DIR` when set (relative to the workspace,
-/// where `crate::cargo` runs), else `target/`.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => crate::root().join(dir),
-        None => crate::root().join("target"),
-    }
+/// The lab's binary (engine, bench), built beside the profiler.
+fn lab(bin: &Path) -> PathBuf {
+    bin.with_file_name("tokenscope-lab")
 }
 
 /// Another recorder's probes fire in every figure here, the baselines included.
@@ -139,11 +143,10 @@ fn uprobe_cost(bin: &Path, out: &Path) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("tokenscope-bench-cuda-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let lib = dir.join("libcuda.so.1");
-    // `lab engine --libcuda PATH` writes the stand-in there when it is missing.
+    // `tokenscope-lab engine --libcuda PATH` writes the stand-in there when it is missing.
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut engine = Command::new(bin)
+    let mut engine = Command::new(lab(bin))
         .args([
-            "lab",
             "engine",
             "--listen",
             &format!("127.0.0.1:{port}"),
@@ -448,8 +451,8 @@ impl Drop for Peer {
 /// Records the lab engine under bench load, then times `tokenscope report` on it.
 fn replay(bin: &Path, out: &Path) -> Result<()> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut engine = Command::new(bin)
-        .args(["lab", "engine", "--listen", &format!("127.0.0.1:{port}")])
+    let mut engine = Command::new(lab(bin))
+        .args(["engine", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
         .spawn()
         .context("start the lab engine")?;
@@ -476,7 +479,7 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
         "32",
         "--no-progress",
     ];
-    crate::run(Command::new(bin).args(load).stdout(Stdio::null()))?;
+    crate::run(Command::new(lab(bin)).args(load).stdout(Stdio::null()))?;
     let summary = rec.stop()?;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };

@@ -1,6 +1,7 @@
-//! `cargo xtask demo`: the main job. Builds tokenscope and runs `tokenscope demo
-//! --compare`: the lab engine behind real nginx, untuned then tuned, under the same
-//! load, with each side's report and the side-by-side table.
+//! `cargo xtask demo`: the main job. Builds the profiler and the lab and runs
+//! `tokenscope-lab demo --compare`: the lab engine behind real nginx, untuned then
+//! tuned, under the same load, recorded by the `tokenscope` beside it, with each
+//! side's report and the side-by-side table.
 
 use std::process::Command;
 
@@ -8,7 +9,14 @@ use anyhow::Result;
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
-    crate::cargo(&["build", "--bin", "tokenscope"])?;
-    let bin = crate::root().join("target/debug/tokenscope");
-    crate::run(Command::new(bin).args(["demo", "--compare"]))
+    crate::cargo(&[
+        "build",
+        "-p",
+        "tokenscope",
+        "-p",
+        "tokenscope-lab",
+        "--bins",
+    ])?;
+    let lab = crate::target_dir().join("debug/tokenscope-lab");
+    crate::run(Command::new(lab).args(["demo", "--compare"]))
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask fixtures`: re-records the recordings the diagnosis rules are tested on
 //! (tests/fixtures/diagnose/NAME.tsrec.gz, checked by tests/diagnose_fixtures.rs), one
-//! per lab scenario: `tokenscope lab scenario NAME -o FILE` reproduces a pathology or
+//! per lab scenario: `tokenscope-lab scenario NAME -o FILE` reproduces a pathology or
 //! its fix on this machine (real TCP, nginx, nftables, the lab engine) and records it.
 //! They are committed, gzip-compressed, so the rule tests replay exactly these bytes.
 
@@ -24,8 +24,15 @@ const SCENARIOS: &[&str] = &[
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
-    crate::cargo(&["build", "--bin", "tokenscope"])?;
-    let bin = crate::root().join("target/debug/tokenscope");
+    crate::cargo(&[
+        "build",
+        "-p",
+        "tokenscope",
+        "-p",
+        "tokenscope-lab",
+        "--bins",
+    ])?;
+    let lab = crate::target_dir().join("debug/tokenscope-lab");
     let dir = crate::root().join("tests/fixtures/diagnose");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let scratch = std::env::temp_dir().join(format!("tokenscope-fixtures-{}", std::process::id()));
@@ -33,11 +40,7 @@ pub fn run() -> Result<()> {
     for name in SCENARIOS {
         let raw = scratch.join(format!("{name}.tsrec"));
         println!("xtask: recording scenario {name}");
-        crate::run(
-            Command::new(&bin)
-                .args(["lab", "scenario", name, "-o"])
-                .arg(&raw),
-        )?;
+        crate::run(Command::new(&lab).args(["scenario", name, "-o"]).arg(&raw))?;
         let gz = dir.join(format!("{name}.tsrec.gz"));
         crate::run(
             Command::new("sh")

@@ -22,7 +22,7 @@ tasks:
   test    setup, build once, run unit tests, then privileged end-to-end tests one at a time,
           then the kernel matrix (test-kernels)
   test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
-  demo    setup, then run `tokenscope demo --compare` (lab engine + nginx, untuned vs tuned)
+  demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios)
   lint    cargo fmt --check and clippy with warnings denied
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
@@ -92,9 +92,23 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where cargo builds: `CARGO_TARGET_DIR` when set (relative to the workspace,
+/// where `crate::cargo` runs), else `target/`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root().join(dir),
+        None => root().join("target"),
+    }
+}
+
 pub fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(cargo).args(args).current_dir(root()))
+    let mut cmd = Command::new(cargo);
+    // `cargo xtask` runs us as `cargo run` does; builds from here must see what a shell's
+    // see, or build scripts watching these (ring's) rebuild on every switch between them.
+    cmd.env_remove("CARGO_MANIFEST_DIR")
+        .env_remove("CARGO_MANIFEST_PATH");
+    run(cmd.args(args).current_dir(root()))
 }
 
 pub fn run(cmd: &mut Command) -> Result<()> {

@@ -1,18 +1,39 @@
-//! `tokenscope demo`: the lab's load, recorded by tokenscope itself. A child
-//! watches the engine's and the proxy's ports while the bench runs (in this
-//! process, so the recorder's self-exclusion does not hide it): on a terminal
-//! it is `tokenscope top` (live, until you quit it), otherwise
+//! The lab recorded by the profiler: `tokenscope-lab demo` and `scenario -o`. A
+//! `tokenscope` child watches the engine's and the proxy's ports while the bench runs
+//! (in this process, so the recorder's self-exclusion does not hide it): on a
+//! terminal it is `tokenscope top` (live, until you quit it), otherwise
 //! `tokenscope record`. Either way the report is printed beside the bench's own.
+//! The profiler is a separate binary (it ships without the lab), found by
+//! [`profiler_binary`].
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, Command, ExitCode, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 
+use anyhow::Context;
 use collector::diagnose::Diagnosis;
 use collector::export::report;
 use collector::ingest::record::RecordReader;
-use tokenscope_lab::demo::{DemoObserver, DemoOutcome};
+
+use crate::demo::{DemoObserver, DemoOutcome};
+
+/// Names the profiler binary to record with, over the default search.
+pub const PROFILER_ENV: &str = "TOKENSCOPE_BIN";
+
+/// The `tokenscope` binary the lab records with: `$TOKENSCOPE_BIN`, else the one
+/// beside this binary (cargo builds both into one directory), else `tokenscope` on
+/// the PATH.
+pub fn profiler_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os(PROFILER_ENV) {
+        return PathBuf::from(path);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("tokenscope")))
+        .filter(|sibling| sibling.is_file())
+        .unwrap_or_else(|| PathBuf::from("tokenscope"))
+}
 
 pub struct RecordingObserver {
     dir: PathBuf,
@@ -70,28 +91,20 @@ impl RecordingObserver {
 
     /// `tokenscope SUBCOMMAND` watching the engine's and the proxy's ports into this
     /// side's recording, and that recording's path.
-    fn watcher(
-        &self,
-        sub: &str,
-        tuned: bool,
-        ports: [u16; 2],
-    ) -> Result<(Command, PathBuf), String> {
-        let exe = std::env::current_exe().map_err(|e| format!("finding tokenscope: {e}"))?;
+    fn watcher(&self, sub: &str, tuned: bool, ports: [u16; 2]) -> (Command, PathBuf) {
         let path = self.side_path(tuned);
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(profiler_binary());
         cmd.arg(sub);
         for port in ports {
             cmd.args(["--port", &port.to_string()]);
         }
         cmd.arg("-o").arg(&path).args(&self.extra);
-        Ok((cmd, path))
+        (cmd, path)
     }
 
     fn start_top(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
-        let (mut cmd, path) = self.watcher("top", tuned, ports)?;
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting tokenscope top: {e}"))?;
+        let (mut cmd, path) = self.watcher("top", tuned, ports);
+        let child = cmd.spawn().map_err(|e| spawn_error("top", &e))?;
         // Start the load once top's probes are attached: its recording's header lists them.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while !RecordReader::open(&path).is_ok_and(|r| !r.header.probes.is_empty()) {
@@ -105,13 +118,13 @@ impl RecordingObserver {
     }
 
     fn start(&mut self, tuned: bool, ports: [u16; 2]) -> Result<(), String> {
-        let (mut cmd, path) = self.watcher("record", tuned, ports)?;
+        let (mut cmd, path) = self.watcher("record", tuned, ports);
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("starting tokenscope record: {e}"))?;
+            .map_err(|e| spawn_error("record", &e))?;
         let mut err = BufReader::new(child.stderr.take().expect("stderr is piped"));
         let mut line = String::new();
         loop {
@@ -249,9 +262,8 @@ fn profile(path: &std::path::Path) -> anyhow::Result<(String, Vec<Diagnosis>)> {
     Ok((text, built.diagnoses))
 }
 
-/// `tokenscope lab scenario NAME -o FILE`: the scenario, recorded, then its report.
-pub fn scenario_recorded(args: tokenscope_lab::cli::ScenarioArgs) -> anyhow::Result<ExitCode> {
-    use anyhow::Context;
+/// `tokenscope-lab scenario NAME -o FILE`: the scenario, recorded, then its report.
+pub fn scenario_recorded(args: crate::cli::ScenarioArgs) -> anyhow::Result<()> {
     let output = args
         .output
         .clone()
@@ -265,13 +277,21 @@ pub fn scenario_recorded(args: tokenscope_lab::cli::ScenarioArgs) -> anyhow::Res
         extra.extend(["--nvml-interval".into(), "50ms".into()]);
     }
     let mut observer = RecordingObserver::to_file(output, extra).context("scratch directory")?;
-    let rt = tokenscope_lab::cli::runtime()?;
+    let rt = crate::cli::runtime()?;
     let out = rt
-        .block_on(tokenscope_lab::scenario::run(args.name, &mut observer))
+        .block_on(crate::scenario::run(args.name, &mut observer))
         .with_context(|| format!("scenario {}", args.name))?;
     println!("{}: {}\n{}", args.name, args.name.describe(), out.summary);
     if let Some(profile) = &out.profile {
         print!("{profile}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// Why the profiler could not be started, with where it was looked for.
+fn spawn_error(sub: &str, e: &std::io::Error) -> String {
+    format!(
+        "starting {} {sub}: {e} (build it with `cargo build --bin tokenscope`, or name it in ${PROFILER_ENV})",
+        profiler_binary().display()
+    )
 }

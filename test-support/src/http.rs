@@ -1,5 +1,5 @@
-//! Helpers shared by the lab's end-to-end tests.
-#![allow(dead_code)]
+//! Talking to the lab engine by hand: tagged prompt words and curl with its status.
+
 use std::process::Command;
 
 /// `n` distinct words (one token each) tagged so prompts do not share prefixes by accident.
@@ -11,7 +11,7 @@ pub fn words(n: usize, tag: &str) -> String {
 }
 
 /// Runs curl with the given arguments and returns (status line code, body).
-pub fn curl(args: &[&str]) -> (u16, String) {
+pub fn curl_status(args: &[&str]) -> (u16, String) {
     let out = Command::new("curl")
         .args(["-sS", "-m", "60", "-w", "\n%{http_code}"])
         .args(args)

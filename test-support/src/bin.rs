@@ -1,0 +1,114 @@
+//! The binaries under test. The profiler (`tokenscope`) and the lab
+//! (`tokenscope-lab`) are separate binaries of separate packages; cargo builds only
+//! the tested package's binaries for its integration tests, so the other one is
+//! built here on first use, into the same target directory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The directory cargo put this test's binaries in (`target/debug` for
+/// `target/debug/deps/<test>-<hash>`).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let deps = exe.parent().expect("the test binary lies in a directory");
+    deps.parent()
+        .expect("cargo puts test binaries in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The `tokenscope` profiler binary cargo built for this test package (the root
+/// package's tests; elsewhere it is built on first use).
+pub fn profiler() -> PathBuf {
+    built("tokenscope", "tokenscope")
+}
+
+/// The `tokenscope-lab` binary (demo, bench, engine, proxy, scenario), which
+/// records with the `tokenscope` binary beside it.
+pub fn lab() -> PathBuf {
+    built("tokenscope-lab", "tokenscope-lab")
+}
+
+/// `tokenscope-lab` set to record with [`profiler`], not another `tokenscope`.
+pub fn lab_command() -> Command {
+    let mut cmd = Command::new(lab());
+    cmd.env(tokenscope_lab::profiler::PROFILER_ENV, profiler());
+    cmd
+}
+
+/// `bin` of workspace package `package` in this test's target directory; a
+/// binary of another package than the tested one is (re)built once per test
+/// process, so it is never stale.
+fn built(package: &str, bin: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<Vec<String>>> = OnceLock::new();
+    let path = bin_dir().join(bin);
+    if std::env::var("CARGO_PKG_NAME").as_deref() == Ok(package) && path.is_file() {
+        // Cargo built it for this very test run.
+        return path;
+    }
+    let mut done = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if !done.iter().any(|b| b == bin) {
+        cargo_build(package, bin, &bin_dir());
+        done.push(bin.to_string());
+    }
+    assert!(
+        path.is_file(),
+        "{} missing after cargo built it",
+        path.display()
+    );
+    path
+}
+
+/// What cargo sets (or prefixes) in the environment of a test it runs.
+const TEST_RUN_VARS: &[&str] = &[
+    "CARGO_MANIFEST_",
+    "CARGO_PKG_",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
+
+fn cargo_build(package: &str, bin: &str, bin_dir: &Path) {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("test-support lies in the workspace");
+    let profile = bin_dir
+        .file_name()
+        .and_then(|p| p.to_str())
+        .expect("a profile directory");
+    let target = bin_dir.parent().expect("the target directory");
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // As the cargo that built this test saw it: build scripts that watch a variable
+    // cargo sets for tests (ring watches CARGO_MANIFEST_DIR) would otherwise be
+    // rebuilt here, and again by the next ordinary build.
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(|n| TEST_RUN_VARS.iter().any(|v| n.starts_with(v)))
+        {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(["build", "--quiet", "-p", package, "--bin", bin])
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target);
+    if profile != "debug" {
+        cmd.args(["--profile", profile]);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running cargo to build {bin}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo could not build {bin}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

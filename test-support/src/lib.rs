@@ -1,0 +1,24 @@
+//! Helpers shared by tokenscope's tests (tests/, tui/tests, lab/tests), never by what
+//! ships: the binaries under test, a `tokenscope record` child, real nginx on free
+//! ports, readers of reports and recordings, a private tmux, Python venvs, and the
+//! stand-in GPU libraries. They panic with a message naming what was expected: they
+//! are for tests.
+
+pub mod bin;
+pub mod events;
+pub mod http;
+pub mod nginx;
+pub mod pyvenv;
+pub mod recorder;
+pub mod report;
+pub mod standin;
+pub mod tmux;
+
+pub use bin::{lab, lab_command, profiler};
+pub use events::{io_bytes, io_events, read_recording, transitions};
+pub use nginx::{curl, engine_behind_nginx, free_port, wait_for_port, Nginx};
+pub use recorder::{wait_timeout, Recorder};
+pub use report::{
+    assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within_a_millisecond, ns,
+    percentile, point, point_kinds, report_json, tokens_at, MS,
+};

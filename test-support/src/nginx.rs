@@ -1,0 +1,215 @@
+//! Real nginx from the system on free ports, curl, and the lab engine behind nginx.
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::recorder::wait_timeout;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Waits until something accepts connections on `port`.
+pub fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on port {port} after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A real nginx from the system, with its own prefix directory, on free ports.
+pub struct Nginx {
+    child: Child,
+    pub dir: PathBuf,
+    pub http_port: u16,
+    pub https_port: u16,
+    /// TLS with HTTP/2 offered by ALPN.
+    pub h2_port: u16,
+    /// Cleartext HTTP/2 with prior knowledge (h2c).
+    pub h2c_port: u16,
+}
+
+impl Nginx {
+    /// Serves `location_body` (nginx directives) on four listeners: plain HTTP/1.1,
+    /// TLS (HTTP/1.1), TLS with HTTP/2, and cleartext HTTP/2 (prior knowledge).
+    pub fn start(dir: &Path, location_body: &str) -> Nginx {
+        let [http_port, https_port, h2_port, h2c_port] = std::array::from_fn(|_| free_port());
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        let status = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+            ])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run openssl (installed by cargo xtask setup)");
+        assert!(
+            status.success(),
+            "openssl could not make a self-signed certificate"
+        );
+        std::fs::create_dir_all(dir.join("logs")).expect("logs dir");
+        let conf = format!(
+            "worker_processes 1;\nerror_log {dir}/logs/error.log;\npid {dir}/nginx.pid;\n\
+events {{ worker_connections 64; }}\n\
+http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
+  fastcgi_temp_path {dir}/fcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
+  server {{\n    listen 127.0.0.1:{http_port};\n    listen 127.0.0.1:{https_port} ssl;\n\
+    listen 127.0.0.1:{h2_port} ssl http2;\n    listen 127.0.0.1:{h2c_port} http2;\n\
+    ssl_certificate {cert};\n    ssl_certificate_key {key};\n    location / {{ {location_body} }}\n  }}\n}}\n",
+            dir = dir.display(),
+            cert = cert.display(),
+            key = key.display(),
+        );
+        let conf_path = dir.join("nginx.conf");
+        std::fs::write(&conf_path, conf).expect("write nginx.conf");
+        let child = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-g", "daemon off; master_process on;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nginx (installed by cargo xtask setup)");
+        let mut nginx = Nginx {
+            child,
+            dir: dir.to_path_buf(),
+            http_port,
+            https_port,
+            h2_port,
+            h2c_port,
+        };
+        for port in [http_port, https_port, h2_port, h2c_port] {
+            wait_for_port(port);
+        }
+        assert!(
+            nginx.child.try_wait().expect("try_wait").is_none(),
+            "nginx exited: {}",
+            nginx.error_log()
+        );
+        nginx
+    }
+
+    pub fn master_pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Pids of the worker processes (children of the master).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        let master = self.master_pid();
+        std::fs::read_dir("/proc")
+            .expect("read /proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit(')')
+                            .next()?
+                            .split_whitespace()
+                            .nth(1)?
+                            .parse::<u32>()
+                            .ok()
+                    })
+                    == Some(master)
+            })
+            .collect()
+    }
+
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("logs/error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: SIGQUIT asks the nginx master for a graceful stop.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
+        if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+        }
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+    }
+}
+
+fn nginx_binary() -> &'static str {
+    [
+        "/usr/sbin/nginx",
+        "/usr/local/sbin/nginx",
+        "/usr/local/nginx/sbin/nginx",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .unwrap_or("nginx")
+}
+
+/// Runs curl and returns (pid, stdout).
+pub fn curl(args: &[&str]) -> (u32, String) {
+    let child = Command::new("curl")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("curl output");
+    assert!(
+        out.status.success(),
+        "curl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (pid, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The lab engine (on a runtime the caller keeps) behind real nginx on its four
+/// listeners, proxying with HTTP/1.1 keep-alive upstream and no buffering.
+pub fn engine_behind_nginx(dir: &Path) -> (tokio::runtime::Runtime, tokenscope_lab::Engine, Nginx) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let engine = rt
+        .block_on(tokenscope_lab::Engine::start(
+            tokenscope_lab::EngineConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .expect("lab engine");
+    let up = engine.addr();
+    let nginx = Nginx::start(
+        dir,
+        &format!(
+            "proxy_pass http://{up}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+             proxy_buffering off;"
+        ),
+    );
+    (rt, engine, nginx)
+}

@@ -1,0 +1,157 @@
+//! Reading `tokenscope report` output: the JSON report, its points and figures,
+//! accuracy against a client's clock, and that no secret reaches any output.
+
+use std::path::Path;
+use std::process::Command;
+
+/// `tokenscope report FILE --json`, parsed.
+pub fn report_json(path: &Path) -> serde_json::Value {
+    let out = Command::new(crate::profiler())
+        .arg("report")
+        .arg(path)
+        .arg("--json")
+        .output()
+        .expect("run tokenscope report");
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+}
+
+/// Runs every output of a recording (dump, report as text and JSON, the Perfetto
+/// export) and asserts that none of them, nor the record file, holds any of `secrets`.
+/// Returns the dump's text.
+pub fn assert_no_secrets_in_outputs(recording: &Path, scratch: &Path, secrets: &[&str]) -> String {
+    let output = |args: &[&str]| -> Vec<u8> {
+        let out = Command::new(crate::profiler())
+            .args(args)
+            .arg(recording)
+            .output()
+            .expect("run tokenscope");
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let dump = output(&["dump"]);
+    let report = output(&["report"]);
+    let json = output(&["report", "--json"]);
+    let trace_path = scratch.join("secrets-check.pftrace");
+    output(&["export", "-o", trace_path.to_str().expect("utf-8 path")]);
+    let trace = std::fs::read(&trace_path).expect("read trace");
+    let file = std::fs::read(recording).expect("read recording");
+    for secret in secrets {
+        for (what, bytes) in [
+            ("the dump", &dump),
+            ("the record file", &file),
+            ("the report", &report),
+            ("the JSON report", &json),
+            ("the Perfetto trace", &trace),
+        ] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} appears in {what}"
+            );
+        }
+    }
+    String::from_utf8_lossy(&dump).into_owned()
+}
+
+pub const MS: u64 = 1_000_000;
+
+/// A nanosecond figure of a JSON report.
+pub fn ns(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("expected ns, got {v}"))
+}
+
+/// A request's observation point of `kind` in a JSON report.
+pub fn point<'a>(r: &'a serde_json::Value, kind: &str) -> Option<&'a serde_json::Value> {
+    r["points"].as_array()?.iter().find(|p| p["kind"] == kind)
+}
+
+/// The kinds of a request's observation points, client side first.
+pub fn point_kinds(r: &serde_json::Value) -> Vec<&str> {
+    r["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| p["kind"].as_str().expect("kind"))
+        .collect()
+}
+
+/// How many tokens a request's point of `kind` saw (0 without that point).
+pub fn tokens_at(r: &serde_json::Value, kind: &str) -> usize {
+    point(r, kind).map_or(0, |p| p["token_ns"].as_array().map_or(0, Vec::len))
+}
+
+/// The nearest-rank percentile of `v` (sorted in place).
+pub fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Accuracy against a client's own clock (two measurements of the same events, one
+/// clock): prints the errors' p50/p99 and asserts >= 99% of first tokens (TTFT) and of
+/// ITL samples are within 1 ms. `first` names what the first list holds.
+pub fn assert_within_a_millisecond(
+    what: &str,
+    first: &str,
+    mut first_err: Vec<u64>,
+    mut itl_err: Vec<u64>,
+) {
+    let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
+    let (t_ok, i_ok) = (within(&first_err), within(&itl_err));
+    let (t50, t99) = (
+        percentile(&mut first_err, 0.5),
+        percentile(&mut first_err, 0.99),
+    );
+    let (i50, i99) = (
+        percentile(&mut itl_err, 0.5),
+        percentile(&mut itl_err, 0.99),
+    );
+    println!(
+        "accuracy, {what}: {first} |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)",
+        itl_err.len()
+    );
+    assert!(
+        t_ok >= 0.99,
+        "{what}: {first} within 1 ms for {:.1}% (p99 error {t99} ns)",
+        t_ok * 100.0
+    );
+    assert!(
+        i_ok >= 0.99,
+        "{what}: ITL within 1 ms for {:.1}% of samples (p99 error {i99} ns)",
+        i_ok * 100.0
+    );
+}
+
+/// Asserts the report names `rule` with evidence (requests, ids, figures) and a fix.
+pub fn assert_rule_with_evidence(report: &serde_json::Value, rule: u64) {
+    let found: Vec<&serde_json::Value> = report["diagnoses"]
+        .as_array()
+        .expect("diagnoses")
+        .iter()
+        .map(|d| &d["rule"])
+        .collect();
+    let diag = report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["rule"] == rule)
+        .unwrap_or_else(|| panic!("rule {rule} in the report; found {found:?}"));
+    let ev = &diag["evidence"];
+    assert!(
+        ev["requests"].as_u64().unwrap() >= 3
+            && !ev["request_ids"].as_array().unwrap().is_empty()
+            && !ev["figures"].as_array().unwrap().is_empty(),
+        "rule {rule} shows its evidence: {diag:#}"
+    );
+    assert!(
+        !diag["fix"].as_array().unwrap().is_empty(),
+        "rule {rule} names a fix"
+    );
+}
