@@ -1,4 +1,5 @@
 //! tokenscope, the profiler binary's command line as a library: `main.rs` parses and
-//! calls [`cli::run`].
+//! calls [`cli::run`]; `cargo xtask dist` renders the same definitions as shell
+//! completions and man pages (examples/dist_assets.rs).
 
 pub mod cli;

@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod dist;
 mod fixtures;
 mod gpu;
 mod kernels;
@@ -26,6 +27,8 @@ tasks:
   bench   setup, then measure probe overhead and event throughput (same-run ratios)
   lint    cargo fmt --check and clippy with warnings denied
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
+  dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
+          shell completions (bash, zsh, fish) and man pages, in dist/
   gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload";
 
 fn main() {
@@ -37,6 +40,7 @@ fn main() {
         "bench" => bench::run(),
         "lint" => lint(),
         "fixtures" => fixtures::run(),
+        "dist" => dist::run(),
         "gpu-check" => gpu::run(),
         "test-kernels" => kernels::run(),
         "" | "help" | "-h" | "--help" => {
