@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 /// The directory cargo put this test's binaries in (`target/debug` for
 /// `target/debug/deps/<test>-<hash>`).
@@ -17,14 +17,20 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `tokenscope` profiler binary cargo built for this test package (the root
-/// package's tests; elsewhere it is built on first use).
+/// The `tokenscope` profiler binary. Cargo builds it for the root package's tests,
+/// the ones that run it (also inside `cargo xtask test-kernels`' guests, where no cargo
+/// runs); elsewhere it is built on first use.
 pub fn profiler() -> PathBuf {
+    let path = bin_dir().join("tokenscope");
+    if path.is_file() {
+        return path;
+    }
     built("tokenscope", "tokenscope")
 }
 
 /// The `tokenscope-lab` binary (demo, bench, engine, proxy, scenario), which
-/// records with the `tokenscope` binary beside it.
+/// records with the `tokenscope` binary beside it. Another package's binary, so
+/// (re)built once per test process: never stale.
 pub fn lab() -> PathBuf {
     built("tokenscope-lab", "tokenscope-lab")
 }
@@ -36,23 +42,15 @@ pub fn lab_command() -> Command {
     cmd
 }
 
-/// `bin` of workspace package `package` in this test's target directory; a
-/// binary of another package than the tested one is (re)built once per test
-/// process, so it is never stale.
+/// `bin` of workspace package `package` in this test's target directory, built
+/// by cargo once per test process.
 fn built(package: &str, bin: &str) -> PathBuf {
-    static BUILT: OnceLock<std::sync::Mutex<Vec<String>>> = OnceLock::new();
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let path = bin_dir().join(bin);
-    if std::env::var("CARGO_PKG_NAME").as_deref() == Ok(package) && path.is_file() {
-        // Cargo built it for this very test run.
-        return path;
-    }
-    let mut done = BUILT
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if !done.iter().any(|b| b == bin) {
+    let mut done = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !done.iter().any(|p| p == package) {
         cargo_build(package, bin, &bin_dir());
-        done.push(bin.to_string());
+        done.push(package.to_string());
     }
     assert!(
         path.is_file(),
