@@ -357,10 +357,10 @@ fn without_kernel_btf_one_line_and_status_2_and_an_external_btf_file_works() {
 /// request) recorded with this kernel's default source still yields rules 1, 2 and 3.
 #[test]
 fn the_untuned_demo_still_yields_rules_1_2_3() {
-    let out = Command::new(profiler())
+    let out = lab_command()
         .args(["demo", "--duration", "20s"])
         .output()
-        .expect("run tokenscope demo");
+        .expect("run tokenscope-lab demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
