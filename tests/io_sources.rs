@@ -19,7 +19,7 @@ use tokenscope_lab::{Engine, EngineConfig};
 
 /// Inside `cargo xtask test-kernels`: a guest emulated without KVM, where each
 /// instruction costs tens of times more, so streams run one at a time to keep the
-/// guest's two CPUs from queueing the very reads being timed.
+/// guest's CPU from queueing the very reads being timed.
 fn in_emulated_guest() -> bool {
     std::env::var_os("TOKENSCOPE_KERNEL_MATRIX").is_some()
 }
@@ -48,6 +48,23 @@ fn run_watched(sources: &[&[&str]], requests: u64) -> (Vec<RequestRecord>, Vec<V
             engine.addr().port().to_string(),
             proxy.addr().port().to_string(),
         ];
+        // One request before recording, so the timed ones do not pay for loading code
+        // and filling caches (seconds of page faults in an emulated guest).
+        let warm_up = bench::run(&BenchConfig {
+            url: proxy.url(),
+            concurrency: 1,
+            requests: Some(1),
+            max_tokens: 4,
+            progress: false,
+            timeout: Duration::from_secs(300),
+            ..BenchConfig::default()
+        })
+        .await
+        .expect("warm-up request");
+        assert!(
+            warm_up.records.iter().all(|r| r.ok),
+            "the warm-up request succeeded"
+        );
         let recorders: Vec<Recorder> = sources
             .iter()
             .zip(&dirs)
@@ -263,9 +280,12 @@ fn the_syscall_source_sees_the_same_requests_and_tokens_as_the_default() {
         expected_default(),
         diffs.len()
     );
+    // Both probes fire inside the same syscall; emulation stretches that path about
+    // thirtyfold, while a token put in the wrong read would be off by a whole ITL.
+    let bound = if in_emulated_guest() { MS } else { 50_000 };
     assert!(
-        p99 < 50_000,
-        "per-token times of the two sources differ by {p99} ns at p99 (want < 50 us)"
+        p99 < bound,
+        "per-token times of the two sources differ by {p99} ns at p99 (want < {bound} ns)"
     );
 }
 
@@ -357,8 +377,11 @@ fn without_kernel_btf_one_line_and_status_2_and_an_external_btf_file_works() {
 /// request) recorded with this kernel's default source still yields rules 1, 2 and 3.
 #[test]
 fn the_untuned_demo_still_yields_rules_1_2_3() {
+    // Four clients: each reconnects after the server closes on it (what rule 1 sees)
+    // even where emulation makes every request last seconds; with the demo's default
+    // 24, an emulated guest spends its 20 s on first connections.
     let out = lab_command()
-        .args(["demo", "--duration", "20s"])
+        .args(["demo", "--duration", "20s", "--concurrency", "4"])
         .output()
         .expect("run tokenscope-lab demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
