@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use test_support::{assert_rule_with_evidence, lab_command, profiler, report_json};
+use test_support::{assert_rule_with_evidence, demo_recording, demo_stdout, profiler, report_json};
 
 struct Demo {
     stdout: String,
@@ -21,28 +21,11 @@ struct Demo {
 fn demo() -> &'static Demo {
     static DEMO: OnceLock<Demo> = OnceLock::new();
     DEMO.get_or_init(|| {
-        let out = lab_command()
-            .args(["demo", "--compare", "--duration", "20s"])
-            .output()
-            .expect("run tokenscope-lab demo");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "demo failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let stdout = demo_stdout(&["--compare", "--duration", "20s"]);
         println!("{stdout}");
-        let recording = |name: &str| -> PathBuf {
-            stdout
-                .lines()
-                .filter_map(|l| l.split("(recording: ").nth(1))
-                .map(|rest| PathBuf::from(rest.trim_end_matches("):")))
-                .find(|p| p.ends_with(name))
-                .unwrap_or_else(|| panic!("the demo names its {name} recording:\n{stdout}"))
-        };
         Demo {
-            untuned: recording("untuned.tsrec"),
-            tuned: recording("tuned.tsrec"),
+            untuned: demo_recording(&stdout, "untuned.tsrec"),
+            tuned: demo_recording(&stdout, "tuned.tsrec"),
             stdout,
         }
     })

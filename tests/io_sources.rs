@@ -380,21 +380,10 @@ fn the_untuned_demo_still_yields_rules_1_2_3() {
     // Four clients: each reconnects after the server closes on it (what rule 1 sees)
     // even where emulation makes every request last seconds; with the demo's default
     // 24, an emulated guest spends its 20 s on first connections.
-    let out = lab_command()
-        .args(["demo", "--duration", "20s", "--concurrency", "4"])
-        .output()
-        .expect("run tokenscope-lab demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
+    let recording = demo_recording(
+        &demo_stdout(&["--duration", "20s", "--concurrency", "4"]),
+        "untuned.tsrec",
     );
-    let recording = stdout
-        .lines()
-        .find_map(|l| l.split("(recording: ").nth(1))
-        .map(|rest| std::path::PathBuf::from(rest.trim_end_matches("):")))
-        .unwrap_or_else(|| panic!("the demo names its recording:\n{stdout}"));
     let report = report_json(&recording);
     assert_eq!(io_source(&report), expected_default());
     for rule in 1..=3 {

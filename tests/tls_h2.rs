@@ -162,21 +162,10 @@ fn check_untied(path: &Path) {
 /// OpenSSL): nginx's plaintext tells each request, so the network rules still fire.
 #[test]
 fn untuned_demo_with_tls_on_the_client_hop_still_yields_rules_1_2_3() {
-    let out = lab_command()
-        .args(["demo", "--client-tls", "--duration", "20s"])
-        .output()
-        .expect("run tokenscope-lab demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
+    let recording = demo_recording(
+        &demo_stdout(&["--client-tls", "--duration", "20s"]),
+        "untuned.tsrec",
     );
-    let recording = stdout
-        .lines()
-        .find_map(|l| l.split("(recording: ").nth(1))
-        .map(|rest| std::path::PathBuf::from(rest.trim_end_matches("):")))
-        .unwrap_or_else(|| panic!("the demo names its recording:\n{stdout}"));
     let report = report_json(&recording);
     let protocols = &report["protocols"];
     assert!(

@@ -42,6 +42,33 @@ pub fn lab_command() -> Command {
     cmd
 }
 
+/// Runs `tokenscope-lab demo ARGS...` to its end; its stdout.
+pub fn demo_stdout(args: &[&str]) -> String {
+    let out = lab_command()
+        .arg("demo")
+        .args(args)
+        .output()
+        .expect("run tokenscope-lab demo");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "demo failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The recording a demo's stdout names whose file name is `name` (`untuned.tsrec`,
+/// `tuned.tsrec`).
+pub fn demo_recording(stdout: &str, name: &str) -> PathBuf {
+    stdout
+        .lines()
+        .filter_map(|l| l.split("(recording: ").nth(1))
+        .map(|rest| PathBuf::from(rest.trim_end_matches("):")))
+        .find(|p| p.ends_with(name))
+        .unwrap_or_else(|| panic!("the demo names its {name} recording:\n{stdout}"))
+}
+
 /// `bin` of workspace package `package` in this test's target directory, built
 /// by cargo once per test process (when cargo runs the test).
 fn built(package: &str, bin: &str) -> PathBuf {

@@ -14,7 +14,7 @@ pub mod report;
 pub mod standin;
 pub mod tmux;
 
-pub use bin::{lab, lab_command, profiler};
+pub use bin::{demo_recording, demo_stdout, lab, lab_command, profiler};
 pub use events::{io_bytes, io_events, read_recording, transitions};
 pub use nginx::{curl, engine_behind_nginx, free_port, wait_for_port, Nginx};
 pub use recorder::{wait_timeout, Recorder};

@@ -24,16 +24,7 @@ const ROUNDS: usize = 3;
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
-    crate::cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "tokenscope",
-        "-p",
-        "tokenscope-lab",
-        "--bins",
-    ])?;
-    let bin = crate::target_dir().join("release/tokenscope");
+    let bin = crate::build_binaries(true)?.join("tokenscope");
     warn_other_recorders();
     let out = std::env::temp_dir().join(format!("tokenscope-bench-{}.tsrec", std::process::id()));
     let listener = TcpListener::bind("127.0.0.1:0")?;

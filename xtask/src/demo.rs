@@ -9,14 +9,6 @@ use anyhow::Result;
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
-    crate::cargo(&[
-        "build",
-        "-p",
-        "tokenscope",
-        "-p",
-        "tokenscope-lab",
-        "--bins",
-    ])?;
-    let lab = crate::target_dir().join("debug/tokenscope-lab");
+    let lab = crate::build_binaries(false)?.join("tokenscope-lab");
     crate::run(Command::new(lab).args(["demo", "--compare"]))
 }

@@ -24,15 +24,7 @@ const SCENARIOS: &[&str] = &[
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
-    crate::cargo(&[
-        "build",
-        "-p",
-        "tokenscope",
-        "-p",
-        "tokenscope-lab",
-        "--bins",
-    ])?;
-    let lab = crate::target_dir().join("debug/tokenscope-lab");
+    let lab = crate::build_binaries(false)?.join("tokenscope-lab");
     let dir = crate::root().join("tests/fixtures/diagnose");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let scratch = std::env::temp_dir().join(format!("tokenscope-fixtures-{}", std::process::id()));

@@ -107,6 +107,23 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// Builds the profiler and the lab (`release` or debug); the folder they are in.
+pub fn build_binaries(release: bool) -> Result<PathBuf> {
+    let mut args = vec![
+        "build",
+        "-p",
+        "tokenscope",
+        "-p",
+        "tokenscope-lab",
+        "--bins",
+    ];
+    if release {
+        args.push("--release");
+    }
+    cargo(&args)?;
+    Ok(target_dir().join(if release { "release" } else { "debug" }))
+}
+
 pub fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
