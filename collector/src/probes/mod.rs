@@ -406,16 +406,17 @@ fn attach_uprobes(
     if files.is_empty() {
         return Ok(links);
     }
+    // Both programs load, or the set is off with a line (a kernel before 5.15 has no
+    // attach cookies, which say which symbol fired): never half a set, never a failed
+    // recording for want of optional uprobes.
     for program in [set.entry, set.ret] {
-        let up: &mut UProbe = ebpf
-            .program_mut(program)
-            .ok_or_else(|| ProbeError::Load(format!("program {program} missing from the object")))?
-            .try_into()
-            .map_err(|e| ProbeError::Load(format!("{program}: {e}")))?;
-        up.load().map_err(|e| ProbeError::Attach {
-            probe: program.into(),
-            reason: error_chain(&e),
-        })?;
+        if let Err(e) = uprobe_program(ebpf, program)?.load() {
+            skipped.push(format!("uprobe program {program}: {}", error_chain(&e)));
+            return Ok(links);
+        }
+    }
+    for program in [set.entry, set.ret] {
+        let up = uprobe_program(ebpf, program)?;
         for file in files {
             for &(symbol, cookie) in set.symbols {
                 if program == set.ret && set.entry_only.contains(&cookie) {
@@ -442,6 +443,13 @@ fn attach_uprobes(
         }
     }
     Ok(links)
+}
+
+fn uprobe_program<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, ProbeError> {
+    ebpf.program_mut(program)
+        .ok_or_else(|| ProbeError::Load(format!("program {program} missing from the object")))?
+        .try_into()
+        .map_err(|e| ProbeError::Load(format!("{program}: {e}")))
 }
 
 /// libcuda files mapped by `pids` (every process when empty), for `--gpu auto`.
