@@ -83,8 +83,9 @@ pub fn run(
     let mut writer = RecordWriter::create(&opts.output, base_header(&opts.probes))?;
     let mut probes = Probes::load(&opts.probes)?;
     writer.update_header(|h| {
-        h.probes = probes.attached.clone();
-        h.probes_skipped = probes.skipped.clone();
+        // The header has a fixed 4 KiB region: many libssl files make long lists.
+        h.probes = within(&probes.attached, 2000);
+        h.probes_skipped = within(&probes.skipped, 1200);
         h.io_source = probes.io_source.name().into();
         h.start_monotonic_ns = monotonic_ns();
     })?;
@@ -363,6 +364,21 @@ fn drain_into(
     result
 }
 
+/// The first entries of `list` that fit in `budget` bytes, and a last one counting the rest.
+fn within(list: &[String], budget: usize) -> Vec<String> {
+    let mut used = 0;
+    let mut kept = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        used += entry.len() + 2;
+        if used > budget {
+            kept.push(format!("... and {} more", list.len() - i));
+            break;
+        }
+        kept.push(entry.clone());
+    }
+    kept
+}
+
 fn base_header(cfg: &ProbeConfig) -> FileHeader {
     let (host, kernel) = uname();
     FileHeader {
@@ -408,4 +424,29 @@ fn uname() -> (String, String) {
         String::from_utf8_lossy(&bytes).into_owned()
     };
     (field(&u.nodename), field(&u.release))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn long_probe_lists_are_cut_and_the_rest_counted() {
+        let list: Vec<String> = (0..100)
+            .map(|i| format!("uprobe:SSL_write@/lib/{i:03}"))
+            .collect();
+        let kept = within(&list, 300);
+        assert!(kept.iter().map(|e| e.len() + 2).sum::<usize>() <= 300 + 20);
+        let shown = kept.len() - 1;
+        assert_eq!(
+            kept.last().unwrap(),
+            &format!("... and {} more", 100 - shown)
+        );
+        assert_eq!(&kept[..shown], &list[..shown]);
+        assert_eq!(
+            within(&list[..2], 300),
+            list[..2].to_vec(),
+            "short lists stay whole"
+        );
+    }
 }

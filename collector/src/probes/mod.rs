@@ -172,7 +172,11 @@ impl Probes {
                     return Ok(probes);
                 }
                 Err(e @ ProbeError::Attach { .. }) if i + 1 < candidates.len() => {
-                    fell_back.push(format!("I/O source {}: {e}", source.name()));
+                    fell_back.push(format!(
+                        "I/O source {}: {}",
+                        source.name(),
+                        one_line(&e.to_string())
+                    ));
                 }
                 Err(e) => return Err(e),
             }
@@ -411,7 +415,10 @@ fn attach_uprobes(
     // recording for want of optional uprobes.
     for program in [set.entry, set.ret] {
         if let Err(e) = uprobe_program(ebpf, program)?.load() {
-            skipped.push(format!("uprobe program {program}: {}", error_chain(&e)));
+            skipped.push(format!(
+                "uprobe program {program}: {}",
+                one_line(&error_chain(&e))
+            ));
             return Ok(links);
         }
     }
@@ -435,7 +442,7 @@ fn attach_uprobes(
                         }
                     }
                     Err(e) if program == set.entry => {
-                        skipped.push(format!("{label}: {}", error_chain(&e)))
+                        skipped.push(format!("{label}: {}", one_line(&error_chain(&e))))
                     }
                     Err(_) => {} // the entry attempt already said why
                 }
@@ -496,7 +503,7 @@ fn attach_tracepoints(
                 links.push((t.program, id));
                 attached.push(label);
             }
-            Err(reason) if !required => skipped.push(format!("{label}: {reason}")),
+            Err(reason) if !required => skipped.push(format!("{label}: {}", one_line(&reason))),
             Err(reason) => {
                 return Err(ProbeError::Attach {
                     probe: label,
@@ -551,6 +558,17 @@ fn missing_map(name: &str) -> ProbeError {
     ProbeError::Load(format!("map {name} missing from the object"))
 }
 
+/// A reason as the header and the first lines keep it: a verifier log runs to
+/// kilobytes, its first line says what failed.
+fn one_line(reason: &str) -> String {
+    const MAX: usize = 240;
+    let line = reason.lines().next().unwrap_or_default();
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line.to_string(),
+    }
+}
+
 /// aya errors keep the useful part (verifier log, errno) in their sources.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -561,4 +579,21 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_verifier_log_is_cut_to_its_first_line() {
+        let log = format!(
+            "load failed: invalid func unknown#176\n{}",
+            "0: r1 = r6\n".repeat(500)
+        );
+        assert_eq!(one_line(&log), "load failed: invalid func unknown#176");
+        let long = "é".repeat(300);
+        let cut = one_line(&long);
+        assert_eq!(cut.chars().count(), 243, "240 characters and an ellipsis");
+    }
 }
