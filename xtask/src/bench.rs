@@ -65,21 +65,19 @@ pub fn run() -> Result<()> {
         per(b)
     );
     for s in &mut sources {
-        let (f, t) = (med(&mut s.filtered), med(&mut s.traced));
-        println!(
-            "  --io-source {:<8} probes on, other port {:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
-            s.name,
-            per(f),
-            per(f) / per(b),
-            (per(f) - per(b)) / 1e3
-        );
-        println!(
-            "  --io-source {:<8} probes on, this socket{:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
-            s.name,
-            per(t),
-            per(t) / per(b),
-            (per(t) - per(b)) / 1e3
-        );
+        let rows = [
+            ("other port ", med(&mut s.filtered)),
+            ("this socket", med(&mut s.traced)),
+        ];
+        for (which, d) in rows {
+            println!(
+                "  --io-source {:<8} probes on, {which}{:>8.0} ns/send   {:.2}x  (+{:.2} us/send)",
+                s.name,
+                per(d),
+                per(d) / per(b),
+                (per(d) - per(b)) / 1e3
+            );
+        }
     }
     println!("throughput while tracing (each send is a send event on one side and a receive event on the other):");
     for s in &sources {
