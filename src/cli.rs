@@ -142,10 +142,10 @@ struct ExportArgs {
     /// before it, and after it as long as its requests stream), whatever the recording's
     /// length. Each window is its own packet sequence; a recording longer than one
     /// window gets diagnoses per window, and request ids of its own.
-    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "D")]
+    #[arg(long, value_parser = collector::duration::parse, default_value = "60s", value_name = "D")]
     window: Duration,
     /// How far before each window its events are stitched (tests make it short).
-    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "D", hide = true)]
+    #[arg(long, value_parser = collector::duration::parse, default_value = "30s", value_name = "D", hide = true)]
     lookback: Duration,
 }
 
@@ -158,7 +158,7 @@ struct RecordArgs {
     #[arg(long = "port", value_name = "N")]
     ports: Vec<u16>,
     /// Stop after this long (e.g. 500ms, 10s, 2m); default: until Ctrl-C.
-    #[arg(short, long, value_parser = parse_duration, value_name = "D")]
+    #[arg(short, long, value_parser = collector::duration::parse, value_name = "D")]
     duration: Option<Duration>,
     /// The recording to write (a name ending in .pftrace writes a Perfetto trace instead,
     /// keeping the recording beside it as FILE.tsrec for replay).
@@ -193,7 +193,7 @@ struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     nvml_lib: Option<PathBuf>,
     /// How often NVML is sampled.
-    #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "D")]
+    #[arg(long, value_parser = collector::duration::parse, default_value = "100ms", value_name = "D")]
     nvml_interval: Duration,
     /// Listen here for the CUPTI hook: start the engine with
     /// CUDA_INJECTION64_PATH=<dir of tokenscope>/libtokenscope_cupti_hook.so and
@@ -440,42 +440,9 @@ fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}': expected a duration such as 500ms, 10s or 2m"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1e3,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        other => return Err(format!("'{s}': unknown unit '{other}' (use ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs <= 0.0 {
-        return Err(format!("'{s}': must be positive"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("3 parsecs").is_err());
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("").is_err());
-    }
 
     #[test]
     fn cli_is_well_formed() {

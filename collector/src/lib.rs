@@ -4,6 +4,7 @@
 
 pub mod analyze;
 pub mod diagnose;
+pub mod duration;
 pub mod export;
 pub mod gpu;
 pub mod ingest;

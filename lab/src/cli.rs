@@ -27,29 +27,6 @@ Metrics (DESIGN.md section 2, the rules of vllm bench serve):
 Percentiles p50/p90/p95/p99/p99.9 interpolate linearly (as numpy); never averaged.
 All timestamps are CLOCK_MONOTONIC nanoseconds, the profiler's clock.";
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration like 30s, 2m, 500ms"))?;
-    let secs = match unit {
-        "ms" => v / 1e3,
-        "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("unknown unit `{unit}` (use ms, s, m, h)")),
-    };
-    if !(secs.is_finite() && secs >= 0.0) {
-        return Err(format!("`{s}` is not a positive duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 /// Load an OpenAI-compatible streaming endpoint and report what users feel.
 #[derive(Args, Debug, Clone)]
 #[command(
@@ -79,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "duration")]
     pub requests: Option<u64>,
     /// Send requests for this long (e.g. 30s, 2m); in-flight ones finish.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = collector::duration::parse)]
     pub duration: Option<Duration>,
     /// Request arrivals per second across workers, as a Poisson process (vllm bench serve's
     /// arrivals) [default: as fast as workers free up].
@@ -113,7 +90,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "lab-model")]
     pub model: String,
     /// Give up on a request after this long.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = collector::duration::parse)]
     pub timeout: Duration,
     /// Write one JSON line per request (all timestamps, no text) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -472,7 +449,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub compare: bool,
     /// How long to send load.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = collector::duration::parse)]
     pub duration: Duration,
     /// Request arrivals per second, Poisson [default: 1.45].
     #[arg(long)]
@@ -630,14 +607,5 @@ mod tests {
             parse(&["demo", "--tuned", "--compare"]).is_err(),
             "--compare runs both sides"
         );
-    }
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("fast").is_err(), "words are not durations");
     }
 }

@@ -110,7 +110,7 @@ pub struct TopArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// History kept and re-stitched once a second (e.g. 30s, 5m).
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "D")]
+    #[arg(long, default_value = "60s", value_parser = collector::duration::parse, value_name = "D")]
     pub window: Duration,
 }
 
@@ -120,26 +120,6 @@ fn parse_speed(s: &str) -> Result<f64, String> {
         Ok(x)
     } else {
         Err("speed must be 0 (all at once) or more".into())
-    }
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: f64 = n.parse().map_err(|_| format!("not a duration: {s}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit in {s} (ms, s, m, h)")),
-    };
-    if secs > 0.0 && secs.is_finite() {
-        Ok(Duration::from_secs_f64(secs))
-    } else {
-        Err(format!("not a positive duration: {s}"))
     }
 }
 
