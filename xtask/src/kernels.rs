@@ -82,7 +82,7 @@ fn virtme_ng(work: &Path) -> Result<PathBuf> {
 /// Builds the guest's test binary (and the tokenscope binary it runs); its path.
 fn build_tests() -> Result<PathBuf> {
     // The demo test runs the lab's binary; no cargo builds it inside the guest.
-    crate::cargo(&["build", "-p", "tokenscope-lab", "--bin", "tokenscope-lab"])?;
+    crate::build_binaries(false)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["test", "--test", GUEST_TESTS, "--no-run"])

@@ -126,9 +126,9 @@ fn text_symbols(path: &str, wanted: &[&str]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn features(tracefs: &Path, kallsyms: &[&str], kprobe_pmu: bool) -> KernelFeatures<'static> {
+    fn features<'a>(tracefs: &'a Path, kallsyms: &[&str], kprobe_pmu: bool) -> KernelFeatures<'a> {
         KernelFeatures {
-            tracefs: Box::leak(tracefs.to_path_buf().into_boxed_path()),
+            tracefs,
             kallsyms: kallsyms.iter().map(|s| s.to_string()).collect(),
             kprobe_pmu,
         }
