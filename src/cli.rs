@@ -369,8 +369,14 @@ fn report(
 ) -> anyhow::Result<ExitCode> {
     use collector::export::report;
     let mut reader = collector::ingest::record::RecordReader::open(path)?;
-    let events = reader.read_all()?;
-    let built = report::build_checked(&reader.header, &events, slos);
+    // Streamed: a batch of events at a time through the pipeline, never all at once.
+    let mut pipeline = report::replay(&reader.header);
+    while let Some(batch) = reader.next_batch()? {
+        for event in batch {
+            pipeline.push(event);
+        }
+    }
+    let built = report::from_output(&reader.header, pipeline.finish(), slos);
     let code = if built.slo.iter().all(|r| r.met) {
         ExitCode::SUCCESS
     } else {

@@ -8,6 +8,7 @@ pub mod duration;
 pub mod export;
 pub mod gpu;
 pub mod ingest;
+pub mod pipeline;
 pub mod probes;
 pub mod protocol;
 pub mod record;

@@ -2,6 +2,8 @@
 //! observation point, TPOT, and each breakdown stage, overall, per route and
 //! per time window. Pure: it reads requests, nothing else.
 
+pub mod protocols;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;

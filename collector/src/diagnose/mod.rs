@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
-use crate::stitch::{Connection, Request, Timeline};
+use crate::stitch::{Request, Timeline};
 
 pub use rules::RULES;
 pub use slo::{Slo, SloResult};
@@ -28,7 +28,6 @@ pub use slo::{Slo, SloResult};
 /// What the rules read.
 pub struct Input<'a> {
     pub requests: &'a [Request],
-    pub connections: &'a [Connection],
     pub steps: &'a [GpuStep],
     /// NVML samples with their time (CLOCK_MONOTONIC ns).
     pub nvml: &'a [(u64, NvmlSample)],
@@ -38,7 +37,6 @@ impl<'a> Input<'a> {
     pub fn new(timeline: &'a Timeline, nvml: &'a [(u64, NvmlSample)]) -> Self {
         Input {
             requests: &timeline.requests,
-            connections: &timeline.connections,
             steps: &timeline.steps,
             nvml,
         }

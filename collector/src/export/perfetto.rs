@@ -168,7 +168,7 @@ pub fn write_trace_streamed(
                     && r.truncated
                     && r.connections
                         .iter()
-                        .any(|&c| tl.connections.get(c).is_some_and(|c| c.close_ns.is_none()))
+                        .any(|c| tl.connections.get(c).is_some_and(|c| c.close_ns.is_none()))
             });
             let more = !buf.eof || buf.max_ts > until;
             if streaming && more && tail < windowing.max_tail_ns {

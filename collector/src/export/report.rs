@@ -11,7 +11,8 @@ use crate::diagnose::{self, slo, Diagnosis, Slo, SloResult};
 use crate::ingest::io_source::IoSource;
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
-use crate::stitch::{self, Request};
+use crate::pipeline::{self, CuptiSpan, Output, Pipeline};
+use crate::stitch::Request;
 
 pub const SCHEMA: &str = "tokenscope.report/1";
 /// Width of the time windows statistics are also given for.
@@ -102,14 +103,33 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
 
 /// The report with the objectives checked.
 pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Report {
+    let mut p = replay(header);
+    for e in events {
+        p.push(e.clone());
+    }
+    from_output(header, p.finish(), slos)
+}
+
+/// The pipeline a recording is replayed through (`Pipeline::push` its events, then
+/// `from_output` what `finish` gave).
+pub fn replay(header: &FileHeader) -> Pipeline {
+    let dropped = header.counters.unwrap_or_default().dropped > 0;
+    Pipeline::new(pipeline::Config::replay(), dropped)
+}
+
+/// The report of what a replay produced, with the objectives checked.
+pub fn from_output(header: &FileHeader, out: Output, slos: &[Slo]) -> Report {
     let c = header.counters.unwrap_or_default();
-    let timeline = stitch::stitch(events, c.dropped > 0);
-    let nvml = diagnose::nvml_samples(events);
-    let diagnoses = diagnose::diagnose(&diagnose::Input::new(&timeline, &nvml));
-    let slo = slo::check(slos, &timeline.requests, &diagnoses);
-    let requests = timeline.requests;
-    let mut gpu = gpu_summary(&timeline.steps, &requests);
-    gpu.cupti_ns = cupti_summary(events);
+    let diagnoses = diagnose::diagnose(&diagnose::Input {
+        requests: &out.requests,
+        steps: &out.steps,
+        nvml: &out.nvml,
+    });
+    let slo = slo::check(slos, &out.requests, &diagnoses);
+    let mut gpu = gpu_summary(&out.steps, &out.requests);
+    gpu.cupti_ns = cupti_summary(&out.cupti);
+    let protocols = out.protocols(header.tls_untied);
+    let requests = out.requests;
     Report {
         schema: SCHEMA,
         recording: RecordingInfo {
@@ -120,14 +140,14 @@ pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Rep
             duration_ns: header
                 .end_monotonic_ns
                 .saturating_sub(header.start_monotonic_ns),
-            events: events.len() as u64,
+            events: out.events,
             submitted: c.submitted,
             delivered: c.delivered,
             dropped: c.dropped,
             decode_errors: c.decode_errors,
         },
-        unparsed_ios: timeline.unparsed_ios,
-        protocols: super::protocols::summarize(&timeline.connections, header.tls_untied),
+        unparsed_ios: out.unparsed_ios,
+        protocols,
         overall: analyze::stats(&requests),
         routes: analyze::by_route(&requests),
         processes: analyze::by_process(&requests),
@@ -142,23 +162,21 @@ pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Rep
     }
 }
 
-fn cupti_summary(events: &[Event]) -> BTreeMap<&'static str, Summary> {
-    use crate::ingest::model::{event::Body, GpuActivityKind};
+fn cupti_summary(spans: &[CuptiSpan]) -> BTreeMap<&'static str, Summary> {
+    use crate::ingest::model::GpuActivityKind;
     let mut by_kind: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    for e in events {
-        if let Some(Body::Gpu(g)) = &e.body {
-            let kind = match g.kind() {
-                GpuActivityKind::Kernel => "kernel",
-                GpuActivityKind::Memcpy => "memcpy",
-                GpuActivityKind::Graph => "graph",
-                GpuActivityKind::Marker => "marker",
-                GpuActivityKind::Unknown => continue,
-            };
-            by_kind
-                .entry(kind)
-                .or_default()
-                .push(g.end_ns.saturating_sub(g.start_ns));
-        }
+    for g in spans {
+        let kind = match g.kind {
+            GpuActivityKind::Kernel => "kernel",
+            GpuActivityKind::Memcpy => "memcpy",
+            GpuActivityKind::Graph => "graph",
+            GpuActivityKind::Marker => "marker",
+            GpuActivityKind::Unknown => continue,
+        };
+        by_kind
+            .entry(kind)
+            .or_default()
+            .push(g.end_ns.saturating_sub(g.start_ns));
     }
     by_kind
         .into_iter()

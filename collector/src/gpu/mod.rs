@@ -1,6 +1,5 @@
 //! The GPU side: libcuda calls (uprobes) grouped into steps. Pure, like stitch.
 
-pub mod attribution;
 pub mod steps;
 
-pub use steps::{steps, GpuStep, StepKind};
+pub use steps::{steps, GpuStep, StepKind, StepTracker};

@@ -37,7 +37,7 @@ pub struct GpuStep {
     pub copied_bytes: u64,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Open {
     start_ns: u64,
     kernels: u32,
@@ -53,12 +53,25 @@ pub fn steps(events: &[Event]) -> Vec<GpuStep> {
         .filter(|e| matches!(e.body, Some(Body::Cuda(_))))
         .collect();
     calls.sort_by_key(|e| e.ts_ns);
-    let mut open: BTreeMap<(u32, u32), Open> = BTreeMap::new();
-    let mut out = Vec::new();
-    for ev in calls {
+    let mut tracker = StepTracker::default();
+    let mut out: Vec<GpuStep> = calls.into_iter().filter_map(|e| tracker.push(e)).collect();
+    out.sort_by_key(|s| s.start_ns);
+    out
+}
+
+/// Steps built one libcuda call at a time (calls in time order): a step comes out
+/// when the synchronisation that ends it returns.
+#[derive(Debug, Default)]
+pub struct StepTracker {
+    open: BTreeMap<(u32, u32), Open>,
+}
+
+impl StepTracker {
+    pub fn push(&mut self, ev: &Event) -> Option<GpuStep> {
         let Some(Body::Cuda(call)) = &ev.body else {
-            continue;
+            return None;
         };
+        let open = &mut self.open;
         let key = (ev.pid, ev.tid);
         match (call.api(), call.entry) {
             (CudaApi::LaunchKernel | CudaApi::LaunchKernelEx, true) => {
@@ -96,7 +109,7 @@ pub fn steps(events: &[Event]) -> Vec<GpuStep> {
                     (false, true) => StepKind::Decode,
                     _ => StepKind::Mixed,
                 };
-                out.push(GpuStep {
+                return Some(GpuStep {
                     pid: ev.pid,
                     tid: ev.tid,
                     comm: ev.comm.clone(),
@@ -110,9 +123,8 @@ pub fn steps(events: &[Event]) -> Vec<GpuStep> {
             }
             _ => {}
         }
+        None
     }
-    out.sort_by_key(|s| s.start_ns);
-    out
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::conn::{Connection, Exchange, Role};
+use super::conn::{Conns, Exchange, Role};
 
 /// An exchange at one connection end: (connection id, exchange index).
 pub type End = (usize, usize);
@@ -22,25 +22,37 @@ pub struct Links {
     /// Upstream exchanges a proxy made on its own account while holding a
     /// request (e.g. auth_request): accepted exchange -> those sub-requests.
     pub subrequests: HashMap<End, Vec<End>>,
+    /// Upstream exchanges whose hop is not decided yet (`link_ready`), and the
+    /// accepted exchanges they may join: their chains are not final.
+    pub undecided: std::collections::HashSet<End>,
 }
 
-pub fn link(conns: &[Connection]) -> Links {
+pub fn link(conns: &Conns) -> Links {
+    link_ready(conns, &|_| true)
+}
+
+/// Links with some exchanges still in flight: `ready` tells the exchanges whose
+/// evidence for joining a hop is in (their first SSE events, or their end). An
+/// upstream exchange is joined, or left unjoined, only once it and every accepted
+/// exchange it could join are ready, so the choice is the one the whole recording
+/// would make.
+pub fn link_ready(conns: &Conns, ready: &dyn Fn(End) -> bool) -> Links {
     let mut links = Links {
         peer: peers(conns),
         ..Default::default()
     };
-    hops(conns, &mut links);
+    hops(conns, &mut links, ready);
     links
 }
 
-fn peers(conns: &[Connection]) -> HashMap<usize, usize> {
+fn peers(conns: &Conns) -> HashMap<usize, usize> {
     let mut by_tuple: HashMap<(std::net::SocketAddr, std::net::SocketAddr), Vec<usize>> =
         HashMap::new();
-    for c in conns {
+    for c in conns.values() {
         by_tuple.entry((c.local, c.remote)).or_default().push(c.id);
     }
     let mut peer = HashMap::new();
-    for c in conns {
+    for c in conns.values() {
         let Some(candidates) = by_tuple.get(&(c.remote, c.local)) else {
             continue;
         };
@@ -48,9 +60,9 @@ fn peers(conns: &[Connection]) -> HashMap<usize, usize> {
         let best = candidates
             .iter()
             .filter(|&&o| {
-                o != c.id && conns[o].first_ns <= c.last_ns && c.first_ns <= conns[o].last_ns
+                o != c.id && conns[&o].first_ns <= c.last_ns && c.first_ns <= conns[&o].last_ns
             })
-            .min_by_key(|&&o| conns[o].first_ns.abs_diff(c.first_ns));
+            .min_by_key(|&&o| conns[&o].first_ns.abs_diff(c.first_ns));
         if let Some(&o) = best {
             peer.insert(c.id, o);
         }
@@ -59,11 +71,11 @@ fn peers(conns: &[Connection]) -> HashMap<usize, usize> {
 }
 
 /// Inside each process, joins accepted exchanges to the upstream exchanges they caused.
-fn hops(conns: &[Connection], links: &mut Links) {
+fn hops(conns: &Conns, links: &mut Links, ready: &dyn Fn(End) -> bool) {
     // Ordered by pid so that replaying a recording always stitches it the same way.
     let mut by_pid: std::collections::BTreeMap<u32, (Vec<End>, Vec<End>)> = Default::default();
-    for c in conns.iter().filter(|c| c.pid != 0) {
-        for i in 0..c.exchanges.len() {
+    for c in conns.values().filter(|c| c.pid != 0) {
+        for i in c.live_exchange_ids() {
             let (ins, outs) = by_pid.entry(c.pid).or_default();
             match c.role {
                 Role::Server => ins.push((c.id, i)),
@@ -72,7 +84,7 @@ fn hops(conns: &[Connection], links: &mut Links) {
             }
         }
     }
-    let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
     for (pid, (ins, mut outs)) in by_pid {
         if ins.is_empty() || outs.is_empty() {
             continue;
@@ -98,15 +110,23 @@ fn hops(conns: &[Connection], links: &mut Links) {
             // generator in the engine's process) did not forward the request to itself: its
             // read may even be timed a few microseconds before its own write.
             let own_peer = links.peer.get(&out.0).copied();
+            let candidates = |&(_, &i): &(usize, &End)| {
+                x(i).request_start_ns <= o.request_start_ns && Some(i.0) != own_peer
+            };
+            if !ready(out) || bucket.iter().enumerate().filter(candidates).any(|(_, &i)| !ready(i))
+            {
+                // Decided once the evidence is in.
+                links.undecided.insert(out);
+                let open = bucket.iter().enumerate().filter(candidates);
+                links.undecided.extend(open.map(|(_, &i)| i));
+                continue;
+            }
             // The accepted request that most recently finished arriving before this one left.
             let best = bucket
                 .iter()
                 .enumerate()
-                .filter(|&(_, &i)| {
-                    same_request(x(i), o)
-                        && x(i).request_start_ns <= o.request_start_ns
-                        && Some(i.0) != own_peer
-                })
+                .filter(candidates)
+                .filter(|&(_, &i)| same_request(x(i), o))
                 .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
             match best {
                 Some((k, &i)) => {
@@ -126,8 +146,19 @@ fn hops(conns: &[Connection], links: &mut Links) {
         // Unmatched upstream exchanges made while an accepted request was held
         // (between its first byte and its upstream request) are its sub-requests
         // (auth_request runs before the body is read); the latest arrival holds it.
+        // An accepted request still waiting for its hop may hold any later upstream
+        // request as a sub-request: those wait with it.
+        let waiting_from = ins
+            .iter()
+            .filter(|i| links.undecided.contains(i))
+            .map(|&i| x(i).request_start_ns)
+            .min();
         for out in unmatched {
             let t = x(out).request_start_ns;
+            if waiting_from.is_some_and(|w| w <= t) {
+                links.undecided.insert(out);
+                continue;
+            }
             // Prefer a held request that has no sub-request yet: requests that arrive
             // together each make their own auth_request.
             let holder = pairs
@@ -191,36 +222,40 @@ impl RequestKey {
 }
 
 /// The other end of an exchange, when its connection's peer was traced.
-pub fn peer_end(conns: &[Connection], links: &Links, end: End) -> Option<End> {
+pub fn peer_end(conns: &Conns, links: &Links, end: End) -> Option<End> {
     let peer = *links.peer.get(&end.0)?;
-    let x = &conns[end.0].exchanges[end.1];
+    let x = conns[&end.0].exchange(end.1);
+    let p = conns.get(&peer)?;
     // HTTP/2 streams pair by id (either end may have joined mid-connection);
     // HTTP/1.x exchanges pair in order.
     let other = match x.stream_id {
-        Some(id) => conns[peer]
+        Some(id) => p
             .exchanges
             .iter()
             .position(|x| x.stream_id == Some(id))
-            .map(|i| (peer, i)),
-        None => (end.1 < conns[peer].exchanges.len()).then_some((peer, end.1)),
+            .map(|i| (peer, p.exchange_base + i)),
+        None => p.exchange_ids().contains(&end.1).then_some((peer, end.1)),
     }?;
     // Exchanges cut from TLS records at one end do not pair with plaintext ones.
-    (conns[other.0].exchanges[other.1].encrypted == x.encrypted).then_some(other)
+    (p.exchange(other.1).encrypted == x.encrypted).then_some(other)
 }
 
 /// A client end seen only as TLS records whose server end has the plaintext (a
 /// client on rustls or Go talking to an OpenSSL server): the server end tells the
 /// request, so the client end's record-cut exchanges start no chain of their own.
-fn opaque_client(conns: &[Connection], links: &Links, id: usize) -> bool {
-    let c = &conns[id];
+fn opaque_client(conns: &Conns, links: &Links, id: usize) -> bool {
+    let c = &conns[&id];
     c.role == Role::Client
         && c.tls.is_some()
         && !c.plaintext
-        && links.peer.get(&id).is_some_and(|&p| conns[p].plaintext)
+        && links
+            .peer
+            .get(&id)
+            .is_some_and(|p| conns.get(p).is_some_and(|p| p.plaintext))
 }
 
 /// One chain per request, ordered from the client end to the engine end.
-pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
+pub fn chains(conns: &Conns, links: &Links) -> Vec<Vec<End>> {
     let mut downstream_of: HashMap<End, End> = HashMap::new(); // upstream end -> accepted end
     for (&i, &o) in &links.upstream {
         downstream_of.insert(o, i);
@@ -228,8 +263,8 @@ pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
     let sub: std::collections::HashSet<End> =
         links.subrequests.values().flatten().copied().collect();
     let mut chains = Vec::new();
-    for c in conns {
-        for i in 0..c.exchanges.len() {
+    for c in conns.values() {
+        for i in c.live_exchange_ids() {
             let end = (c.id, i);
             let is_root = match c.role {
                 // A client end starts a chain unless a proxy opened it for an accepted request.
@@ -241,7 +276,7 @@ pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
                 // A server end starts one when its client was not traced (or only
                 // as TLS records).
                 Role::Server => peer_end(conns, links, end).is_none_or(|p| {
-                    conns[p.0].role != Role::Client || opaque_client(conns, links, p.0)
+                    conns[&p.0].role != Role::Client || opaque_client(conns, links, p.0)
                 }),
                 Role::Unknown => false,
             };
@@ -251,9 +286,9 @@ pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
             let mut chain = vec![end];
             let mut cur = end;
             loop {
-                let next = match conns[cur.0].role {
+                let next = match conns[&cur.0].role {
                     Role::Client => {
-                        peer_end(conns, links, cur).filter(|p| conns[p.0].role == Role::Server)
+                        peer_end(conns, links, cur).filter(|p| conns[&p.0].role == Role::Server)
                     }
                     _ => links.upstream.get(&cur).copied(),
                 };
@@ -268,6 +303,6 @@ pub fn chains(conns: &[Connection], links: &Links) -> Vec<Vec<End>> {
             chains.push(chain);
         }
     }
-    chains.sort_by_key(|ch| conns[ch[0].0].exchanges[ch[0].1].request_start_ns);
+    chains.sort_by_key(|ch| conns[&ch[0].0].exchange(ch[0].1).request_start_ns);
     chains
 }

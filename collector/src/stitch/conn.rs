@@ -1,7 +1,7 @@
 //! Events -> connections (per socket address, split at close and reuse) ->
 //! exchanges (one HTTP request and its response; many per keep-alive connection).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use crate::ingest::model::{event::Body, sniff, Direction, Event, SseKind, TcpState};
@@ -48,7 +48,10 @@ pub struct Connection {
     pub bytes_recv: u64,
     pub tls: Option<TlsTimes>,
     pub retransmits: Vec<u64>,
+    /// Exchanges still held, numbered from `exchange_base` (an incremental stitch
+    /// releases finished ones from the front; see `exchange`).
     pub exchanges: Vec<Exchange>,
+    pub exchange_base: usize,
     /// I/Os whose bytes could not be read as HTTP or TLS.
     pub unparsed_ios: u64,
     /// TLS plaintext (OpenSSL uprobes) was seen: exchanges come from it, and the
@@ -61,6 +64,8 @@ pub struct Connection {
     /// HPACK entries from before the recording (never guessed).
     pub h2_errors: u64,
     pub h2_unknown_headers: u64,
+    /// HTTP/2 streams already open when the recording began.
+    pub h2_attached_mid: usize,
     /// TLS connections: every socket I/O with its stream offset, so the other end's
     /// plaintext can be mapped onto this end's reads and writes (see stitch::wire).
     pub wire: super::wire::Wire,
@@ -106,6 +111,8 @@ pub struct Exchange {
     pub attached_mid: bool,
     /// HTTP/2: RST_STREAM ended it.
     pub reset: bool,
+    /// Finalised in a request (or given up) by an incremental stitch: released.
+    pub retired: bool,
 }
 
 impl Exchange {
@@ -159,12 +166,31 @@ impl Exchange {
     }
 }
 
+/// Every connection end of a recording (or still open in a live one), by id.
+/// Ids count up in order of first sight, so iteration is in that order.
+pub type Conns = BTreeMap<usize, Connection>;
+
 /// Builds connections from events in time order.
-pub fn connections(events: &[&Event]) -> Vec<Connection> {
-    let mut conns: Vec<Connection> = Vec::new();
-    let mut open: HashMap<u64, usize> = HashMap::new();
+pub fn connections(events: &[&Event]) -> Conns {
+    let mut t = ConnTracker::default();
     for &ev in events {
-        let Some(sock) = ev.sock() else { continue };
+        t.push(ev);
+    }
+    t.conns
+}
+
+/// Connections built one event at a time (events in time order).
+#[derive(Debug, Default)]
+pub struct ConnTracker {
+    pub conns: Conns,
+    /// Socket address -> the connection open on it.
+    open: HashMap<u64, usize>,
+    next_id: usize,
+}
+
+impl ConnTracker {
+    pub fn push(&mut self, ev: &Event) {
+        let Some(sock) = ev.sock() else { return };
         let skaddr = sock.skaddr;
         let starts_new = match &ev.body {
             Some(Body::State(s)) => {
@@ -175,18 +201,19 @@ pub fn connections(events: &[&Event]) -> Vec<Connection> {
         };
         if matches!(&ev.body, Some(Body::State(s)) if s.old() == TcpState::Listen || s.new() == TcpState::Listen)
         {
-            continue; // listeners and request socks are not connections
+            return; // listeners and request socks are not connections
         }
-        let idx = match open.get(&skaddr) {
-            Some(&i) if !starts_new => i,
+        let id = match self.open.get(&skaddr) {
+            Some(&i) if !starts_new && self.conns.contains_key(&i) => i,
             _ => {
-                let id = conns.len();
-                conns.push(Connection::new(id, ev, sock));
-                open.insert(skaddr, id);
+                let id = self.next_id;
+                self.next_id += 1;
+                self.conns.insert(id, Connection::new(id, ev, sock));
+                self.open.insert(skaddr, id);
                 id
             }
         };
-        let c = &mut conns[idx];
+        let c = self.conns.get_mut(&id).expect("inserted above");
         c.last_ns = ev.ts_ns;
         if c.pid == 0 && ev.pid != 0 {
             c.pid = ev.pid;
@@ -205,7 +232,7 @@ pub fn connections(events: &[&Event]) -> Vec<Connection> {
                     TcpState::Established => c.established_ns = Some(ev.ts_ns),
                     TcpState::Close => {
                         c.close_ns = Some(ev.ts_ns);
-                        open.remove(&skaddr);
+                        self.open.remove(&skaddr);
                     }
                     _ => {}
                 }
@@ -224,7 +251,16 @@ pub fn connections(events: &[&Event]) -> Vec<Connection> {
             Some(Body::Cuda(_) | Body::Nvml(_) | Body::Gpu(_)) | None => {} // no socket: never reaches here
         }
     }
-    conns
+
+    /// Forgets a connection (an incremental stitch released it): later I/O on its
+    /// socket starts a new one.
+    pub fn release(&mut self, id: usize) -> Option<Connection> {
+        let c = self.conns.remove(&id)?;
+        if self.open.get(&c.skaddr) == Some(&id) {
+            self.open.remove(&c.skaddr);
+        }
+        Some(c)
+    }
 }
 
 impl Connection {
@@ -252,14 +288,47 @@ impl Connection {
             tls: None,
             retransmits: Vec::new(),
             exchanges: Vec::new(),
+            exchange_base: 0,
             unparsed_ios: 0,
             plaintext: false,
             h2: false,
             h2_control_frames: 0,
             h2_errors: 0,
             h2_unknown_headers: 0,
+            h2_attached_mid: 0,
             wire: Default::default(),
         }
+    }
+
+    /// Exchange `i` (numbered from the connection's first; see `exchange_base`).
+    pub fn exchange(&self, i: usize) -> &Exchange {
+        &self.exchanges[i - self.exchange_base]
+    }
+
+    pub fn exchange_mut(&mut self, i: usize) -> &mut Exchange {
+        &mut self.exchanges[i - self.exchange_base]
+    }
+
+    /// The numbers of the exchanges still held.
+    pub fn exchange_ids(&self) -> std::ops::Range<usize> {
+        self.exchange_base..self.exchange_base + self.exchanges.len()
+    }
+
+    /// The numbers of the exchanges held and not yet finalised.
+    pub fn live_exchange_ids(&self) -> impl Iterator<Item = usize> + '_ {
+        self.exchange_ids().filter(|&i| !self.exchange(i).retired)
+    }
+
+    /// Exchanges this connection has carried so far, released ones included.
+    pub fn exchange_count(&self) -> usize {
+        self.exchange_base + self.exchanges.len()
+    }
+
+    /// Releases retired exchanges from the front (later ones keep their numbers).
+    pub fn release_retired(&mut self) {
+        let n = self.exchanges.iter().take_while(|x| x.retired).count();
+        self.exchanges.drain(..n);
+        self.exchange_base += n;
     }
 
     /// The direction requests travel at this end.
@@ -284,7 +353,7 @@ impl Connection {
             (_, true) => {
                 if !self.plaintext {
                     // Exchanges cut from records before the first plaintext are replaced by it.
-                    self.exchanges.retain(|x| !x.encrypted);
+                    self.exchanges.retain(|x| !x.encrypted || x.retired);
                     self.plaintext = true;
                 }
             }
@@ -335,13 +404,17 @@ impl Connection {
                 });
             }
             // Bytes before the first request head seen (or unparsable ones) belong to no exchange.
-            if let Some(x) = self.exchanges.last_mut().filter(|x| !x.encrypted) {
+            if let Some(x) = self
+                .exchanges
+                .last_mut()
+                .filter(|x| !x.encrypted && !x.retired)
+            {
                 x.request_io(ev.ts_ns, io.bytes, sn);
             }
         } else if let Some(x) = self
             .exchanges
             .iter_mut()
-            .find(|x| x.response_end_ns.is_none())
+            .find(|x| x.response_end_ns.is_none() && !x.retired)
         {
             // Responses answer requests in order: the oldest exchange still waiting.
             x.response_io(ev.ts_ns, sn);
@@ -376,14 +449,18 @@ impl Connection {
             .iter()
             .rposition(|x| x.stream_id == Some(s.stream_id));
         let idx = match found {
+            // Finalised already (it went idle): late frames change nothing.
+            Some(i) if self.exchanges[i].retired => return,
             Some(i) => i,
             None => {
                 // A stream first seen in the response direction opened before the
                 // recording: timed from here, its request unknown.
+                let attached_mid = s.attached_mid || dir != self.request_dir();
+                self.h2_attached_mid += usize::from(attached_mid);
                 self.exchanges.push(Exchange {
                     request_start_ns: ts,
                     stream_id: Some(s.stream_id),
-                    attached_mid: s.attached_mid || dir != self.request_dir(),
+                    attached_mid,
                     ..Default::default()
                 });
                 self.exchanges.len() - 1
@@ -455,7 +532,11 @@ impl Connection {
             }
             let x = self.exchanges.last_mut().expect("pushed above");
             x.request_end_ns = Some(ts);
-        } else if let Some(x) = self.exchanges.last_mut().filter(|x| x.encrypted) {
+        } else if let Some(x) = self
+            .exchanges
+            .last_mut()
+            .filter(|x| x.encrypted && !x.retired)
+        {
             x.response_first_ns.get_or_insert(ts);
             x.response_ios += 1;
             x.records_ns.extend(std::iter::repeat_n(ts, records));

@@ -1,12 +1,15 @@
 //! Events -> per-request timelines (pure: no I/O, no clocks, no aya; live and
 //! replay run the same code). Connections -> exchanges -> hop chains -> requests.
 
+pub mod attribution;
 pub mod chain;
 pub mod conn;
 pub mod request;
+pub mod stitcher;
 pub mod wire;
 
-pub use conn::{Connection, Exchange, Role};
+pub use conn::{Connection, Conns, Exchange, Role};
+pub use stitcher::{Settle, Settled, Stitcher};
 pub use request::{Point, PointKind, Request};
 
 use crate::ingest::Event;
@@ -14,7 +17,7 @@ use crate::ingest::Event;
 /// Everything stitched from one recording (or one live window).
 #[derive(Debug)]
 pub struct Timeline {
-    pub connections: Vec<Connection>,
+    pub connections: Conns,
     pub requests: Vec<Request>,
     /// GPU steps rebuilt from libcuda calls (empty without GPU probes).
     pub steps: Vec<crate::gpu::GpuStep>,
@@ -51,8 +54,8 @@ pub fn stitch_linked(events: &[Event], dropped: bool) -> Linked {
         .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
         .collect();
     let mut steps = crate::gpu::steps(events);
-    crate::gpu::attribution::attribute(&mut requests, &mut steps);
-    let unparsed_ios = connections.iter().map(|c| c.unparsed_ios).sum();
+    attribution::attribute(&mut requests, &[], &mut steps);
+    let unparsed_ios = connections.values().map(|c| c.unparsed_ios).sum();
     Linked {
         timeline: Timeline {
             connections,

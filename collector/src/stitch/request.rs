@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::chain::End;
-use super::conn::{Connection, Exchange, Role};
+use super::conn::{Connection, Conns, Exchange, Role};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -92,7 +92,8 @@ pub struct Request {
     pub first_byte_ns: u64,
     pub end_ns: Option<u64>,
     pub new_connection: bool,
-    /// Requests its (client-side) connection carried in all; 1 = not reused.
+    /// Requests its (client-side) connection had carried when this one was finalised,
+    /// this one included (all of them when replayed in one batch); 1 = not reused.
     pub connection_requests: usize,
     pub tls: bool,
     /// Seen only as TLS records (no plaintext): timed by record, without tokens.
@@ -120,8 +121,20 @@ pub struct Request {
     /// The timeline's connections (ids) that carried it, client side first.
     #[serde(skip)]
     pub connections: Vec<usize>,
+    /// When its client-side connection closed, if it had by the time the request was
+    /// finalised (rule 1 reads a close within a second of the response).
+    #[serde(skip)]
+    pub connection_close_ns: Option<u64>,
+    /// TCP retransmits on the connections that carried it, between its start and end
+    /// (rule 8).
+    #[serde(skip)]
+    pub retransmit_ns: Vec<u64>,
+    /// Where its chain starts: (request start, connection id, exchange number), the
+    /// order requests are numbered in.
+    #[serde(skip)]
+    pub order: (u64, usize, usize),
     /// GPU steps this request took part in, when the engine's libcuda was probed.
-    pub gpu: Option<crate::gpu::attribution::GpuShare>,
+    pub gpu: Option<super::attribution::GpuShare>,
     /// Client side first, engine last.
     pub points: Vec<Point>,
     pub forward: Vec<Forward>,
@@ -155,6 +168,9 @@ impl Request {
             body_bytes: None,
             prefix_prints: Vec::new(),
             connections: Vec::new(),
+            connection_close_ns: None,
+            retransmit_ns: Vec::new(),
+            order: (start, 0, 0),
             tls: false,
             encrypted: false,
             http2: false,
@@ -221,20 +237,20 @@ impl Request {
 
 pub fn build(
     id: usize,
-    conns: &[Connection],
+    conns: &Conns,
     chain: &[End],
     links: &super::chain::Links,
     dropped: bool,
 ) -> Request {
-    let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
     let root = chain[0];
-    let (rc, rx) = (&conns[root.0], x(root));
+    let (rc, rx) = (&conns[&root.0], x(root));
     let new_connection = root.1 == 0
         && (rc.connect_ns.is_some() || rc.accept_ns.is_some() || rc.established_ns.is_some());
     // A server end whose client was traced only as TLS records (no plaintext there):
     // the client's own socket still tells when it connected.
     let connector =
-        links.peer.get(&root.0).map(|&p| &conns[p]).filter(|p| {
+        links.peer.get(&root.0).and_then(|p| conns.get(p)).filter(|p| {
             rc.role == Role::Server && p.role == Role::Client && p.connect_ns.is_some()
         });
     let start_ns = match (new_connection, rc.role) {
@@ -264,7 +280,7 @@ pub fn build(
         .iter()
         .enumerate()
         .map(|(i, &e)| {
-            let c = &conns[e.0];
+            let c = &conns[&e.0];
             let kind = match (c.role, i) {
                 (Role::Client, 0) if !links.proxies.contains(&c.pid) => PointKind::ClientRead,
                 (Role::Client, _) => PointKind::ProxyRead,
@@ -321,7 +337,7 @@ pub fn build(
         });
     }
     let engine = x(chain[last]);
-    if conns[chain[last].0].role == Role::Server {
+    if conns[&chain[last].0].role == Role::Server {
         let received = engine.request_end_ns.unwrap_or(engine.request_start_ns);
         stages.upstream_wait_ns = engine
             .tokens()
@@ -353,6 +369,7 @@ pub fn build(
             .count() as u32;
     }
 
+    let end_ns = rx.response_end_ns.or(rx.sse.last().map(|e| e.ts_ns));
     // The head as the first end that saw it: a client whose request bytes went untied
     // (a TLS session older than the recording) still has it decoded at the proxy.
     let head = chain
@@ -396,10 +413,17 @@ pub fn build(
         },
         start_ns,
         first_byte_ns,
-        end_ns: rx.response_end_ns.or(rx.sse.last().map(|e| e.ts_ns)),
+        end_ns,
         new_connection,
-        connection_requests: rc.exchanges.len(),
+        connection_requests: rc.exchange_count(),
         connections: chain.iter().map(|e| e.0).collect(),
+        connection_close_ns: rc.close_ns,
+        order: (rx.request_start_ns, root.0, root.1),
+        retransmit_ns: chain
+            .iter()
+            .flat_map(|e| conns[&e.0].retransmits.iter().copied())
+            .filter(|&t| start_ns <= t && end_ns.is_none_or(|end| t <= end))
+            .collect(),
         body_bytes: engine.body_print.or(rx.body_print).map(|p| p.1),
         prefix_prints: if engine.prefix_prints.is_empty() {
             rx.prefix_prints.clone()
@@ -412,7 +436,7 @@ pub fn build(
         events_dropped: dropped,
         chunk_mismatches,
         stages,
-        engine_received_ns: (conns[chain[last].0].role == Role::Server)
+        engine_received_ns: (conns[&chain[last].0].role == Role::Server)
             .then(|| engine.request_end_ns.unwrap_or(engine.request_start_ns)),
         gpu: None,
         points,

@@ -28,11 +28,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
     // server. A kept-alive connection that saw no second request stays open, and one
     // closed because its client was done is not followed by another.
     let close_of = |r: &Request| -> Option<u64> {
-        let close = r
-            .connections
-            .first()
-            .and_then(|&c| input.connections.get(c))
-            .and_then(|c| c.close_ns)?;
+        let close = r.connection_close_ns?;
         (close <= r.end_ns? + 1_000_000_000).then_some(close)
     };
     let client_ip = |r: &Request| -> String {
@@ -352,15 +348,6 @@ fn socket_hops(r: &Request) -> impl Iterator<Item = &crate::stitch::request::For
     })
 }
 
-/// Retransmit times on the connections that carried a request.
-fn retransmits_of(input: &Input, r: &Request) -> Vec<u64> {
-    r.connections
-        .iter()
-        .filter_map(|&c| input.connections.get(c))
-        .flat_map(|c| c.retransmits.iter().copied())
-        .collect()
-}
-
 /// Rule 7: on a TCP hop that passes tokens in well under 5 ms, some token is held
 /// longer than the one before it and reaches the reader a delayed-ACK timeout (Linux:
 /// 40 ms at least) after that one, with no retransmit meanwhile: a small write waiting
@@ -371,7 +358,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
     let mut itl = BTreeMap::new();
     let mut weights = BTreeMap::new();
     for (i, r) in reqs.iter().enumerate() {
-        let lost = retransmits_of(input, r);
+        let lost = &r.retransmit_ns;
         for hop in socket_hops(r) {
             let Some(recv) = r.point(hop.to).map(|p| &p.token_ns) else {
                 continue;
@@ -445,7 +432,7 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
     let mut weights = BTreeMap::new();
     let (mut spikes, mut total) = (Vec::new(), 0usize);
     for (i, r) in reqs.iter().enumerate() {
-        let times = retransmits_of(input, r);
+        let times = &r.retransmit_ns;
         total += times.len();
         let Some(p) = ttft_point(r) else { continue };
         for (k, w) in p.token_ns.windows(2).enumerate() {

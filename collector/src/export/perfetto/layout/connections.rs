@@ -1,15 +1,15 @@
 //! A track per connection end: the connection, its handshakes and exchanges.
 
 use super::{Arg, Builder, Cat, Flow, TrackKind};
-use crate::stitch::conn::{Connection, Exchange, Role};
+use crate::stitch::conn::{Conns, Exchange, Role};
 
 impl Builder {
     /// A connection's pieces go to the window in which they begin (a retransmit to the
     /// window of the exchange it fell in), under a "connection" slice per window: from
     /// the connection's first moment or the window's first piece, to the window's last
     /// piece or the connection's end.
-    pub(super) fn connections(&mut self, conns: &[Connection]) {
-        for c in conns {
+    pub(super) fn connections(&mut self, conns: &Conns) {
+        for c in conns.values() {
             let mut items = Vec::new();
             let mut end = c.last_ns.max(c.close_ns.unwrap_or(0));
             if let Some((a, b)) = c.handshake().filter(|(a, _)| self.owns(*a)) {

@@ -5,7 +5,7 @@
 use super::diagnoses::Cites;
 use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, Stitched, TrackKind};
 use crate::stitch::chain::{self, End};
-use crate::stitch::conn::{Connection, Exchange, Role};
+use crate::stitch::conn::{Conns, Exchange, Role};
 use crate::stitch::{PointKind, Request};
 
 impl Builder {
@@ -26,7 +26,7 @@ impl Builder {
             );
             self.plan.request_tracks += 1;
             let ch = chains.get(i).filter(|ch| {
-                tl.connections[ch[0].0].exchanges[ch[0].1].request_start_ns == r.first_byte_ns
+                tl.connections[&ch[0].0].exchange(ch[0].1).request_start_ns == r.first_byte_ns
             });
             let mut items = self.stages(r, ch.map(|c| c.as_slice()), &tl.connections, links);
             let end = request_end(r).max(items.iter().filter_map(|i| i.end).max().unwrap_or(0));
@@ -64,15 +64,15 @@ impl Builder {
         &mut self,
         r: &Request,
         ch: Option<&[End]>,
-        conns: &[Connection],
+        conns: &Conns,
         links: &chain::Links,
     ) -> Vec<Item> {
         let mut items = Vec::new();
         let st = &r.stages;
-        let x = |e: End| -> &Exchange { &conns[e.0].exchanges[e.1] };
+        let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
         match ch {
             Some(ch) => {
-                let rc = &conns[ch[0].0];
+                let rc = &conns[&ch[0].0];
                 let rx = x(ch[0]);
                 if r.new_connection {
                     if let Some((a, b)) = rc.handshake() {

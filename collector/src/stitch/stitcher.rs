@@ -1,0 +1,298 @@
+//! Stitching one event at a time: events go in in time order; a request comes out
+//! once every exchange of its chain has settled (its response ended, or its
+//! connection closed, some time ago; or nothing moved on it for a long time), with
+//! its GPU share. Its exchanges are then released, and a connection with nothing
+//! left on it once it closed (or went idle). Linking runs over what is still held,
+//! so the cost of an advance follows the traffic in flight, not the history.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::conn::{ConnTracker, Connection, Conns, Exchange};
+use super::{attribution, chain, request, Request};
+use crate::gpu::{GpuStep, StepTracker};
+use crate::ingest::model::event::Body;
+use crate::ingest::Event;
+
+/// When held things are let go (event time).
+#[derive(Clone, Copy, Debug)]
+pub struct Settle {
+    /// After a response ended (or its connection closed): late pieces (the close that
+    /// rule 1 reads, a proxy's last write) arrive within this.
+    pub settle_ns: u64,
+    /// With nothing seen on a connection for this long, its exchanges are finalised
+    /// as they are (a stream that never ended is truncated) and it is released.
+    pub idle_ns: u64,
+    /// Finalised requests and emitted steps stay this long as neighbours for the GPU
+    /// attribution of requests still running.
+    pub context_ns: u64,
+}
+
+impl Default for Settle {
+    fn default() -> Settle {
+        Settle {
+            settle_ns: 2_000_000_000,
+            idle_ns: 30_000_000_000,
+            context_ns: 30_000_000_000,
+        }
+    }
+}
+
+/// What an advance let go.
+#[derive(Debug, Default)]
+pub struct Settled {
+    pub requests: Vec<Request>,
+    pub steps: Vec<GpuStep>,
+    /// Connections released (their exchanges gone): for tallies.
+    pub connections: Vec<Connection>,
+}
+
+/// A held GPU step: its kind as the calls made it (attribution refines a copy).
+struct HeldStep {
+    step: GpuStep,
+    emitted: bool,
+}
+
+pub struct Stitcher {
+    settle: Settle,
+    /// Whether requests get their GPU share here (live views), or the reader
+    /// attributes a whole replay's steps at its end (`attribution::attribute`).
+    attribute: bool,
+    dropped: bool,
+    conns: ConnTracker,
+    calls: StepTracker,
+    steps: Vec<HeldStep>,
+    context: VecDeque<Request>,
+    /// Request ids by the exchange that roots their chain (connection id, request
+    /// start, stream): stable across advances.
+    ids: HashMap<(usize, u64, Option<u32>), usize>,
+    next_id: usize,
+    now_ns: u64,
+}
+
+impl Stitcher {
+    /// `dropped`: the recording lost events (every request is marked).
+    /// `attribute`: join GPU steps to requests as they are finalised (see the field).
+    pub fn new(settle: Settle, dropped: bool, attribute: bool) -> Stitcher {
+        Stitcher {
+            settle,
+            attribute,
+            dropped,
+            conns: ConnTracker::default(),
+            calls: StepTracker::default(),
+            steps: Vec::new(),
+            context: VecDeque::new(),
+            ids: HashMap::new(),
+            next_id: 0,
+            now_ns: 0,
+        }
+    }
+
+    /// Marks requests finalised from now on as missing events.
+    pub fn set_dropped(&mut self) {
+        self.dropped = true;
+    }
+
+    /// The next event, in time order.
+    pub fn push(&mut self, ev: &Event) {
+        self.now_ns = self.now_ns.max(ev.ts_ns);
+        if matches!(ev.body, Some(Body::Cuda(_))) {
+            if let Some(step) = self.calls.push(ev) {
+                // Steps end in time order; kept in start order.
+                let at = self.steps.partition_point(|h| h.step.start_ns <= step.start_ns);
+                self.steps.insert(
+                    at,
+                    HeldStep {
+                        step,
+                        emitted: false,
+                    },
+                );
+            }
+        } else {
+            self.conns.push(ev);
+        }
+    }
+
+    /// Connections held now (open, or with exchanges not yet finalised).
+    pub fn held_connections(&self) -> usize {
+        self.conns.conns.len()
+    }
+
+    /// Lets go what settled by the latest event's time.
+    pub fn advance(&mut self) -> Settled {
+        self.settle_at(false)
+    }
+
+    /// The recording ended: everything held is finalised as it is.
+    pub fn finish(&mut self) -> Settled {
+        self.settle_at(true)
+    }
+
+    fn settle_at(&mut self, all: bool) -> Settled {
+        let now = self.now_ns;
+        let conns = &self.conns.conns;
+        let idle_from = now.saturating_sub(self.settle.idle_ns);
+        let ready = |(c, i): chain::End| {
+            let c = &conns[&c];
+            let x = c.exchange(i);
+            all || x.sse.len() >= 3
+                || x.response_end_ns.is_some()
+                || c.close_ns.is_some()
+                || c.last_ns <= idle_from
+        };
+        let links = chain::link_ready(conns, &ready);
+        let chains = chain::chains(conns, &links);
+        let mut requests = Vec::with_capacity(chains.len());
+        let mut done = Vec::with_capacity(chains.len());
+        let mut roots = HashMap::with_capacity(chains.len());
+        let mut keys = Vec::with_capacity(chains.len());
+        let mut in_chain: HashSet<chain::End> = HashSet::new();
+        for ch in &chains {
+            let key = root_key(conns, ch[0]);
+            keys.push(key);
+            let id = *self.ids.entry(key).or_insert_with(|| {
+                self.next_id += 1;
+                self.next_id - 1
+            });
+            roots.insert(key, id);
+            requests.push(request::build(id, conns, ch, &links, self.dropped));
+            let subs = ch
+                .iter()
+                .filter_map(|e| links.subrequests.get(e))
+                .flatten();
+            let ends: Vec<chain::End> = ch.iter().chain(subs).copied().collect();
+            done.push(
+                all || ends
+                    .iter()
+                    .all(|&e| !links.undecided.contains(&e) && self.settled(e, now)),
+            );
+            in_chain.extend(ends);
+        }
+        // A root that no longer starts a chain (its hop was joined meanwhile) gives up its id.
+        self.ids.retain(|k, _| roots.contains_key(k));
+
+        let mut steps: Vec<GpuStep> = self.steps.iter().map(|h| h.step.clone()).collect();
+        if self.attribute {
+            let context: Vec<Request> = self.context.iter().cloned().collect();
+            attribution::attribute(&mut requests, &context, &mut steps);
+        }
+
+        // Steps before every request still running have their final kind.
+        let running_from = requests
+            .iter()
+            .zip(&done)
+            .filter(|(_, &d)| !d)
+            .map(|(r, _)| r.start_ns)
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut out = Settled::default();
+        for (h, refined) in self.steps.iter_mut().zip(steps) {
+            let settled = h.step.end_ns.saturating_add(self.settle.settle_ns) <= now
+                && h.step.end_ns < running_from;
+            if !h.emitted && (all || settled) {
+                h.emitted = true;
+                out.steps.push(refined);
+            }
+        }
+        let context_from = now.saturating_sub(self.settle.context_ns);
+        self.steps
+            .retain(|h| !h.emitted || (!all && h.step.end_ns >= context_from));
+
+        // Finalised: their exchanges (and sub-requests) retire.
+        let mut retire: Vec<(usize, usize)> = Vec::new();
+        for (ch, d) in chains.iter().zip(&done) {
+            if *d {
+                retire.extend(ch);
+                retire.extend(ch.iter().filter_map(|e| links.subrequests.get(e)).flatten());
+            }
+        }
+        for ((r, d), key) in requests.into_iter().zip(done).zip(keys) {
+            if d {
+                self.ids.remove(&key);
+                if self.attribute && !all {
+                    self.context.push_back(r.clone());
+                }
+                out.requests.push(r);
+            }
+        }
+        while self
+            .context
+            .front()
+            .is_some_and(|r| r.end_ns.unwrap_or(r.start_ns) < context_from)
+        {
+            self.context.pop_front();
+        }
+        for (c, i) in retire {
+            if let Some(c) = self.conns.conns.get_mut(&c) {
+                c.exchange_mut(i).retired = true;
+            }
+        }
+        out.connections = self.release(now, all, &in_chain);
+        out
+    }
+
+    /// Whether an exchange is over: its response ended (or its connection closed) a
+    /// settle ago, or nothing moved on its connection for the idle time.
+    fn settled(&self, (c, i): chain::End, now: u64) -> bool {
+        let c = &self.conns.conns[&c];
+        let x = c.exchange(i);
+        let ended = x.response_end_ns.or(c.close_ns).or_else(|| {
+            // A later request on an HTTP/1 connection: this one's response is over
+            // (encrypted exchanges never see an end of their own).
+            (x.stream_id.is_none() && i + 1 < c.exchange_count()).then(|| last_moment(x))
+        });
+        ended.is_some_and(|t| t.saturating_add(self.settle.settle_ns) <= now)
+            || c.last_ns.saturating_add(self.settle.idle_ns) <= now
+    }
+
+    /// Releases retired exchanges, then connections with nothing left that closed a
+    /// settle ago or went idle; exchanges that joined no request go with them.
+    fn release(
+        &mut self,
+        now: u64,
+        all: bool,
+        in_chain: &HashSet<chain::End>,
+    ) -> Vec<Connection> {
+        let settle = self.settle;
+        let gone: Vec<usize> = self
+            .conns
+            .conns
+            .values_mut()
+            .filter_map(|c| {
+                let over = all
+                    || c.close_ns
+                        .is_some_and(|t| t.saturating_add(settle.settle_ns) <= now)
+                    || c.last_ns.saturating_add(settle.idle_ns) <= now;
+                // Exchanges in no chain (a role never known, a client seen only as TLS
+                // records whose server end told the request) go when their connection does.
+                if over && c.live_exchange_ids().all(|i| !in_chain.contains(&(c.id, i))) {
+                    return Some(c.id);
+                }
+                c.release_retired();
+                None
+            })
+            .collect();
+        gone.into_iter()
+            .filter_map(|id| self.conns.release(id))
+            .collect()
+    }
+}
+
+fn last_moment(x: &Exchange) -> u64 {
+    [
+        Some(x.request_start_ns),
+        x.request_end_ns,
+        x.response_first_ns,
+        x.response_end_ns,
+        x.sse.last().map(|e| e.ts_ns),
+        x.records_ns.last().copied(),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(0)
+}
+
+fn root_key(conns: &Conns, (c, i): chain::End) -> (usize, u64, Option<u32>) {
+    let x = conns[&c].exchange(i);
+    (c, x.request_start_ns, x.stream_id)
+}
