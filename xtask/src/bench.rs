@@ -9,7 +9,10 @@
 //! `tokenscope report` takes to decode, stitch and analyze it (events/s).
 //! Uprobes: libcuda calls with and without the GPU probes, and OpenSSL
 //! `SSL_write` calls with no recorder, with socket probes only (`--tls off`)
-//! and with the TLS plaintext uprobes (`--tls auto`).
+//! and with the TLS plaintext uprobes (`--tls auto`). Scaling: replay of a
+//! recording replicated 1x, 10x, 100x (see `scaling`; alone: `bench scaling`).
+
+mod scaling;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -22,7 +25,16 @@ use anyhow::{bail, Context, Result};
 const SENDS: usize = 200_000;
 const ROUNDS: usize = 3;
 
-pub fn run() -> Result<()> {
+/// `what`: `None` for every measurement, `Some("scaling")` for replay scaling alone
+/// (no probes: it needs no privileges).
+pub fn run(what: Option<&str>) -> Result<()> {
+    match what {
+        None => {}
+        Some("scaling") => {
+            return scaling::run(&crate::build_binaries(true)?.join("tokenscope"));
+        }
+        Some(other) => bail!("unknown bench '{other}' (known: scaling)"),
+    }
     crate::setup::run()?;
     let bin = crate::build_binaries(true)?.join("tokenscope");
     warn_other_recorders();
@@ -93,7 +105,8 @@ pub fn run() -> Result<()> {
     }
     replay(&bin, &out)?;
     uprobe_cost(&bin, &out)?;
-    tls_cost(&bin, &out)
+    tls_cost(&bin, &out)?;
+    scaling::run(&bin)
 }
 
 /// The lab's binary (engine, bench), built beside the profiler.
