@@ -486,22 +486,14 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
     let _ = engine.wait();
-    let start = Instant::now();
-    let report = Command::new(bin)
-        .arg("report")
-        .arg(out)
-        .arg("--json")
-        .stdout(Stdio::null())
-        .status()?;
-    let took = start.elapsed();
+    let report = scaling::timed_report(bin, out);
     let _ = std::fs::remove_file(out);
-    if !report.success() {
-        bail!("tokenscope report failed on the replay recording");
-    }
+    let (took, max_rss_kib) = report?;
     println!(
-        "replay: {} events read, stitched, analyzed and written as JSON in {took:.2?}: {:.0} events/s",
+        "replay: {} events read, stitched, analyzed and written as JSON in {took:.2?}: {:.0} events/s, peak RSS {} MiB",
         summary.delivered,
-        summary.delivered as f64 / took.as_secs_f64()
+        summary.delivered as f64 / took.as_secs_f64(),
+        max_rss_kib / 1024
     );
     Ok(())
 }

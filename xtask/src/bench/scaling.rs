@@ -55,12 +55,13 @@ fn measure(bin: &Path, dir: &Path) -> Result<()> {
         let max_rss_kib = runs.iter().map(|r| r.1).max().unwrap_or(0);
         let requests = request_count(bin, &replica)?;
         let _ = std::fs::remove_file(&replica);
-        if let Some(one) = rows.first() {
-            ensure!(
+        match rows.first() {
+            None => ensure!(requests > 0, "{FIXTURE} reported no requests: nothing to scale"),
+            Some(one) => ensure!(
                 requests == one.requests * u64::from(factor),
                 "{factor}x the recording reported {requests} requests, not {factor} x {}: copies stitched into each other or were lost",
                 one.requests
-            );
+            ),
         }
         rows.push(Row {
             factor,
@@ -116,7 +117,7 @@ fn replicate(bin: &Path, input: &Path, factor: u32, output: &Path) -> Result<u64
 
 /// Wall time and peak RSS (KiB) of `tokenscope report --json FILE > /dev/null`.
 /// wait4, not getrusage(RUSAGE_CHILDREN): that is the largest child so far, not this one.
-fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i64)> {
+pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i64)> {
     let start = Instant::now();
     let child = Command::new(bin)
         .arg("report")
