@@ -223,6 +223,12 @@ Scenarios (positive / negative, and the diagnosis rules they show):
   slow-client / fast-client        rule 9: a client reading 256 bytes every 10 ms
   gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling")]
     Scenario(ScenarioArgs),
+    /// Write a recording N times over, each copy later in time and on its own sockets,
+    /// for the scaling bench (`cargo xtask bench scaling`).
+    #[command(
+        after_help = "Example:\n  tokenscope-lab replicate run.tsrec --times 100 -o run-x100.tsrec"
+    )]
+    Replicate(crate::replicate::ReplicateArgs),
 }
 
 /// Runs one `tokenscope-lab` command.
@@ -240,6 +246,7 @@ pub fn run(cli: LabCli) -> anyhow::Result<()> {
         LabCommand::Scenario(args) => run_scenario(args),
         LabCommand::Engine(args) => run_engine(args),
         LabCommand::Proxy(args) => run_proxy(args),
+        LabCommand::Replicate(args) => crate::replicate::run(&args),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod demo;
 pub mod engine;
 pub mod profiler;
 pub mod proxy;
+pub mod replicate;
 pub mod scenario;
 pub mod server;
 pub mod words;

@@ -9,7 +9,10 @@
 //! `tokenscope report` takes to decode, stitch and analyze it (events/s).
 //! Uprobes: libcuda calls with and without the GPU probes, and OpenSSL
 //! `SSL_write` calls with no recorder, with socket probes only (`--tls off`)
-//! and with the TLS plaintext uprobes (`--tls auto`).
+//! and with the TLS plaintext uprobes (`--tls auto`). Scaling: replay of a
+//! recording replicated 1x, 10x, 100x (see `scaling`; alone: `bench scaling`).
+
+mod scaling;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -22,7 +25,16 @@ use anyhow::{bail, Context, Result};
 const SENDS: usize = 200_000;
 const ROUNDS: usize = 3;
 
-pub fn run() -> Result<()> {
+/// `what`: `None` for every measurement, `Some("scaling")` for replay scaling alone
+/// (no probes: it needs no privileges).
+pub fn run(what: Option<&str>) -> Result<()> {
+    match what {
+        None => {}
+        Some("scaling") => {
+            return scaling::run(&crate::build_binaries(true)?.join("tokenscope"));
+        }
+        Some(other) => bail!("unknown bench '{other}' (known: scaling)"),
+    }
     crate::setup::run()?;
     let bin = crate::build_binaries(true)?.join("tokenscope");
     warn_other_recorders();
@@ -93,7 +105,8 @@ pub fn run() -> Result<()> {
     }
     replay(&bin, &out)?;
     uprobe_cost(&bin, &out)?;
-    tls_cost(&bin, &out)
+    tls_cost(&bin, &out)?;
+    scaling::run(&bin)
 }
 
 /// The lab's binary (engine, bench), built beside the profiler.
@@ -473,22 +486,14 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
     let _ = engine.wait();
-    let start = Instant::now();
-    let report = Command::new(bin)
-        .arg("report")
-        .arg(out)
-        .arg("--json")
-        .stdout(Stdio::null())
-        .status()?;
-    let took = start.elapsed();
+    let report = scaling::timed_report(bin, out);
     let _ = std::fs::remove_file(out);
-    if !report.success() {
-        bail!("tokenscope report failed on the replay recording");
-    }
+    let (took, max_rss_kib) = report?;
     println!(
-        "replay: {} events read, stitched, analyzed and written as JSON in {took:.2?}: {:.0} events/s",
+        "replay: {} events read, stitched, analyzed and written as JSON in {took:.2?}: {:.0} events/s, peak RSS {} MiB",
         summary.delivered,
-        summary.delivered as f64 / took.as_secs_f64()
+        summary.delivered as f64 / took.as_secs_f64(),
+        max_rss_kib / 1024
     );
     Ok(())
 }

@@ -24,7 +24,8 @@ tasks:
           then the kernel matrix (test-kernels)
   test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
   demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
-  bench   setup, then measure probe overhead and event throughput (same-run ratios)
+  bench   setup, then measure probe overhead and event throughput (same-run ratios), and
+          replay scaling; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone
   lint    cargo fmt --check and clippy with warnings denied
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
   dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
@@ -37,7 +38,7 @@ fn main() {
         "setup" => setup::run(),
         "test" => test(),
         "demo" => demo::run(),
-        "bench" => bench::run(),
+        "bench" => bench::run(std::env::args().nth(2).as_deref()),
         "lint" => lint(),
         "fixtures" => fixtures::run(),
         "dist" => dist::run(),

@@ -1,0 +1,172 @@
+//! `cargo xtask bench scaling`: `tokenscope report` on one lab recording
+//! replicated 1x, 10x and 100x (`tokenscope-lab replicate`: each copy later in
+//! time, on its own sockets). Per-event cost against 1x says whether replay time
+//! grows linearly; the report child's peak RSS whether memory stays flat once
+//! requests end. Printed rows, not assertions; the one assertion is that N copies
+//! give N times the requests (else the figures compare different work).
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+
+/// The committed recording: deterministic, and already on every checkout.
+const FIXTURE: &str = "tests/fixtures/diagnose/tuned-plain.tsrec.gz";
+const FACTORS: &[u32] = &[1, 10, 100];
+/// Timed runs per factor (the median counts): 1x is tens of milliseconds.
+const ROUNDS: usize = 3;
+
+pub fn run(bin: &Path) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("tokenscope-bench-scaling-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = measure(bin, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+struct Row {
+    factor: u32,
+    events: u64,
+    requests: u64,
+    wall: Duration,
+    max_rss_kib: i64,
+}
+
+fn measure(bin: &Path, dir: &Path) -> Result<()> {
+    let original = dir.join("original.tsrec");
+    crate::run(
+        Command::new("sh")
+            .arg("-c")
+            .arg("gzip -dc \"$0\" > \"$1\"")
+            .arg(crate::root().join(FIXTURE))
+            .arg(&original),
+    )?;
+    let mut rows: Vec<Row> = Vec::new();
+    for &factor in FACTORS {
+        let replica = dir.join(format!("x{factor}.tsrec"));
+        let events = replicate(bin, &original, factor, &replica)?;
+        let mut runs = (0..ROUNDS)
+            .map(|_| timed_report(bin, &replica))
+            .collect::<Result<Vec<_>>>()?;
+        runs.sort();
+        let wall = runs[ROUNDS / 2].0;
+        let max_rss_kib = runs.iter().map(|r| r.1).max().unwrap_or(0);
+        let requests = request_count(bin, &replica)?;
+        let _ = std::fs::remove_file(&replica);
+        match rows.first() {
+            None => ensure!(requests > 0, "{FIXTURE} reported no requests: nothing to scale"),
+            Some(one) => ensure!(
+                requests == one.requests * u64::from(factor),
+                "{factor}x the recording reported {requests} requests, not {factor} x {}: copies stitched into each other or were lost",
+                one.requests
+            ),
+        }
+        rows.push(Row {
+            factor,
+            events,
+            requests,
+            wall,
+            max_rss_kib,
+        });
+    }
+    print_rows(&rows);
+    Ok(())
+}
+
+fn print_rows(rows: &[Row]) {
+    println!(
+        "replay scaling: `tokenscope report --json` (to /dev/null) on {FIXTURE} replicated, each copy later in time on its own sockets; median of {ROUNDS} runs (process start included)"
+    );
+    println!("  factor     events  requests     wall     events/s  per-event vs 1x  peak RSS");
+    let per_event = |r: &Row| r.wall.as_secs_f64() / r.events as f64;
+    for r in rows {
+        println!(
+            "  {:>5}x {:>10} {:>9} {:>8.2?} {:>12.0}  {:>14.2}x  {:>6} MiB",
+            r.factor,
+            r.events,
+            r.requests,
+            r.wall,
+            r.events as f64 / r.wall.as_secs_f64(),
+            per_event(r) / per_event(&rows[0]),
+            r.max_rss_kib / 1024
+        );
+    }
+}
+
+/// `tokenscope-lab replicate`; the events it wrote.
+fn replicate(bin: &Path, input: &Path, factor: u32, output: &Path) -> Result<u64> {
+    let out = Command::new(super::lab(bin))
+        .arg("replicate")
+        .arg(input)
+        .args(["--times", &factor.to_string(), "-o"])
+        .arg(output)
+        .output()
+        .context("start tokenscope-lab replicate")?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("tokenscope-lab replicate: {}", said.trim());
+    }
+    // "replicate: N x SPAN ns -> EVENTS events in FILE"
+    said.split("-> ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no event count in {:?}", said.trim()))
+}
+
+/// Wall time and peak RSS (KiB) of `tokenscope report --json FILE > /dev/null`.
+/// wait4, not getrusage(RUSAGE_CHILDREN): that is the largest child so far, not this one.
+pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i64)> {
+    let start = Instant::now();
+    let child = Command::new(bin)
+        .arg("report")
+        .arg(recording)
+        .arg("--json")
+        .stdout(Stdio::null())
+        .spawn()
+        .context("start tokenscope report")?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child, which std has not reaped (we never wait on `child`).
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = start.elapsed();
+    ensure!(reaped == pid, "wait4: {}", std::io::Error::last_os_error());
+    let status = ExitStatus::from_raw(status);
+    ensure!(
+        status.success(),
+        "tokenscope report {} failed with {status}",
+        recording.display()
+    );
+    Ok((wall, usage.ru_maxrss))
+}
+
+/// Requests in the report, from the first line of the text report ("tokenscope
+/// report: N requests (...)"), in a second, untimed run: xtask parses no JSON.
+fn request_count(bin: &Path, recording: &Path) -> Result<u64> {
+    let out = Command::new(bin)
+        .arg("report")
+        .arg(recording)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("start tokenscope report")?;
+    ensure!(
+        out.status.success(),
+        "tokenscope report {} failed with {}",
+        recording.display(),
+        out.status
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("tokenscope report: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .with_context(|| {
+            format!(
+                "no request count in the report's first line: {:?}",
+                text.lines().next()
+            )
+        })
+}
