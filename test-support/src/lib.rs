@@ -20,5 +20,5 @@ pub use nginx::{curl, engine_behind_nginx, free_port, wait_for_port, Nginx};
 pub use recorder::{wait_timeout, Recorder};
 pub use report::{
     assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within_a_millisecond, ns,
-    percentile, point, point_kinds, report_json, tokens_at, MS,
+    point, point_kinds, report_json, tokens_at, MS,
 };

@@ -54,7 +54,7 @@ fn ms(ns: u64) -> f64 {
 }
 
 fn median(v: &[u64]) -> u64 {
-    crate::analyze::summarize(v).map_or(0, |s| s.p50_ns)
+    crate::analyze::percentile(v, 500)
 }
 
 fn fig(name: &'static str, value: f64, unit: &'static str) -> Figure {
