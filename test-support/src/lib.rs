@@ -11,6 +11,7 @@ pub mod nginx;
 pub mod pyvenv;
 pub mod recorder;
 pub mod report;
+pub mod schema;
 pub mod standin;
 pub mod tmux;
 
@@ -22,3 +23,4 @@ pub use report::{
     assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within_a_millisecond, ns,
     point, point_kinds, report_json, tokens_at, MS,
 };
+pub use schema::check_report_schema;
