@@ -9,7 +9,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use test_support::{assert_rule_with_evidence, demo_recording, demo_stdout, profiler, report_json};
+use test_support::{
+    assert_rule_with_evidence, check_report_schema, demo_recording, demo_stdout, profiler,
+    report_json,
+};
 
 struct Demo {
     stdout: String,
@@ -40,21 +43,11 @@ fn rules(report: &Value) -> Vec<u64> {
         .collect()
 }
 
-fn schema() -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/schema/report.schema.json"
-    ))
-    .expect("schema");
-    serde_json::from_str(&text).expect("schema is JSON")
-}
-
 #[test]
 fn untuned_demo_yields_rules_1_to_5_with_evidence_and_tuned_none() {
     let d = demo();
     let untuned = report_json(&d.untuned);
-    collector::export::schema_check::check(&schema(), &untuned)
-        .expect("the report with diagnoses matches the committed schema");
+    check_report_schema(&untuned).expect("the report with diagnoses matches the committed schema");
     for rule in 1..=5 {
         assert_rule_with_evidence(&untuned, rule);
     }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use collector::export::report;
 use collector::ingest::record::RecordReader;
+use test_support::check_report_schema;
 
 /// (fixture, the rules it must yield; every other rule must stay silent).
 const TABLE: &[(&str, &[u8])] = &[
@@ -61,13 +62,6 @@ fn every_rule_has_a_positive_and_a_negative_fixture() {
 #[test]
 fn each_fixture_yields_exactly_its_rules_with_evidence_and_a_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let schema: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/report.schema.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
     let mut wrong = Vec::new();
     for (name, expected) in TABLE {
         let built = report_of(&fixture(name, dir.path()));
@@ -102,8 +96,19 @@ fn each_fixture_yields_exactly_its_rules_with_evidence_and_a_fix() {
             wrong.push(format!("{name}: expected {want:?}, got {got:?}"));
         }
         let json = serde_json::to_value(&built).unwrap();
-        collector::export::schema_check::check(&schema, &json)
+        check_report_schema(&json)
             .unwrap_or_else(|e| panic!("{name}: report JSON breaks the schema: {e}"));
+        if !built.diagnoses.is_empty() {
+            // The schema's bounds are enforced: rule numbers run 1 to 10.
+            for out_of_range in [0, 11] {
+                let mut bad = json.clone();
+                bad["diagnoses"][0]["rule"] = serde_json::json!(out_of_range);
+                assert!(
+                    check_report_schema(&bad).is_err(),
+                    "{name}: diagnosis rule {out_of_range} must break the schema"
+                );
+            }
+        }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

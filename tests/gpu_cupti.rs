@@ -33,7 +33,7 @@ fn hook_records_reach_the_recording_in_monotonic_time() {
         "the hook cdylib is built beside the tests: {}",
         hook.display()
     );
-    let before = collector::record::monotonic_ns();
+    let before = collector::clock::monotonic_ns();
     let host = Command::new(standin.join("cupti_host"))
         .arg(&hook)
         .args(["emit", "20", "1", "1", "1", "flush"])
@@ -41,7 +41,7 @@ fn hook_records_reach_the_recording_in_monotonic_time() {
         .env("TOKENSCOPE_CUPTI_SOCKET", &socket)
         .output()
         .expect("run the host");
-    let after = collector::record::monotonic_ns();
+    let after = collector::clock::monotonic_ns();
     let stdout = String::from_utf8_lossy(&host.stdout);
     assert!(
         host.status.success(),

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use collector::analyze::percentile;
 use serde_json::Value;
 use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
@@ -210,10 +211,10 @@ fn requests_through_nginx_appear_once_with_every_point_and_the_bench_timing() {
     }
     println!(
         "request start |error| p50 {} ns p99 {} ns; first token |error| p50 {} ns p99 {} ns",
-        percentile(&mut start_err, 0.5),
-        percentile(&mut start_err, 0.99),
-        percentile(&mut first_err, 0.5),
-        percentile(&mut first_err, 0.99)
+        percentile(&start_err, 500),
+        percentile(&start_err, 990),
+        percentile(&first_err, 500),
+        percentile(&first_err, 990)
     );
     assert_within_a_millisecond(
         &format!("{} source, through nginx", expected_default()),
@@ -273,8 +274,8 @@ fn the_syscall_source_sees_the_same_requests_and_tokens_as_the_default() {
             diffs.extend(ta.iter().zip(&tb).map(|(x, y)| x.abs_diff(*y)));
         }
     }
-    let p50 = percentile(&mut diffs, 0.5);
-    let p99 = percentile(&mut diffs, 0.99);
+    let p50 = percentile(&diffs, 500);
+    let p99 = percentile(&diffs, 990);
     println!(
         "{} vs syscall source: per-token time |difference| p50 {p50} ns, p99 {p99} ns over {} tokens",
         expected_default(),

@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use collector::analyze::percentile;
 use serde_json::Value;
 use test_support::*;
 
@@ -109,8 +110,8 @@ fn openai_sdk_over_http2_gets_its_client_read_point_from_its_own_ssl_read() {
         // inside its own TTFT, before anything reaches a socket.
         start_gap.push(ns(&r["start_ns"]).saturating_sub(ns(&s["start_ns"])));
     }
-    let pre = percentile(&mut start_gap, 0.5);
-    let work = percentile(&mut sdk_work, 0.5);
+    let pre = percentile(&start_gap, 500);
+    let work = percentile(&sdk_work, 500);
     println!("openai SDK: its own work before its first request byte p50 {pre} ns, from its read of the first token to handing it over p50 {work} ns");
     assert_within_a_millisecond(
         "the openai SDK over HTTP/2 (client read vs its own reads)",

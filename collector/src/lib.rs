@@ -3,6 +3,8 @@
 //! `ingest` (decoding, record files), `protocol` (payload parsers), `export`.
 
 pub mod analyze;
+/// The one clock (CLOCK_MONOTONIC ns) for the front ends and the lab.
+pub use tokenscope_clock as clock;
 pub mod diagnose;
 pub mod duration;
 pub mod export;

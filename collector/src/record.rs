@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
 use crate::ingest::{Decoder, Event};
 use crate::probes::{ProbeConfig, ProbeError, Probes};
@@ -387,26 +388,12 @@ fn base_header(cfg: &ProbeConfig) -> FileHeader {
         kernel,
         tokenscope_version: env!("CARGO_PKG_VERSION").into(),
         start_monotonic_ns: monotonic_ns(),
-        start_realtime_ns: clock_ns(libc::CLOCK_REALTIME),
+        start_realtime_ns: realtime_ns(),
         filter_pids: cfg.pids.clone(),
         filter_ports: cfg.ports.iter().map(|p| u32::from(*p)).collect(),
         payload_cap: cfg.payload_cap,
         ..Default::default()
     }
-}
-
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn uname() -> (String, String) {

@@ -378,28 +378,18 @@ fn open_libcupti() -> Result<Library, wire::HookError> {
     })
 }
 
-/// CLOCK_MONOTONIC in ns: the clock every tokenscope source shares (DESIGN.md section 7).
-pub fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
+/// CUPTI's timestamp callback: CLOCK_MONOTONIC, the clock every tokenscope source shares.
 unsafe extern "C" fn monotonic_ns() -> u64 {
-    monotonic_now_ns()
+    tokenscope_clock::monotonic_ns()
 }
 
 /// CLOCK_MONOTONIC - CUPTI clock, from a CUPTI reading bracketed by two monotonic ones.
 fn paired_offset(get_timestamp: b::GetTimestampFn) -> i64 {
-    let before = monotonic_now_ns();
+    let before = tokenscope_clock::monotonic_ns();
     let mut cupti = 0u64;
     // SAFETY: valid out-pointer.
     unsafe { get_timestamp(&mut cupti) };
-    let after = monotonic_now_ns();
+    let after = tokenscope_clock::monotonic_ns();
     (before / 2 + after / 2) as i64 - cupti as i64
 }
 

@@ -7,6 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
 use common::*;
+use tokenscope_clock::monotonic_ns;
 use tokenscope_cupti_hook::bindings as b;
 use tokenscope_cupti_hook::wire::{hook_message::Body, Hello};
 use tokenscope_cupti_hook::{read_hook_stream, GpuActivity, HookListener};

@@ -9,7 +9,6 @@
 //! TLS client with it).
 pub mod bench;
 pub mod cli;
-pub mod clock;
 pub mod cuda;
 pub mod demo;
 pub mod engine;

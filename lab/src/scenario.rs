@@ -16,11 +16,11 @@ use thiserror::Error;
 
 use crate::bench::Summary;
 use crate::bench::{self, BenchConfig};
-use crate::clock::monotonic_ns;
 use crate::demo::{DemoConfig, DemoObserver};
 use crate::engine::{Engine, EngineConfig, EngineError, RequestLog};
 use crate::words::pseudo_text;
 use client::{ClientOptions, ReadStream, StreamClient};
+use collector::clock::monotonic_ns;
 use netfilter::{kernel_retransmits, SegmentDropper};
 
 /// One side of a scenario pair.

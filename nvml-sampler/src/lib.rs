@@ -42,15 +42,3 @@ pub struct DeviceInfo {
     pub name: String,
     pub uuid: String,
 }
-
-/// CLOCK_MONOTONIC now, in nanoseconds (what bpf_ktime_get_ns returns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}

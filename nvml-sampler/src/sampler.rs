@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
 use nvml_wrapper::{Device, Nvml};
 
-use crate::{monotonic_ns, DeviceInfo, NvmlError, NvmlSample};
+use tokenscope_clock::monotonic_ns;
+
+use crate::{DeviceInfo, NvmlError, NvmlSample};
 
 /// How often every device is read unless the caller says otherwise.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nvml_sampler::standin::scripted_copy;
-use nvml_sampler::{monotonic_ns, DeviceInfo, NvmlError, NvmlSample, Sampler};
+use nvml_sampler::{DeviceInfo, NvmlError, NvmlSample, Sampler};
+use tokenscope_clock::monotonic_ns;
 
 /// Long enough for a loaded 2-core machine; only a broken sampler waits this out.
 const PATIENCE: Duration = Duration::from_secs(60);

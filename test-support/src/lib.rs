@@ -11,6 +11,7 @@ pub mod nginx;
 pub mod pyvenv;
 pub mod recorder;
 pub mod report;
+pub mod schema;
 pub mod standin;
 pub mod tmux;
 
@@ -20,5 +21,6 @@ pub use nginx::{curl, engine_behind_nginx, free_port, wait_for_port, Nginx};
 pub use recorder::{wait_timeout, Recorder};
 pub use report::{
     assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within_a_millisecond, ns,
-    percentile, point, point_kinds, report_json, tokens_at, MS,
+    point, point_kinds, report_json, tokens_at, MS,
 };
+pub use schema::check_report_schema;

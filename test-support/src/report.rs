@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use collector::analyze::percentile;
+
 /// `tokenscope report FILE --json`, parsed.
 pub fn report_json(path: &Path) -> serde_json::Value {
     let out = Command::new(crate::profiler())
@@ -88,31 +90,19 @@ pub fn tokens_at(r: &serde_json::Value, kind: &str) -> usize {
     point(r, kind).map_or(0, |p| p["token_ns"].as_array().map_or(0, Vec::len))
 }
 
-/// The nearest-rank percentile of `v` (sorted in place).
-pub fn percentile(v: &mut [u64], p: f64) -> u64 {
-    v.sort_unstable();
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 /// Accuracy against a client's own clock (two measurements of the same events, one
 /// clock): prints the errors' p50/p99 and asserts >= 99% of first tokens (TTFT) and of
 /// ITL samples are within 1 ms. `first` names what the first list holds.
 pub fn assert_within_a_millisecond(
     what: &str,
     first: &str,
-    mut first_err: Vec<u64>,
-    mut itl_err: Vec<u64>,
+    first_err: Vec<u64>,
+    itl_err: Vec<u64>,
 ) {
     let within = |v: &[u64]| v.iter().filter(|e| **e <= MS).count() as f64 / v.len() as f64;
     let (t_ok, i_ok) = (within(&first_err), within(&itl_err));
-    let (t50, t99) = (
-        percentile(&mut first_err, 0.5),
-        percentile(&mut first_err, 0.99),
-    );
-    let (i50, i99) = (
-        percentile(&mut itl_err, 0.5),
-        percentile(&mut itl_err, 0.99),
-    );
+    let (t50, t99) = (percentile(&first_err, 500), percentile(&first_err, 990));
+    let (i50, i99) = (percentile(&itl_err, 500), percentile(&itl_err, 990));
     println!(
         "accuracy, {what}: {first} |error| p50 {t50} ns p99 {t99} ns; ITL |error| p50 {i50} ns p99 {i99} ns ({} samples)",
         itl_err.len()

@@ -195,7 +195,7 @@ pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
                 probes_attached: attached,
                 probes_skipped: skipped,
                 dropped: None,
-                start_ns: collector::record::monotonic_ns(),
+                start_ns: collector::clock::monotonic_ns(),
             };
             (Source::Live(live), meta)
         }
@@ -295,7 +295,7 @@ fn run_loop(
                     };
                     update(state, Action::SourceEnded(why));
                 }
-                collector::record::monotonic_ns()
+                collector::clock::monotonic_ns()
             }
         };
         let wall_ns = now.duration_since(wall_start).as_nanos() as u64;

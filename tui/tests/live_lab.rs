@@ -11,8 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use collector::clock::monotonic_ns;
 use collector::probes::ProbeConfig;
-use collector::record::{monotonic_ns, RecordOptions};
+use collector::record::RecordOptions;
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::{Engine, EngineConfig};
 use tokenscope_tui::feed::Live;

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::analyze::percentile;
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
 use crate::stitch::{Request, Timeline};
@@ -145,24 +146,6 @@ pub fn ttft_point(r: &Request) -> Option<&crate::stitch::Point> {
 
 pub fn request_ttft(r: &Request) -> Option<u64> {
     ttft_point(r)?.ttft_ns
-}
-
-/// The `permille` percentile by linear interpolation, as `analyze::summarize` computes
-/// it, in linear time (the savings evaluate it once per subset of fixes).
-fn percentile(v: &[u64], permille: usize) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    let mut v = v.to_vec();
-    let pos = (permille * (v.len() - 1)) as f64 / 1000.0;
-    let (lo, frac) = (pos.floor() as usize, pos - pos.floor());
-    let (_, &mut a, rest) = v.select_nth_unstable(lo);
-    let b = if frac > 0.0 {
-        rest.iter().copied().min().unwrap_or(a)
-    } else {
-        a
-    };
-    (a as f64 + (b as f64 - a as f64) * frac).round() as u64
 }
 
 fn p95(v: &[u64]) -> u64 {

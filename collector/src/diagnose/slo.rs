@@ -69,25 +69,12 @@ impl FromStr for Slo {
             "mean" => Stat::Mean,
             other => return Err(format!("'{s}': unknown statistic '{other}'; {usage}")),
         };
-        let value = value.trim();
-        let split = value
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("'{s}': the duration needs a unit; {usage}"))?;
-        let (number, unit) = value.split_at(split);
-        let number: f64 = number
-            .parse()
-            .map_err(|_| format!("'{s}': '{number}' is not a number; {usage}"))?;
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            other => return Err(format!("'{s}': unknown unit '{other}'; {usage}")),
-        };
+        let limit =
+            crate::duration::parse_latency(value).map_err(|e| format!("'{s}': {e}; {usage}"))?;
         Ok(Slo {
             metric,
             stat,
-            limit_ns: (number * scale).round() as u64,
+            limit_ns: u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX),
             text: s.trim().to_string(),
         })
     }

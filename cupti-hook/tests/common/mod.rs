@@ -45,10 +45,6 @@ pub fn hook_so() -> PathBuf {
     p
 }
 
-pub fn monotonic_ns() -> u64 {
-    tokenscope_cupti_hook::inject::monotonic_now_ns()
-}
-
 /// A host process that loaded the hook; stdout lines arrive on `lines`.
 pub struct Host {
     pub child: Child,

@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::BenchError;
-use crate::clock::monotonic_ns;
+use collector::clock::monotonic_ns;
 
 /// Where and how to connect.
 #[derive(Debug, Clone)]

@@ -20,8 +20,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use thiserror::Error;
 use tokio_rustls::TlsConnector;
 
-use crate::clock::monotonic_ns;
 use crate::words::pseudo_text;
+use collector::clock::monotonic_ns;
 use conn::{Connection, Target};
 pub use record::{EventArrival, RequestRecord, SseEvent, SseParser};
 pub use report::{BenchReport, Summary};

@@ -1,6 +1,7 @@
 //! Percentile summaries of TTFT, TPOT, ITL and e2e (DESIGN.md section 2), as text and JSON.
 use std::fmt;
 
+use collector::analyze::summarize;
 use serde::Serialize;
 
 use super::record::RequestRecord;
@@ -19,33 +20,24 @@ pub struct Summary {
     pub mean: f64,
 }
 
-/// Linear-interpolation percentile of sorted data, q in [0, 100].
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = q / 100.0 * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
-}
-
 impl Summary {
+    /// The profiler's percentiles (`collector::analyze`, whole ns), shown in ms.
     pub fn from_ns(samples: impl IntoIterator<Item = u64>) -> Summary {
-        let mut v: Vec<f64> = samples.into_iter().map(|ns| ns as f64 / 1e6).collect();
-        if v.is_empty() {
+        let ns: Vec<u64> = samples.into_iter().collect();
+        let Some(s) = summarize(&ns) else {
             return Summary::default();
-        }
-        v.sort_by(f64::total_cmp);
+        };
+        let ms = |ns: u64| ns as f64 / 1e6;
         Summary {
-            count: v.len(),
-            p50: percentile(&v, 50.0),
-            p90: percentile(&v, 90.0),
-            p95: percentile(&v, 95.0),
-            p99: percentile(&v, 99.0),
-            p999: percentile(&v, 99.9),
-            max: v[v.len() - 1],
-            mean: v.iter().sum::<f64>() / v.len() as f64,
+            count: s.count,
+            p50: ms(s.p50_ns),
+            p90: ms(s.p90_ns),
+            p95: ms(s.p95_ns),
+            p99: ms(s.p99_ns),
+            p999: ms(s.p999_ns),
+            max: ms(s.max_ns),
+            // The exact mean, not summarize's whole-ns one.
+            mean: ns.iter().map(|&n| ms(n)).sum::<f64>() / ns.len() as f64,
         }
     }
 }
@@ -160,13 +152,10 @@ mod tests {
 
     #[test]
     fn percentiles_interpolate_like_numpy() {
-        let v: Vec<f64> = (1..=10).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), 5.5, "median of 1..10");
-        assert!(
-            (percentile(&v, 90.0) - 9.1).abs() < 1e-9,
-            "p90 of 1..10 is 9.1"
-        );
-        assert_eq!(percentile(&v, 100.0), 10.0);
+        let s = Summary::from_ns((1..=10).map(|ms| ms * 1_000_000));
+        assert_eq!(s.p50, 5.5, "median of 1..10 ms");
+        assert!((s.p90 - 9.1).abs() < 1e-9, "p90 of 1..10 ms is 9.1");
+        assert_eq!(s.max, 10.0);
         let s = Summary::from_ns([1_000_000, 3_000_000]);
         assert_eq!((s.count, s.mean, s.max), (2, 2.0, 3.0));
     }

@@ -16,9 +16,9 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc as tmpsc, watch};
 
-use crate::clock::monotonic_ns;
 use crate::cuda::{self, CudaCallCounts, CudaCounterReader, CudaDriver, CudaError};
 use crate::words::pseudo_word;
+use collector::clock::monotonic_ns;
 pub use config::EngineConfig;
 pub use requests::{RequestLog, ServedRequest};
 pub use scheduler::Prompt;

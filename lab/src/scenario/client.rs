@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::bench::{SseEvent, SseParser};
-use crate::clock::monotonic_ns;
+use collector::clock::monotonic_ns;
 
 /// How a client reads.
 #[derive(Debug, Clone)]

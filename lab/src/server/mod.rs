@@ -17,9 +17,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-use crate::clock::monotonic_ns;
 use crate::engine::{EngineCore, Prompt, RequestLog, ServedRequest, Submission, TokenEvent};
 use crate::words::seed_of;
+use collector::clock::monotonic_ns;
 use conn_io::ConnIo;
 use openai::{ApiError, Endpoint, GenerationRequest, StreamFormatter};
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::{diagnosis, fig, fix, median, ms, MIN_EVIDENCE};
+use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
 use crate::diagnose::{Finding, Input};
 use crate::gpu::StepKind;
 use crate::stitch::{PointKind, Request};
@@ -171,14 +171,14 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
             )
         }
     );
-    let diagnosis = diagnosis(
-        4,
-        reqs,
-        &ttft,
+    let diagnosis = Draft {
+        rule: 4,
+        requests: reqs,
+        weights: &ttft,
         finding,
         figures,
-        "the shared share of each repeating request's engine wait (queue + prefill) goes",
-        vec![
+        basis: "the shared share of each repeating request's engine wait (queue + prefill) goes",
+        fix: vec![
             fix(
                 "vLLM",
                 &["--enable-prefix-caching  # on by default in the V1 engine"],
@@ -192,7 +192,8 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
                 &["keep the shared system prompt first and byte-identical (no timestamps in it)"],
             ),
         ],
-    );
+    }
+    .diagnosis();
     Some(Finding {
         diagnosis,
         ttft,
@@ -252,12 +253,12 @@ pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
         ms(step),
         culprits.len()
     );
-    let mut d = diagnosis(
-        5,
-        reqs,
-        &weights,
+    let mut d = Draft {
+        rule: 5,
+        requests: reqs,
+        weights: &weights,
         finding,
-        vec![
+        figures: vec![
             fig("stalled decode gaps", gaps.len() as f64, "gaps"),
             fig("stalled gap p50", ms(median(&gaps)), "ms"),
             fig("stalling prefill step p50", ms(median(&steps)), "ms"),
@@ -268,15 +269,16 @@ pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
                 "requests",
             ),
         ],
-        "each stalled gap would last one decode step (the prefill runs in chunks beside decodes)",
-        vec![
+        basis: "each stalled gap would last one decode step (the prefill runs in chunks beside decodes)",
+        fix: vec![
             fix(
                 "vLLM",
                 &["--enable-chunked-prefill --max-num-batched-tokens 2048"],
             ),
             fix("SGLang", &["--chunked-prefill-size 2048"]),
         ],
-    );
+    }
+    .diagnosis();
     let listed = d.evidence.request_ids.clone();
     d.evidence.request_ids.extend(
         culprits
@@ -338,18 +340,19 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
         ttft.len(),
         ms(median(&queues))
     );
-    let d = diagnosis(
-        6,
-        reqs,
-        &ttft,
+    let d = Draft {
+        rule: 6,
+        requests: reqs,
+        weights: &ttft,
         finding,
-        vec![
+        figures: vec![
             fig("requests queued", ttft.len() as f64, "requests"),
             fig("queue p50", ms(median(&queues)), "ms"),
         ],
-        "each queued request would start at once (enough capacity); queueing behind prefills \
+        basis:
+            "each queued request would start at once (enough capacity); queueing behind prefills \
          a prefix cache would shorten is left to that rule",
-        vec![
+        fix: vec![
             fix(
                 "vLLM",
                 &[
@@ -365,7 +368,8 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
                 ],
             ),
         ],
-    );
+    }
+    .diagnosis();
     Some(Finding {
         diagnosis: d,
         ttft,

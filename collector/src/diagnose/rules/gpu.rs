@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{diagnosis, fig, fix, median};
+use super::{fig, fix, median, Draft};
 use crate::diagnose::{ttft_point, Finding, Input};
 
 /// NVML clock-throttle reasons that slow a busy GPU: SW power cap, HW slowdown,
@@ -110,12 +110,12 @@ pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
         "token gaps that ended while throttled shrink with the SM clock (compute-bound steps; \
          the fastest clock in the recording as the unthrottled one)"
     };
-    let mut d = diagnosis(
-        10,
-        input.requests,
-        &weights,
+    let mut d = Draft {
+        rule: 10,
+        requests: input.requests,
+        weights: &weights,
         finding,
-        vec![
+        figures: vec![
             fig("samples during steps", during.len() as f64, "samples"),
             fig("throttled samples", throttled.len() as f64, "samples"),
             fig("GPU utilisation p50", median(&utils) as f64, "%"),
@@ -123,7 +123,7 @@ pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
             fig("fastest SM clock seen", f64::from(fastest), "MHz"),
         ],
         basis,
-        vec![fix(
+        fix: vec![fix(
             "host",
             &[
                 "nvidia-smi -q -d PERFORMANCE  # which throttle reason is active",
@@ -131,7 +131,8 @@ pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
                  engine is host-bound (scheduling, tokenisation, a small batch)",
             ],
         )],
-    );
+    }
+    .diagnosis();
     // The evidence is the samples: their span, on the GPU they came from.
     d.scope = format!("GPU {}", during[0].1.device);
     d.evidence.start_ns = during.first().map_or(0, |s| s.0);

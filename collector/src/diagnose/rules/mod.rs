@@ -54,7 +54,7 @@ fn ms(ns: u64) -> f64 {
 }
 
 fn median(v: &[u64]) -> u64 {
-    crate::analyze::summarize(v).map_or(0, |s| s.p50_ns)
+    crate::analyze::percentile(v, 500)
 }
 
 fn fig(name: &'static str, value: f64, unit: &'static str) -> Figure {
@@ -66,48 +66,64 @@ fn rule_meta(n: u8) -> (&'static str, &'static str) {
     (key, title)
 }
 
-/// A diagnosis for rule `n` over the requests in `weights` (index -> how much each
-/// shows it; the heaviest are listed first).
-fn diagnosis(
-    n: u8,
-    requests: &[Request],
-    weights: &BTreeMap<usize, u64>,
+/// What a rule found, each part by name; `diagnosis()` adds the rule's key and title,
+/// the routes, the heaviest requests and the span they cover.
+struct Draft<'a> {
+    /// The rule's number in `RULES`.
+    rule: u8,
+    requests: &'a [Request],
+    /// Index into `requests` -> how much that request shows the rule.
+    weights: &'a BTreeMap<usize, u64>,
     finding: String,
     figures: Vec<Figure>,
-    basis: &str,
+    /// What the fix would remove, in words (the saving's basis).
+    basis: &'a str,
     fix: Vec<Fix>,
-) -> Diagnosis {
-    let (key, title) = rule_meta(n);
-    let mut ranked: Vec<(&usize, &u64)> = weights.iter().collect();
-    ranked.sort_by_key(|(i, w)| (std::cmp::Reverse(**w), **i));
-    let span = weights.keys().map(|&i| &requests[i]);
-    let start_ns = span.clone().map(|r| r.start_ns).min().unwrap_or(0);
-    let end_ns = span
-        .map(|r| r.end_ns.unwrap_or(r.start_ns))
-        .max()
-        .unwrap_or(0);
-    Diagnosis {
-        rule: n,
-        key,
-        title,
-        finding,
-        scope: scope(requests, weights.keys().copied()),
-        evidence: Evidence {
-            requests: weights.len(),
-            request_ids: ranked
-                .iter()
-                .take(20)
-                .map(|(i, _)| requests[**i].id)
-                .collect(),
+}
+
+impl Draft<'_> {
+    fn diagnosis(self) -> Diagnosis {
+        let Draft {
+            rule,
+            requests,
+            weights,
+            finding,
             figures,
-            start_ns,
-            end_ns,
-        },
-        saving: Saving {
-            basis: basis.to_string(),
-            ..Default::default()
-        },
-        fix,
+            basis,
+            fix,
+        } = self;
+        let (key, title) = rule_meta(rule);
+        let mut ranked: Vec<(&usize, &u64)> = weights.iter().collect();
+        ranked.sort_by_key(|(i, w)| (std::cmp::Reverse(**w), **i));
+        let span = weights.keys().map(|&i| &requests[i]);
+        let start_ns = span.clone().map(|r| r.start_ns).min().unwrap_or(0);
+        let end_ns = span
+            .map(|r| r.end_ns.unwrap_or(r.start_ns))
+            .max()
+            .unwrap_or(0);
+        Diagnosis {
+            rule,
+            key,
+            title,
+            finding,
+            scope: scope(requests, weights.keys().copied()),
+            evidence: Evidence {
+                requests: weights.len(),
+                request_ids: ranked
+                    .iter()
+                    .take(20)
+                    .map(|(i, _)| requests[**i].id)
+                    .collect(),
+                figures,
+                start_ns,
+                end_ns,
+            },
+            saving: Saving {
+                basis: basis.to_string(),
+                ..Default::default()
+            },
+            fix,
+        }
     }
 }
 

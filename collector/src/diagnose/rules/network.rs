@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{diagnosis, fig, fix, median, ms, MIN_EVIDENCE};
+use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
 use crate::diagnose::{ttft_point, Finding, Input};
 use crate::stitch::{PointKind, Request};
 
@@ -105,21 +105,22 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
         },
         ms(median(&hs))
     );
-    let diagnosis = diagnosis(
-        1,
-        reqs,
-        &ttft,
+    let diagnosis = Draft {
+        rule: 1,
+        requests: reqs,
+        weights: &ttft,
         finding,
         figures,
-        "each request that opened its connection would skip its TCP (and TLS) handshake",
-        vec![
+        basis: "each request that opened its connection would skip its TCP (and TLS) handshake",
+        fix: vec![
             fix("nginx", nginx_lines),
             fix(
                 "client",
                 &["create the HTTP client once and reuse it (openai.OpenAI(), httpx.Client, requests.Session)"],
             ),
         ],
-    );
+    }
+    .diagnosis();
     Some(Finding {
         diagnosis,
         ttft,
@@ -311,12 +312,12 @@ fn hold_finding(
         ms(median(&holds)),
         ms(crate::analyze::summarize(&holds).map_or(0, |s| s.p95_ns)),
     );
-    let mut d = diagnosis(
-        n,
-        reqs,
-        &weights,
+    let mut d = Draft {
+        rule: n,
+        requests: reqs,
+        weights: &weights,
         finding,
-        vec![
+        figures: vec![
             fig("responses held", evidence.len() as f64, "responses"),
             fig("first-token hold p50", ms(median(&holds)), "ms"),
             fig(
@@ -326,8 +327,9 @@ fn hold_finding(
             ),
         ],
         basis,
-        fixes,
-    );
+        fix: fixes,
+    }
+    .diagnosis();
     d.scope = format!("{comm}/{pid}: {}", d.scope);
     Finding {
         diagnosis: d,
@@ -393,25 +395,26 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
         ms(median(&held)),
         ms(median(&all))
     );
-    let d = diagnosis(
-        7,
-        reqs,
-        &weights,
+    let d = Draft {
+        rule: 7,
+        requests: reqs,
+        weights: &weights,
         finding,
-        vec![
+        figures: vec![
             fig("tokens held", held.len() as f64, "tokens"),
             fig("hold p50", ms(median(&held)), "ms"),
             fig("hop delay p50", ms(median(&all)), "ms"),
         ],
-        "each held token would cross the hop as the others do",
-        vec![
+        basis: "each held token would cross the hop as the others do",
+        fix: vec![
             fix("server", &["setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1) on the streaming socket", "write each event in one write (or writev), not header and body apart"]),
             fix(
                 "nginx",
                 &["nginx sets TCP_NODELAY (tcp_nodelay on) only on keep-alive connections: with keepalive_timeout 0 its writes wait on ACKs; turn keep-alive on"],
             ),
         ],
-    );
+    }
+    .diagnosis();
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
@@ -455,26 +458,27 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
         ms(median(&spikes)),
         ms(typical)
     );
-    let d = diagnosis(
-        8,
-        reqs,
-        &weights,
+    let d = Draft {
+        rule: 8,
+        requests: reqs,
+        weights: &weights,
         finding,
-        vec![
+        figures: vec![
             fig("gaps with a retransmit", spikes.len() as f64, "gaps"),
             fig("gap p50", ms(median(&spikes)), "ms"),
             fig("typical gap", ms(typical), "ms"),
             fig("retransmits", total as f64, "segments"),
         ],
-        "each gap with a retransmit would last a typical gap",
-        vec![fix(
+        basis: "each gap with a retransmit would last a typical gap",
+        fix: vec![fix(
             "host",
             &[
                 "find where packets are lost: ss -ti (retrans), nstat -az TcpRetransSegs, NIC errors (ip -s link)",
                 "check MTU and offload settings on the path; a lossy overlay or a full queue drops segments",
             ],
         )],
-    );
+    }
+    .diagnosis();
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
@@ -526,21 +530,22 @@ pub(super) fn slow_client(input: &Input) -> Option<Finding> {
         weights.len(),
         ms(median(&lags))
     );
-    let d = diagnosis(
-        9,
-        reqs,
-        &weights,
+    let d = Draft {
+        rule: 9,
+        requests: reqs,
+        weights: &weights,
         finding,
-        vec![
+        figures: vec![
             fig("slow streams", weights.len() as f64, "requests"),
             fig("last-token lag p50", ms(median(&lags)), "ms"),
         ],
-        "the client would read each token as it was written (its own ITL; the server is not slow)",
-        vec![
+        basis: "the client would read each token as it was written (its own ITL; the server is not slow)",
+        fix: vec![
             fix("client", &["read the stream without blocking work in the loop; do not set a small SO_RCVBUF"]),
             fix("nginx", &["send_timeout bounds how long a stalled client holds a worker connection"]),
         ],
-    );
+    }
+    .diagnosis();
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
