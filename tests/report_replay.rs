@@ -45,7 +45,10 @@ fn replaying_each_fixture_gives_its_committed_report_byte_for_byte() {
         })
         .collect();
     names.sort();
-    assert!(names.len() >= 11, "expected every diagnose fixture, found {names:?}");
+    assert!(
+        names.len() >= 11,
+        "expected every diagnose fixture, found {names:?}"
+    );
     let mut differ = Vec::new();
     for name in &names {
         let recording = dir.path().join(format!("{name}.tsrec"));

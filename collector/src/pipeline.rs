@@ -171,7 +171,9 @@ impl Pipeline {
             let Reverse(p) = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
             self.feed(p.event);
-            let due = *self.next_advance_ns.get_or_insert(p.ts_ns + self.cfg.advance_every_ns);
+            let due = *self
+                .next_advance_ns
+                .get_or_insert(p.ts_ns + self.cfg.advance_every_ns);
             if p.ts_ns >= due {
                 self.advance();
             }
@@ -255,7 +257,11 @@ fn renumber(requests: &mut [Request]) {
     for (i, r) in requests.iter_mut().enumerate() {
         r.id = i;
         for s in r.gpu.iter_mut().flat_map(|g| &mut g.stalled_by) {
-            s.requests = s.requests.iter().filter_map(|j| new_id.get(j).copied()).collect();
+            s.requests = s
+                .requests
+                .iter()
+                .filter_map(|j| new_id.get(j).copied())
+                .collect();
             s.requests.sort_unstable();
         }
     }

@@ -113,7 +113,12 @@ fn hops(conns: &Conns, links: &mut Links, ready: &dyn Fn(End) -> bool) {
             let candidates = |&(_, &i): &(usize, &End)| {
                 x(i).request_start_ns <= o.request_start_ns && Some(i.0) != own_peer
             };
-            if !ready(out) || bucket.iter().enumerate().filter(candidates).any(|(_, &i)| !ready(i))
+            if !ready(out)
+                || bucket
+                    .iter()
+                    .enumerate()
+                    .filter(candidates)
+                    .any(|(_, &i)| !ready(i))
             {
                 // Decided once the evidence is in.
                 links.undecided.insert(out);

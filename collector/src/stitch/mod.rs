@@ -9,8 +9,8 @@ pub mod stitcher;
 pub mod wire;
 
 pub use conn::{Connection, Conns, Exchange, Role};
-pub use stitcher::{Settle, Settled, Stitcher};
 pub use request::{Point, PointKind, Request};
+pub use stitcher::{Settle, Settled, Stitcher};
 
 use crate::ingest::Event;
 

@@ -249,10 +249,11 @@ pub fn build(
         && (rc.connect_ns.is_some() || rc.accept_ns.is_some() || rc.established_ns.is_some());
     // A server end whose client was traced only as TLS records (no plaintext there):
     // the client's own socket still tells when it connected.
-    let connector =
-        links.peer.get(&root.0).and_then(|p| conns.get(p)).filter(|p| {
-            rc.role == Role::Server && p.role == Role::Client && p.connect_ns.is_some()
-        });
+    let connector = links
+        .peer
+        .get(&root.0)
+        .and_then(|p| conns.get(p))
+        .filter(|p| rc.role == Role::Server && p.role == Role::Client && p.connect_ns.is_some());
     let start_ns = match (new_connection, rc.role) {
         (true, Role::Client) => rc.connect_ns.unwrap_or(rx.request_start_ns),
         (true, _) if connector.is_some() => connector

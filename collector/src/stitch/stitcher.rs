@@ -98,7 +98,9 @@ impl Stitcher {
         if matches!(ev.body, Some(Body::Cuda(_))) {
             if let Some(step) = self.calls.push(ev) {
                 // Steps end in time order; kept in start order.
-                let at = self.steps.partition_point(|h| h.step.start_ns <= step.start_ns);
+                let at = self
+                    .steps
+                    .partition_point(|h| h.step.start_ns <= step.start_ns);
                 self.steps.insert(
                     at,
                     HeldStep {
@@ -155,10 +157,7 @@ impl Stitcher {
             });
             roots.insert(key, id);
             requests.push(request::build(id, conns, ch, &links, self.dropped));
-            let subs = ch
-                .iter()
-                .filter_map(|e| links.subrequests.get(e))
-                .flatten();
+            let subs = ch.iter().filter_map(|e| links.subrequests.get(e)).flatten();
             let ends: Vec<chain::End> = ch.iter().chain(subs).copied().collect();
             done.push(
                 all || ends
@@ -246,12 +245,7 @@ impl Stitcher {
 
     /// Releases retired exchanges, then connections with nothing left that closed a
     /// settle ago or went idle; exchanges that joined no request go with them.
-    fn release(
-        &mut self,
-        now: u64,
-        all: bool,
-        in_chain: &HashSet<chain::End>,
-    ) -> Vec<Connection> {
+    fn release(&mut self, now: u64, all: bool, in_chain: &HashSet<chain::End>) -> Vec<Connection> {
         let settle = self.settle;
         let gone: Vec<usize> = self
             .conns
@@ -264,7 +258,10 @@ impl Stitcher {
                     || c.last_ns.saturating_add(settle.idle_ns) <= now;
                 // Exchanges in no chain (a role never known, a client seen only as TLS
                 // records whose server end told the request) go when their connection does.
-                if over && c.live_exchange_ids().all(|i| !in_chain.contains(&(c.id, i))) {
+                if over
+                    && c.live_exchange_ids()
+                        .all(|i| !in_chain.contains(&(c.id, i)))
+                {
                     return Some(c.id);
                 }
                 c.release_retired();
