@@ -36,7 +36,15 @@ fn the_profiler_has_only_its_own_commands() {
 fn the_lab_is_its_own_binary() {
     assert_eq!(
         commands(&lab()),
-        ["demo", "bench", "engine", "proxy", "scenario", "replicate", "help"],
+        [
+            "demo",
+            "bench",
+            "engine",
+            "proxy",
+            "scenario",
+            "replicate",
+            "help"
+        ],
         "tokenscope-lab --help"
     );
 }
