@@ -2,14 +2,14 @@
 //! within a bounded reorder window), finished requests with their GPU share, GPU
 //! steps, the NVML and CUPTI series and the protocol tally out. Incremental: a
 //! request leaves the stitcher once it settled (see `stitch::stitcher`), and what
-//! the stitcher let go is never read again. `report`, `top` and the agent read
-//! what it produces; none of them rebuilds a chain.
+//! the stitcher let go is never read again. `report` reads what it produces;
+//! `export` and `top` do not use it yet (issue 14).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::analyze::protocols::{ProtocolTally, Protocols};
-use crate::gpu::GpuStep;
+use crate::gpu::{GpuStep, StepTracker};
 use crate::ingest::model::{event::Body, GpuActivityKind, NvmlSample};
 use crate::ingest::Event;
 use crate::stitch::{attribution, Request, Settle, Settled, Stitcher};
@@ -23,44 +23,15 @@ pub struct Config {
     /// How often (in event time) settled requests are let go.
     pub advance_every_ns: u64,
     pub settle: Settle,
-    /// What the output keeps of finished requests and steps.
-    pub keep: Keep,
-    /// Join GPU steps to requests once, over everything, at the end (a replay that
-    /// keeps everything anyway): the attribution then knows each engine's habits
-    /// (chunked prefill, rows copied per request) from the whole recording, as the
-    /// requests of its first seconds need. Otherwise each request is attributed when
-    /// finalised, with recent neighbours.
-    pub gpu_at_end: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Keep {
-    /// Everything (a report lists every request).
-    All,
-    /// Those that ended within this long of the newest event (a live view's window).
-    Recent(u64),
 }
 
 impl Config {
-    /// Replaying a recording for a report: everything kept, numbered as one batch.
+    /// Replaying a recording for a report.
     pub fn replay() -> Config {
         Config {
             reorder_ns: 1_000_000_000,
             advance_every_ns: 1_000_000_000,
             settle: Settle::default(),
-            keep: Keep::All,
-            gpu_at_end: true,
-        }
-    }
-
-    /// A live view that shows the last `window_ns`.
-    pub fn live(window_ns: u64) -> Config {
-        Config {
-            reorder_ns: 100_000_000,
-            advance_every_ns: 250_000_000,
-            settle: Settle::default(),
-            keep: Keep::Recent(window_ns),
-            gpu_at_end: false,
         }
     }
 }
@@ -73,11 +44,11 @@ pub struct CuptiSpan {
     pub end_ns: u64,
 }
 
-/// What the pipeline produced so far.
+/// What the pipeline produced: everything, as a report lists every request.
 #[derive(Debug, Default)]
 pub struct Output {
-    /// Finished requests, in the order they finished (`Pipeline::finish` numbers and
-    /// orders them by where their chains start, as one batch would).
+    /// Finished requests, numbered in the order their chains start (as one batch
+    /// would), with their GPU share.
     pub requests: Vec<Request>,
     pub steps: Vec<GpuStep>,
     /// NVML samples with their time, in time order.
@@ -129,6 +100,7 @@ pub struct Pipeline {
     released_ns: u64,
     next_advance_ns: Option<u64>,
     stitcher: Stitcher,
+    calls: StepTracker,
     out: Output,
 }
 
@@ -142,14 +114,10 @@ impl Pipeline {
             newest_ns: 0,
             released_ns: 0,
             next_advance_ns: None,
-            stitcher: Stitcher::new(cfg.settle, dropped, !cfg.gpu_at_end),
+            stitcher: Stitcher::new(cfg.settle, dropped),
+            calls: StepTracker::default(),
             out: Output::default(),
         }
-    }
-
-    /// The probes lost events: requests finalised from now on are marked.
-    pub fn note_dropped(&mut self) {
-        self.stitcher.set_dropped();
     }
 
     pub fn push(&mut self, event: Event) {
@@ -187,18 +155,10 @@ impl Pipeline {
         self.absorb(settled);
     }
 
-    /// What was produced so far (live views read it between pushes).
-    pub fn output(&self) -> &Output {
-        &self.out
-    }
-
-    /// Connections the stitcher holds now (open, or with requests in flight).
-    pub fn held_connections(&self) -> usize {
-        self.stitcher.held_connections()
-    }
-
-    /// The input ended: everything held is let go, and requests are numbered in the
-    /// order their chains start.
+    /// The input ended: everything held is let go, requests are numbered in the order
+    /// their chains start, and GPU steps are joined to them. Joined once, over
+    /// everything: the first requests need the engine's habits (chunked prefill, rows
+    /// copied per request) that later steps show.
     pub fn finish(mut self) -> Output {
         while let Some(Reverse(p)) = self.pending.pop() {
             self.feed(p.event);
@@ -208,9 +168,7 @@ impl Pipeline {
         self.absorb(last);
         renumber(&mut self.out.requests);
         self.out.steps.sort_by_key(|s| s.start_ns);
-        if self.cfg.gpu_at_end {
-            attribution::attribute(&mut self.out.requests, &[], &mut self.out.steps);
-        }
+        attribution::attribute(&mut self.out.requests, &mut self.out.steps);
         self.out
     }
 
@@ -222,6 +180,7 @@ impl Pipeline {
                 start_ns: g.start_ns,
                 end_ns: g.end_ns,
             }),
+            Some(Body::Cuda(_)) => self.out.steps.extend(self.calls.push(&event)),
             _ => self.stitcher.push(&event),
         }
     }
@@ -232,37 +191,14 @@ impl Pipeline {
             self.out.tally.add(c);
         }
         self.out.requests.extend(s.requests);
-        self.out.steps.extend(s.steps);
-        if let Keep::Recent(window) = self.cfg.keep {
-            let from = self.newest_ns.saturating_sub(window);
-            self.out
-                .requests
-                .retain(|r| r.end_ns.unwrap_or(r.start_ns) >= from);
-            self.out.steps.retain(|s| s.end_ns >= from);
-            self.out.nvml.retain(|(t, _)| *t >= from);
-            self.out.cupti.retain(|c| c.end_ns >= from);
-        }
     }
 }
 
 /// Numbers requests from 0 in the order their chains start (a stitch of the whole
-/// recording at once numbers them so), and the requests their stalls name with them.
+/// recording at once numbers them so).
 fn renumber(requests: &mut [Request]) {
     requests.sort_by_key(|r| r.order);
-    let new_id: std::collections::HashMap<usize, usize> = requests
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.id, i))
-        .collect();
     for (i, r) in requests.iter_mut().enumerate() {
         r.id = i;
-        for s in r.gpu.iter_mut().flat_map(|g| &mut g.stalled_by) {
-            s.requests = s
-                .requests
-                .iter()
-                .filter_map(|j| new_id.get(j).copied())
-                .collect();
-            s.requests.sort_unstable();
-        }
     }
 }

@@ -240,15 +240,12 @@ fn prefill_starts(
 }
 
 /// Joins steps to requests (see the module doc); first refines step kinds by who was
-/// waiting (see `reclassify`). `context`: requests already finalised that may still
-/// share steps with these (an incremental stitch keeps recent ones); they count as
-/// neighbours (queue order, culprits) and are not changed.
-pub fn attribute(requests: &mut [Request], context: &[Request], steps: &mut [GpuStep]) {
+/// waiting (see `reclassify`).
+pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
     if steps.is_empty() {
         return;
     }
-    let windows: Vec<Option<Window>> = requests.iter().chain(context).map(window).collect();
-    let ids: Vec<usize> = requests.iter().chain(context).map(|r| r.id).collect();
+    let windows: Vec<Option<Window>> = requests.iter().map(window).collect();
     let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (k, s) in steps.iter().enumerate() {
         by_pid.entry(s.pid).or_default().push(k);
@@ -284,7 +281,7 @@ pub fn attribute(requests: &mut [Request], context: &[Request], steps: &mut [Gpu
             .collect()
     };
     let started = prefill_starts(&windows, &ended_in, &last_in, steps);
-    for (i, w) in windows.iter().enumerate().take(requests.len()) {
+    for (i, w) in windows.iter().enumerate() {
         let Some(w) = w else { continue };
         // Its engine's steps, in start order (steps are sorted by start).
         let mine: Vec<&GpuStep> = by_pid
@@ -336,7 +333,7 @@ pub fn attribute(requests: &mut [Request], context: &[Request], steps: &mut [Gpu
                     gap_ns: b - a,
                     step_kind: longest.kind,
                     step_ns: within.iter().map(|s| s.end_ns - s.start_ns).sum(),
-                    requests: culprits.iter().map(|&j| ids[j]).collect(),
+                    requests: culprits.iter().map(|&j| requests[j].id).collect(),
                 });
             }
         }
@@ -387,7 +384,7 @@ mod tests {
             request(1, 45 * MS, tokens(80 * MS, 3)),
             request(2, 150 * MS, tokens(180 * MS, 1)),
         ];
-        attribute(&mut reqs, &[], &mut steps);
+        attribute(&mut reqs, &mut steps);
         let kinds: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
         assert_eq!(kinds[3], StepKind::Mixed, "{kinds:?}");
         assert_eq!(kinds[8], StepKind::Prefill, "{kinds:?}");
@@ -423,7 +420,7 @@ mod tests {
             request(0, 0, (2..6).map(after).collect()),
             request(1, 10_000, (4..6).map(after).collect()),
         ];
-        attribute(&mut reqs, &[], &mut steps.clone());
+        attribute(&mut reqs, &mut steps.clone());
         let g = |i: usize| reqs[i].gpu.clone().unwrap();
         assert_eq!((g(0).queue_ns, g(0).prefill_steps), (Some(100_000), 3));
         assert_eq!(g(0).prefill_ns, 60 * MS - 100_000, "steps 0-2");
@@ -435,12 +432,12 @@ mod tests {
         for (s, n) in steps.iter_mut().zip([0, 0, 1, 1, 2, 2]) {
             s.copied_bytes = 4 * n;
         }
-        attribute(&mut reqs, &[], &mut steps.clone());
+        attribute(&mut reqs, &mut steps.clone());
         assert_eq!(reqs[1].gpu.as_ref().unwrap().prefill_steps, 3, "steps 2-4");
         for s in &mut steps {
             s.copied_bytes = 0;
         }
-        attribute(&mut reqs, &[], &mut steps);
+        attribute(&mut reqs, &mut steps);
         let b = reqs[1].gpu.as_ref().unwrap();
         assert_eq!(b.prefill_steps, 3, "steps 2-4");
     }
@@ -461,7 +458,7 @@ mod tests {
             request(1, 30 * MS, vec![after(2), after(4)]),
             request(2, 50 * MS, vec![after(3), after(4)]),
         ];
-        attribute(&mut reqs, &[], &mut steps);
+        attribute(&mut reqs, &mut steps);
         let stalls = &reqs[0].gpu.as_ref().unwrap().stalled_by;
         assert_eq!(stalls.len(), 1, "{stalls:?}");
         assert_eq!(
@@ -493,7 +490,7 @@ mod tests {
             ),
             request(1, 30 * MS, vec![60 * MS + 150_000, 80 * MS + 150_000]),
         ];
-        attribute(&mut reqs, &[], &mut steps);
+        attribute(&mut reqs, &mut steps);
         let stalls = &reqs[0].gpu.as_ref().unwrap().stalled_by;
         assert_eq!(stalls.len(), 1, "{stalls:?}");
         assert_eq!((stalls[0].token, stalls[0].requests.clone()), (2, vec![1]));
@@ -506,7 +503,7 @@ mod tests {
         steps[2].kernel_launches = 4;
         let mut reqs = vec![request(0, 30 * MS, vec![101 * MS, 121 * MS])];
         let before: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
-        attribute(&mut reqs, &[], &mut steps);
+        attribute(&mut reqs, &mut steps);
         let after: Vec<StepKind> = steps.iter().map(|s| s.kind).collect();
         assert_eq!(before, after, "a kernel step in its wait did the prefill");
     }

@@ -54,7 +54,7 @@ pub fn stitch_linked(events: &[Event], dropped: bool) -> Linked {
         .map(|(id, ch)| request::build(id, &connections, ch, &links, dropped))
         .collect();
     let mut steps = crate::gpu::steps(events);
-    attribution::attribute(&mut requests, &[], &mut steps);
+    attribution::attribute(&mut requests, &mut steps);
     let unparsed_ios = connections.values().map(|c| c.unparsed_ios).sum();
     Linked {
         timeline: Timeline {

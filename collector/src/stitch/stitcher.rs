@@ -1,16 +1,14 @@
 //! Stitching one event at a time: events go in in time order; a request comes out
 //! once every exchange of its chain has settled (its response ended, or its
-//! connection closed, some time ago; or nothing moved on it for a long time), with
-//! its GPU share. Its exchanges are then released, and a connection with nothing
+//! connection closed, some time ago; or nothing moved on it for a long time). GPU
+//! steps are joined to requests by the reader (`attribution::attribute`). Its exchanges are then released, and a connection with nothing
 //! left on it once it closed (or went idle). Linking runs over what is still held,
 //! so the cost of an advance follows the traffic in flight, not the history.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 use super::conn::{ConnTracker, Connection, Conns, Exchange};
-use super::{attribution, chain, request, Request};
-use crate::gpu::{GpuStep, StepTracker};
-use crate::ingest::model::event::Body;
+use super::{chain, request, Request};
 use crate::ingest::Event;
 
 /// When held things are let go (event time).
@@ -22,9 +20,6 @@ pub struct Settle {
     /// With nothing seen on a connection for this long, its exchanges are finalised
     /// as they are (a stream that never ended is truncated) and it is released.
     pub idle_ns: u64,
-    /// Finalised requests and emitted steps stay this long as neighbours for the GPU
-    /// attribution of requests still running.
-    pub context_ns: u64,
 }
 
 impl Default for Settle {
@@ -32,7 +27,6 @@ impl Default for Settle {
         Settle {
             settle_ns: 2_000_000_000,
             idle_ns: 30_000_000_000,
-            context_ns: 30_000_000_000,
         }
     }
 }
@@ -41,27 +35,14 @@ impl Default for Settle {
 #[derive(Debug, Default)]
 pub struct Settled {
     pub requests: Vec<Request>,
-    pub steps: Vec<GpuStep>,
     /// Connections released (their exchanges gone): for tallies.
     pub connections: Vec<Connection>,
 }
 
-/// A held GPU step: its kind as the calls made it (attribution refines a copy).
-struct HeldStep {
-    step: GpuStep,
-    emitted: bool,
-}
-
 pub struct Stitcher {
     settle: Settle,
-    /// Whether requests get their GPU share here (live views), or the reader
-    /// attributes a whole replay's steps at its end (`attribution::attribute`).
-    attribute: bool,
     dropped: bool,
     conns: ConnTracker,
-    calls: StepTracker,
-    steps: Vec<HeldStep>,
-    context: VecDeque<Request>,
     /// Request ids by the exchange that roots their chain (connection id, request
     /// start, stream): stable across advances.
     ids: HashMap<(usize, u64, Option<u32>), usize>,
@@ -71,52 +52,21 @@ pub struct Stitcher {
 
 impl Stitcher {
     /// `dropped`: the recording lost events (every request is marked).
-    /// `attribute`: join GPU steps to requests as they are finalised (see the field).
-    pub fn new(settle: Settle, dropped: bool, attribute: bool) -> Stitcher {
+    pub fn new(settle: Settle, dropped: bool) -> Stitcher {
         Stitcher {
             settle,
-            attribute,
             dropped,
             conns: ConnTracker::default(),
-            calls: StepTracker::default(),
-            steps: Vec::new(),
-            context: VecDeque::new(),
             ids: HashMap::new(),
             next_id: 0,
             now_ns: 0,
         }
     }
 
-    /// Marks requests finalised from now on as missing events.
-    pub fn set_dropped(&mut self) {
-        self.dropped = true;
-    }
-
-    /// The next event, in time order.
+    /// The next socket event, in time order.
     pub fn push(&mut self, ev: &Event) {
         self.now_ns = self.now_ns.max(ev.ts_ns);
-        if matches!(ev.body, Some(Body::Cuda(_))) {
-            if let Some(step) = self.calls.push(ev) {
-                // Steps end in time order; kept in start order.
-                let at = self
-                    .steps
-                    .partition_point(|h| h.step.start_ns <= step.start_ns);
-                self.steps.insert(
-                    at,
-                    HeldStep {
-                        step,
-                        emitted: false,
-                    },
-                );
-            }
-        } else {
-            self.conns.push(ev);
-        }
-    }
-
-    /// Connections held now (open, or with exchanges not yet finalised).
-    pub fn held_connections(&self) -> usize {
-        self.conns.conns.len()
+        self.conns.push(ev);
     }
 
     /// Lets go what settled by the latest event's time.
@@ -169,33 +119,7 @@ impl Stitcher {
         // A root that no longer starts a chain (its hop was joined meanwhile) gives up its id.
         self.ids.retain(|k, _| roots.contains_key(k));
 
-        let mut steps: Vec<GpuStep> = self.steps.iter().map(|h| h.step.clone()).collect();
-        if self.attribute {
-            let context: Vec<Request> = self.context.iter().cloned().collect();
-            attribution::attribute(&mut requests, &context, &mut steps);
-        }
-
-        // Steps before every request still running have their final kind.
-        let running_from = requests
-            .iter()
-            .zip(&done)
-            .filter(|(_, &d)| !d)
-            .map(|(r, _)| r.start_ns)
-            .min()
-            .unwrap_or(u64::MAX);
         let mut out = Settled::default();
-        for (h, refined) in self.steps.iter_mut().zip(steps) {
-            let settled = h.step.end_ns.saturating_add(self.settle.settle_ns) <= now
-                && h.step.end_ns < running_from;
-            if !h.emitted && (all || settled) {
-                h.emitted = true;
-                out.steps.push(refined);
-            }
-        }
-        let context_from = now.saturating_sub(self.settle.context_ns);
-        self.steps
-            .retain(|h| !h.emitted || (!all && h.step.end_ns >= context_from));
-
         // Finalised: their exchanges (and sub-requests) retire.
         let mut retire: Vec<(usize, usize)> = Vec::new();
         for (ch, d) in chains.iter().zip(&done) {
@@ -207,18 +131,8 @@ impl Stitcher {
         for ((r, d), key) in requests.into_iter().zip(done).zip(keys) {
             if d {
                 self.ids.remove(&key);
-                if self.attribute && !all {
-                    self.context.push_back(r.clone());
-                }
                 out.requests.push(r);
             }
-        }
-        while self
-            .context
-            .front()
-            .is_some_and(|r| r.end_ns.unwrap_or(r.start_ns) < context_from)
-        {
-            self.context.pop_front();
         }
         for (c, i) in retire {
             if let Some(c) = self.conns.conns.get_mut(&c) {
