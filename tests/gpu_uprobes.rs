@@ -98,8 +98,7 @@ fn recorded_steps_match_the_engine_step_log() {
         LabKind::Decode => StepKind::Decode,
         LabKind::Mixed => StepKind::Mixed,
     };
-    let mut close = 0;
-    let mut worst = 0u64;
+    let mut errors = Vec::with_capacity(steps.len());
     for (s, l) in steps.iter().zip(&run.log) {
         assert_eq!(s.kind, kind(l.kind), "step {} kind", l.index);
         assert_eq!(
@@ -112,20 +111,30 @@ fn recorded_steps_match_the_engine_step_log() {
             .start_ns
             .abs_diff(l.start_ns)
             .max(s.end_ns.abs_diff(l.end_ns));
-        worst = worst.max(err);
-        close += usize::from(err <= 500_000);
+        errors.push(err);
     }
+    errors.sort_unstable();
+    let close = errors.iter().filter(|&&e| e <= 500_000).count();
+    let median = errors[errors.len() / 2];
+    let worst = errors.last().copied().unwrap_or(0);
     let count = |k: StepKind| steps.iter().filter(|s| s.kind == k).count();
     println!(
-        "{} steps ({} prefill, {} decode, {} mixed); start/end within 0.5 ms for {close}; worst {worst} ns",
+        "{} steps ({} prefill, {} decode, {} mixed); start/end within 0.5 ms for {close}; median {median} ns, worst {worst} ns",
         steps.len(),
         count(StepKind::Prefill),
         count(StepKind::Decode),
         count(StepKind::Mixed)
     );
+    // The engine reads its clock just before it calls the probed function; on a 2-core VM a
+    // preemption between the two can put a step 1-2 ms off (CI saw 2 of 141). A systematic
+    // error would move the median and most steps, which is what these two bounds catch.
     assert!(
-        close * 100 >= steps.len() * 99,
-        "start/end within 0.5 ms for >= 99% of steps ({close} of {})",
+        median <= 100_000,
+        "median start/end error {median} ns, want <= 0.1 ms"
+    );
+    assert!(
+        close * 100 >= steps.len() * 95,
+        "start/end within 0.5 ms for >= 95% of steps ({close} of {})",
         steps.len()
     );
 }

@@ -65,10 +65,12 @@ fn test() -> Result<()> {
     cargo(&["build", "--workspace", "--all-targets"])?;
     // Unit tests need no privileges and run in parallel.
     cargo(&["test", "--workspace", "--lib", "--bins"])?;
-    // End-to-end tests load eBPF and share kernel state: one at a time.
+    // End-to-end tests load eBPF and share kernel state: one at a time. Every binary runs even
+    // after a failure, so one run shows every failing test.
     cargo(&[
         "test",
         "--workspace",
+        "--no-fail-fast",
         "--test",
         "*",
         "--",
