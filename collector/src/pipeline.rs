@@ -2,8 +2,9 @@
 //! within a bounded reorder window), finished requests with their GPU share, GPU
 //! steps, the NVML and CUPTI series and the protocol tally out. Incremental: a
 //! request leaves the stitcher once it settled (see `stitch::stitcher`), and what
-//! the stitcher let go is never read again. `report` reads what it produces;
-//! `export` and `top` do not use it yet (issue 14).
+//! the stitcher let go is never read again. `report` reads everything it produced
+//! at the end; `top` takes what it produced as it goes and keeps a window of it.
+//! `export` does not use it yet (issue 14).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -32,6 +33,23 @@ impl Config {
             reorder_ns: 1_000_000_000,
             advance_every_ns: 1_000_000_000,
             settle: Settle::default(),
+        }
+    }
+
+    /// Events as a live recording hands them over: per-CPU buffers read in batches.
+    pub fn live() -> Config {
+        Config {
+            reorder_ns: 100_000_000,
+            advance_every_ns: 250_000_000,
+            settle: Settle::default(),
+        }
+    }
+
+    /// A recording already in time order, watched as it plays (`top --replay`).
+    pub fn sorted() -> Config {
+        Config {
+            reorder_ns: 0,
+            ..Config::live()
         }
     }
 }
@@ -102,6 +120,8 @@ pub struct Pipeline {
     stitcher: Stitcher,
     calls: StepTracker,
     out: Output,
+    /// The requests still held at the last advance, as they stood.
+    open: Vec<Request>,
 }
 
 impl Pipeline {
@@ -117,6 +137,7 @@ impl Pipeline {
             stitcher: Stitcher::new(cfg.settle, dropped),
             calls: StepTracker::default(),
             out: Output::default(),
+            open: Vec::new(),
         }
     }
 
@@ -148,6 +169,51 @@ impl Pipeline {
         }
     }
 
+    /// The clock reached `now_ns` (event time): events older than the reorder window
+    /// go through, and what settled by then is let go, even if no event came.
+    pub fn tick(&mut self, now_ns: u64) {
+        let through = now_ns.saturating_sub(self.cfg.reorder_ns);
+        while self.pending.peek().is_some_and(|p| p.0.ts_ns <= through) {
+            let Reverse(p) = self.pending.pop().expect("peeked");
+            self.released_ns = p.ts_ns;
+            self.feed(p.event);
+        }
+        self.released_ns = self.released_ns.max(through);
+        self.stitcher.pass_time(through);
+        self.advance();
+    }
+
+    /// What was produced since the last take (finished requests in the order they
+    /// settled, without GPU attribution; steps; NVML; CUPTI). Counters stay.
+    pub fn take(&mut self) -> Output {
+        Output {
+            requests: std::mem::take(&mut self.out.requests),
+            steps: std::mem::take(&mut self.out.steps),
+            nvml: std::mem::take(&mut self.out.nvml),
+            cupti: std::mem::take(&mut self.out.cupti),
+            unparsed_ios: self.out.unparsed_ios,
+            events: self.out.events,
+            late_events: self.out.late_events,
+            tally: ProtocolTally::default(),
+        }
+    }
+
+    /// The requests still held at the last advance, as they stood then.
+    pub fn open(&self) -> &[Request] {
+        &self.open
+    }
+
+    /// The input ended but the reader goes on: everything held is let go now.
+    pub fn flush(&mut self) {
+        while let Some(Reverse(p)) = self.pending.pop() {
+            self.released_ns = p.ts_ns;
+            self.feed(p.event);
+        }
+        self.advance();
+        let last = self.stitcher.finish();
+        self.absorb(last);
+    }
+
     /// Lets go what settled (also called on its own as event time passes).
     pub fn advance(&mut self) {
         self.next_advance_ns = Some(self.released_ns + self.cfg.advance_every_ns);
@@ -160,12 +226,7 @@ impl Pipeline {
     /// everything: the first requests need the engine's habits (chunked prefill, rows
     /// copied per request) that later steps show.
     pub fn finish(mut self) -> Output {
-        while let Some(Reverse(p)) = self.pending.pop() {
-            self.feed(p.event);
-        }
-        self.advance();
-        let last = self.stitcher.finish();
-        self.absorb(last);
+        self.flush();
         renumber(&mut self.out.requests);
         self.out.steps.sort_by_key(|s| s.start_ns);
         attribution::attribute(&mut self.out.requests, &mut self.out.steps);
@@ -191,12 +252,13 @@ impl Pipeline {
             self.out.tally.add(c);
         }
         self.out.requests.extend(s.requests);
+        self.open = s.open;
     }
 }
 
 /// Numbers requests from 0 in the order their chains start (a stitch of the whole
 /// recording at once numbers them so).
-fn renumber(requests: &mut [Request]) {
+pub fn renumber(requests: &mut [Request]) {
     requests.sort_by_key(|r| r.order);
     for (i, r) in requests.iter_mut().enumerate() {
         r.id = i;

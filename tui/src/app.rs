@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use collector::probes::{
@@ -17,6 +17,7 @@ use crate::feed::{self, Live, Replay};
 use crate::state::{update, Action, Meta, State, View};
 use crate::term::TerminalGuard;
 use crate::view::render;
+use crate::worker::{Source, Worker};
 
 /// How long the loop waits for a key before it draws again.
 const FRAME: Duration = Duration::from_millis(100);
@@ -159,11 +160,6 @@ pub fn action_for_key(state: &State, key: KeyEvent) -> Option<Action> {
     }
 }
 
-enum Source {
-    Replay { replay: Box<Replay>, speed: f64 },
-    Live(Live),
-}
-
 /// Runs top until q, Ctrl-C, SIGINT or SIGTERM. Needs a terminal on stdout.
 pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() {
@@ -200,11 +196,13 @@ pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
             (Source::Live(live), meta)
         }
     };
-    let mut state = State::new(meta, window_ns);
+    let mut state = State::new(meta);
+    let mut worker = Worker::start(source, window_ns)?;
     let mut guard = TerminalGuard::enter().context("setting up the terminal")?;
-    let result = run_loop(&mut guard, &mut state, source, &quit);
+    let result = run_loop(&mut guard, &mut state, &worker, &quit);
     drop(guard);
-    result
+    // The pipeline thread (and the live recording) stop before top returns.
+    result.and(worker.stop())
 }
 
 fn record_options(args: &TopArgs) -> RecordOptions {
@@ -245,61 +243,18 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// Draws and answers keys; the pipeline runs on the worker's thread, so nothing
+/// here takes longer than a frame.
 fn run_loop(
     guard: &mut TerminalGuard,
     state: &mut State,
-    mut source: Source,
+    worker: &Worker,
     quit: &AtomicBool,
 ) -> anyhow::Result<()> {
-    let wall_start = Instant::now();
-    let mut last = Instant::now();
-    // Replay position, in the recording's own time.
-    let mut replay_clock = match &source {
-        Source::Replay { replay, .. } => replay.first_ns,
-        Source::Live(_) => 0,
-    };
     loop {
-        let now = Instant::now();
-        let dt = now.duration_since(last);
-        last = now;
-        let clock_ns = match &mut source {
-            Source::Replay { replay, speed } => {
-                if !state.paused {
-                    replay_clock = if *speed == 0.0 {
-                        replay.last_ns
-                    } else {
-                        (replay_clock + (dt.as_nanos() as f64 * *speed) as u64).min(replay.last_ns)
-                    };
-                    let batch = replay.due(replay_clock);
-                    if !batch.is_empty() {
-                        update(state, Action::Events(batch));
-                    }
-                    if replay.finished() && state.ended.is_none() {
-                        update(state, Action::SourceEnded("replay done".into()));
-                    }
-                }
-                replay_clock
-            }
-            Source::Live(live) => {
-                update(state, Action::Events(live.take_events()));
-                if let Some(d) = live.dropped() {
-                    state.meta.dropped = Some(d);
-                }
-                for note in live.take_notes() {
-                    update(state, Action::Note(note));
-                }
-                if live.finished() && state.ended.is_none() {
-                    let why = match live.stop() {
-                        Some(Err(e)) => format!("recording stopped: {e:#}"),
-                        _ => "recording stopped".into(),
-                    };
-                    update(state, Action::SourceEnded(why));
-                }
-                collector::clock::monotonic_ns()
-            }
-        };
-        let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
-        update(state, Action::Tick { clock_ns, wall_ns });
+        for action in worker.actions() {
+            update(state, action);
+        }
         guard.terminal.draw(|f| render(f, state))?;
         if event::poll(FRAME)? {
             // Drain what is queued so a burst of keys costs one frame.
@@ -313,15 +268,10 @@ fn run_loop(
                     break;
                 }
             }
+            worker.set_paused(state.paused);
         }
         if state.quit || quit.load(Ordering::Relaxed) {
-            break;
+            return Ok(());
         }
     }
-    if let Source::Live(mut live) = source {
-        if let Some(Err(e)) = live.stop() {
-            return Err(e);
-        }
-    }
-    Ok(())
 }

@@ -1,15 +1,20 @@
 //! `tokenscope top`: the live terminal view of LLM token streams (ratatui +
 //! crossterm), fed by the live collector or a recording.
 //!
-//! `update(&mut State, Action)` and `render(&mut Frame, &State)` are pure:
-//! time comes in `Action::Tick`, so tests drive the same code the app runs.
+//! Two threads, as bpftop has them: `worker` reads the source and runs the
+//! collector's pipeline (`analysis`), sending a snapshot at most once a second;
+//! the screen's `update(&mut State, Action)` and `render(&mut Frame, &State)` only
+//! lay out snapshots and answer keys. All three are pure where they can be (time
+//! comes in as arguments), so tests drive the same code the app runs.
 
+pub mod analysis;
 pub mod app;
 pub mod feed;
 pub mod rows;
 pub mod state;
 pub mod term;
 pub mod view;
+pub mod worker;
 
 pub use app::{action_for_key, run_top, GpuMode, IoSourceArg, KernelArgs, TopArgs, AFTER_HELP};
 pub use state::{update, Action, Meta, SortKey, State, View};

@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 
 use collector::analyze::summarize;
-use collector::ingest::model::event::Body;
-use collector::ingest::Event;
+use collector::ingest::model::NvmlSample;
 use collector::stitch::{PointKind, Request};
 
 /// Identifies a request across re-stitches (stitch ids are positions, which move).
@@ -230,20 +229,17 @@ pub struct GpuReading {
 }
 
 /// Latest NVML sample per device, if the recording has any.
-pub fn latest_gpu<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<GpuReading> {
+pub fn latest_gpu(samples: &[(u64, NvmlSample)]) -> Vec<GpuReading> {
     let mut latest: BTreeMap<u32, GpuReading> = BTreeMap::new();
-    for e in events {
-        let Some(Body::Nvml(s)) = &e.body else {
-            continue;
-        };
-        if latest.get(&s.device).is_some_and(|g| g.ts_ns > e.ts_ns) {
+    for (ts_ns, s) in samples {
+        if latest.get(&s.device).is_some_and(|g| g.ts_ns > *ts_ns) {
             continue;
         }
         latest.insert(
             s.device,
             GpuReading {
                 device: s.device,
-                ts_ns: e.ts_ns,
+                ts_ns: *ts_ns,
                 util_pct: s.gpu_util_pct,
                 sm_clock_mhz: s.sm_clock_mhz,
                 mem_used_bytes: s.mem_used_bytes,

@@ -1,18 +1,15 @@
-//! The app's state and its one way to change: `update(&mut State, Action)`.
-//! Pure: time arrives in `Action::Tick`, events in `Action::Events`; nothing
-//! here reads a clock, a file or the terminal.
+//! The screen's state and its one way to change: `update(&mut State, Action)`.
+//! Pure: what the window holds arrives in `Action::Snapshot` (made by `analysis`
+//! on its own thread), keys as actions; nothing here reads a clock, a file or the
+//! terminal, and nothing here is slower than a frame.
 
-use std::collections::VecDeque;
+use collector::diagnose::Diagnosis;
+use collector::stitch::Request;
 
-use collector::diagnose::{self, Diagnosis};
-use collector::ingest::Event;
-use collector::stitch::{stitch, Request};
+use crate::analysis::Snapshot;
+use crate::rows::{GpuReading, RouteItl, Row, RowKey, TtftWindow};
 
-use crate::rows::{self, GpuReading, RouteItl, Row, RowKey, TtftWindow};
-
-const SECOND_NS: u64 = 1_000_000_000;
-/// Width of the TTFT-over-time windows.
-pub const TTFT_WINDOW_NS: u64 = SECOND_NS;
+pub use crate::analysis::TTFT_WINDOW_NS;
 
 /// What the header says about where the events come from.
 #[derive(Clone, Debug, Default)]
@@ -63,16 +60,12 @@ pub enum View {
     Detail,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum Action {
-    /// Events decoded since the last batch (live) or due by now (replay).
-    Events(Vec<Event>),
-    /// `clock_ns`: now on the events' clock (CLOCK_MONOTONIC, or the replay's
-    /// position); `wall_ns`: now on any steady clock, for the re-stitch rate.
-    Tick {
-        clock_ns: u64,
-        wall_ns: u64,
-    },
+    /// A pass over the window (at most one a second). Held while paused.
+    Snapshot(Box<Snapshot>),
+    /// Ring-buffer drops so far (live, read every 200 ms).
+    Dropped(u64),
     /// The source has no more events (replay at its end, live recording over).
     SourceEnded(String),
     /// A line about the source (e.g. NVML off), shown in the status line.
@@ -101,21 +94,14 @@ const PAGE: usize = 10;
 
 pub struct State {
     pub meta: Meta,
-    /// History kept and re-stitched (ns of event time).
-    pub window_ns: u64,
-    /// Oldest events go first past this many, whatever the window.
-    pub max_events: usize,
-    events: VecDeque<Event>,
+    /// From the last snapshot shown.
     pub events_total: u64,
     pub events_per_s: u64,
-    /// The window was cut short by `max_events`.
+    pub events_in_window: u64,
+    /// Older requests were let go before the window's start.
     pub window_capped: bool,
-    /// Event time of the latest tick and of the last re-stitch.
-    pub clock_ns: u64,
+    /// Event time of the last snapshot shown.
     pub stitched_clock_ns: u64,
-    last_stitch_wall_ns: Option<u64>,
-    dirty: bool,
-    /// From the last re-stitch.
     pub requests: Vec<Request>,
     pub rows: Vec<Row>,
     pub routes: Vec<RouteItl>,
@@ -125,6 +111,8 @@ pub struct State {
     pub unparsed_ios: u64,
     /// The window's diagnoses, the largest saving first.
     pub diagnoses: Vec<Diagnosis>,
+    /// The newest snapshot that came while paused: shown on resume.
+    held: Option<Box<Snapshot>>,
     /// Indices into `rows`, filtered and sorted.
     pub visible: Vec<usize>,
     /// Position in `visible`.
@@ -143,19 +131,14 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(meta: Meta, window_ns: u64) -> State {
+    pub fn new(meta: Meta) -> State {
         State {
-            clock_ns: meta.start_ns,
             stitched_clock_ns: meta.start_ns,
             meta,
-            window_ns,
-            max_events: 1_000_000,
-            events: VecDeque::new(),
             events_total: 0,
             events_per_s: 0,
+            events_in_window: 0,
             window_capped: false,
-            last_stitch_wall_ns: None,
-            dirty: false,
             requests: Vec::new(),
             rows: Vec::new(),
             routes: Vec::new(),
@@ -164,6 +147,7 @@ impl State {
             gpu_steps: 0,
             unparsed_ios: 0,
             diagnoses: Vec::new(),
+            held: None,
             visible: Vec::new(),
             selected: 0,
             selected_key: None,
@@ -177,10 +161,6 @@ impl State {
             note: None,
             quit: false,
         }
-    }
-
-    pub fn events_held(&self) -> usize {
-        self.events.len()
     }
 
     pub fn selected_row(&self) -> Option<&Row> {
@@ -203,55 +183,21 @@ impl State {
         self.filter_input.as_deref().unwrap_or(&self.filter)
     }
 
-    fn ingest(&mut self, batch: Vec<Event>) {
-        self.events_total += batch.len() as u64;
-        self.dirty |= !batch.is_empty();
-        self.events.extend(batch);
-        while self.events.len() > self.max_events {
-            self.events.pop_front();
-            self.window_capped = true;
-        }
-    }
-
-    fn evict(&mut self) {
-        let cutoff = self.clock_ns.saturating_sub(self.window_ns);
-        while self.events.front().is_some_and(|e| e.ts_ns < cutoff) {
-            self.events.pop_front();
-            self.dirty = true;
-        }
-    }
-
-    /// Re-stitch the window and derive everything the screen shows.
-    fn restitch(&mut self) {
-        // In place: cloning a window of events every second cost more than stitching it.
-        let dropped = self.meta.dropped.is_some_and(|d| d > 0);
-        let events = self.events.make_contiguous();
-        let timeline = stitch(events, dropped);
-        // Here, not per frame: the rules read the whole window.
-        let nvml = diagnose::nvml_samples(events);
-        self.diagnoses = diagnose::diagnose(&diagnose::Input::new(&timeline, &nvml));
-        self.rows = timeline
-            .requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Row::from_request(i, r))
-            .collect();
-        self.routes = rows::itl_by_route(&timeline.requests);
-        self.ttft_windows = rows::ttft_over_time(&self.rows, TTFT_WINDOW_NS);
-        self.gpu = rows::latest_gpu(self.events.iter());
-        self.gpu_steps = timeline.steps.len();
-        self.unparsed_ios = timeline.unparsed_ios;
-        self.requests = timeline.requests;
-        let since = self.clock_ns.saturating_sub(SECOND_NS);
-        self.events_per_s = self
-            .events
-            .iter()
-            .rev()
-            .take_while(|e| e.ts_ns + SECOND_NS > since)
-            .filter(|e| e.ts_ns > since && e.ts_ns <= self.clock_ns)
-            .count() as u64;
-        self.stitched_clock_ns = self.clock_ns;
-        self.dirty = false;
+    /// Shows a pass: the rows are laid out again, the selection kept on its request.
+    fn show(&mut self, s: Snapshot) {
+        self.events_total = s.events_total;
+        self.events_per_s = s.events_per_s;
+        self.events_in_window = s.events_in_window;
+        self.window_capped = s.window_capped;
+        self.stitched_clock_ns = s.clock_ns;
+        self.requests = s.requests;
+        self.rows = s.rows;
+        self.routes = s.routes;
+        self.ttft_windows = s.ttft_windows;
+        self.gpu = s.gpu;
+        self.gpu_steps = s.gpu_steps;
+        self.unparsed_ios = s.unparsed_ios;
+        self.diagnoses = s.diagnoses;
         self.relayout();
     }
 
@@ -305,34 +251,20 @@ impl State {
 
 pub fn update(state: &mut State, action: Action) {
     match action {
-        Action::Events(batch) => state.ingest(batch),
-        Action::Tick { clock_ns, wall_ns } => {
-            // Paused: the screen holds still; events keep arriving underneath.
-            if state.paused {
-                return;
-            }
-            state.clock_ns = state.clock_ns.max(clock_ns);
-            state.evict();
-            let due = state
-                .last_stitch_wall_ns
-                .is_none_or(|last| wall_ns.saturating_sub(last) >= SECOND_NS);
-            if state.dirty && due {
-                state.restitch();
-                state.last_stitch_wall_ns = Some(wall_ns);
-            }
-        }
-        Action::SourceEnded(why) => {
-            state.ended = Some(why);
-            // Show everything now rather than at the next second.
-            state.last_stitch_wall_ns = None;
-        }
+        // Paused: the screen holds still; passes keep coming underneath.
+        Action::Snapshot(snapshot) if state.paused => state.held = Some(snapshot),
+        Action::Snapshot(snapshot) => state.show(*snapshot),
+        Action::SourceEnded(why) => state.ended = Some(why),
+        Action::Dropped(n) => state.meta.dropped = Some(n),
         Action::Note(line) => state.note = Some(line),
         Action::Quit => state.quit = true,
         Action::ToggleHelp => state.help = !state.help,
         Action::TogglePause => {
             state.paused = !state.paused;
             if !state.paused {
-                state.last_stitch_wall_ns = None;
+                if let Some(snapshot) = state.held.take() {
+                    state.show(*snapshot);
+                }
             }
         }
         Action::FilterStart => {

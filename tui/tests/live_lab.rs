@@ -12,12 +12,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use collector::clock::monotonic_ns;
+use collector::pipeline::Config;
 use collector::probes::ProbeConfig;
 use collector::record::RecordOptions;
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::{Engine, EngineConfig};
 use tokenscope_tui::feed::Live;
-use tokenscope_tui::{update, Action, Meta, State};
+use tokenscope_tui::Meta;
+
+mod common;
 
 const CHILD_ENV: &str = "TOKENSCOPE_TOP_LAB_CHILD";
 /// The app draws every 100 ms; poll at least as often.
@@ -69,7 +72,7 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
     let (attached, _) = live
         .wait_started(Duration::from_secs(60))
         .expect("probes attached (this test needs root and eBPF)");
-    let mut state = State::new(
+    let mut top = common::Top::new(
         Meta {
             source: "live".into(),
             probes_attached: attached,
@@ -77,6 +80,7 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
             ..Meta::default()
         },
         60_000_000_000,
+        Config::live(),
     );
 
     let mut stdin = child.stdin.take().expect("stdin");
@@ -84,16 +88,11 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
     let started = Instant::now();
     let mut appeared = None;
     while started.elapsed() < Duration::from_secs(10) {
-        update(&mut state, Action::Events(live.take_events()));
+        top.events(live.take_events());
         let now = monotonic_ns();
-        update(
-            &mut state,
-            Action::Tick {
-                clock_ns: now,
-                wall_ns: now,
-            },
-        );
-        if state
+        top.tick(now, now);
+        if top
+            .state
             .rows
             .iter()
             .any(|r| r.route.ends_with("/v1/completions"))
@@ -118,7 +117,7 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
     let appeared = appeared.unwrap_or_else(|| {
         panic!(
             "no request in top's table 10 s after the bench started ({} events)",
-            state.events_total
+            top.analysis.events_total()
         )
     });
     println!("first request in the table {appeared:?} after the bench started");

@@ -1,19 +1,15 @@
-//! update(): sort, filter, selection, pause, the re-stitch rate and the window,
-//! and the key map, on the committed fixture.
+//! update() and the worker's Analysis: sort, filter, selection, pause, the pass
+//! rate and the window, and the key map, on the committed fixture.
 
 mod common;
 
 use collector::ingest::Event;
-use common::{fixture, fixture_state, WINDOW_NS};
+use common::{fixture, fixture_state, fixture_top, Top, WINDOW_NS};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use tokenscope_tui::feed::Replay;
 use tokenscope_tui::{action_for_key, update, Action, SortKey, State, View};
 
 const S: u64 = 1_000_000_000;
-
-fn tick(state: &mut State, clock_ns: u64, wall_ns: u64) {
-    update(state, Action::Tick { clock_ns, wall_ns });
-}
 
 fn column(
     state: &State,
@@ -129,15 +125,13 @@ fn selection_moves_clamps_and_opens_the_selected_request() {
     assert!(!state.help, "Esc closes help first");
 }
 
-/// The fixture's events split at `at_ns` (replay order).
-fn halves(at_ns: u64) -> (State, Vec<Event>, u64) {
-    let path = fixture();
-    let mut replay = Replay::open(&path).expect("fixture");
-    let mut state = State::new(replay.meta(&path, 1.0), WINDOW_NS);
-    update(&mut state, Action::Events(replay.due(at_ns)));
+/// The fixture's events split at `at_ns` (replay order): the first half delivered.
+fn halves(at_ns: u64) -> (Top, Vec<Event>, u64) {
+    let (mut top, mut replay) = Top::replay(WINDOW_NS);
+    top.events(replay.due(at_ns));
     let end = replay.last_ns;
     let rest = replay.due(end);
-    (state, rest, end)
+    (top, rest, end)
 }
 
 #[test]
@@ -145,27 +139,34 @@ fn restitch_at_most_once_a_second_and_never_while_paused() {
     let path = fixture();
     let replay = Replay::open(&path).expect("fixture");
     let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
-    let (mut state, rest, end) = halves(mid);
-    tick(&mut state, mid, 0);
-    let early = state.rows.len();
+    let (mut top, rest, end) = halves(mid);
+    top.tick(mid, 0);
+    let early = top.state.rows.len();
     assert!(early > 0, "requests in the first half");
 
-    update(&mut state, Action::Events(rest));
-    tick(&mut state, end, S / 2);
-    assert_eq!(state.rows.len(), early, "no re-stitch within a second");
+    top.events(rest);
+    top.tick(end, S / 2);
+    assert_eq!(top.state.rows.len(), early, "no pass within a second");
 
-    update(&mut state, Action::TogglePause);
-    tick(&mut state, end, 2 * S);
-    assert_eq!(state.rows.len(), early, "paused: the screen holds still");
+    update(&mut top.state, Action::TogglePause);
+    top.tick(end, 2 * S);
     assert_eq!(
-        state.events_total,
-        state.events_held() as u64,
-        "events still arrive"
+        top.state.rows.len(),
+        early,
+        "paused: the screen holds still"
+    );
+    assert!(
+        top.state.events_total < top.analysis.events_total(),
+        "events still arrive underneath"
     );
 
-    update(&mut state, Action::TogglePause);
-    tick(&mut state, end, 2 * S + 1);
-    assert_eq!(state.rows.len(), 24, "unpaused: everything stitched");
+    update(&mut top.state, Action::TogglePause);
+    assert_eq!(
+        top.state.rows.len(),
+        24,
+        "unpaused: the pass made meanwhile"
+    );
+    assert_eq!(top.state.events_total, top.analysis.events_total());
 }
 
 #[test]
@@ -173,17 +174,19 @@ fn selection_follows_its_request_across_restitches() {
     let path = fixture();
     let replay = Replay::open(&path).expect("fixture");
     let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
-    let (mut state, rest, end) = halves(mid);
-    tick(&mut state, mid, 0);
+    let (mut top, rest, end) = halves(mid);
+    top.tick(mid, 0);
+    let state = &mut top.state;
     // The oldest request: complete by mid-recording (a younger one may still
     // be half-joined across nginx, a different request until it is whole).
-    update(&mut state, Action::End);
+    update(state, Action::End);
     let (position, key) = (
         state.selected,
         state.selected_row().expect("row").key.clone(),
     );
-    update(&mut state, Action::Events(rest));
-    tick(&mut state, end, 5 * S);
+    top.events(rest);
+    top.tick(end, 5 * S);
+    let state = &top.state;
     assert_eq!(state.rows.len(), 24);
     assert_eq!(
         state.selected_row().expect("row").key,
@@ -195,17 +198,19 @@ fn selection_follows_its_request_across_restitches() {
 
 #[test]
 fn window_forgets_old_events() {
-    let path = fixture();
-    let mut replay = Replay::open(&path).expect("fixture");
-    let mut state = State::new(replay.meta(&path, 1.0), 2 * S);
+    let (mut top, mut replay) = Top::replay(2 * S);
     let end = replay.last_ns;
-    update(&mut state, Action::Events(replay.due(end)));
-    tick(&mut state, end, 0);
-    let held = state.events_held();
-    assert!(held < state.events_total as usize, "older than 2 s evicted");
-    tick(&mut state, end + 10 * S, 5 * S);
-    assert_eq!(state.events_held(), 0, "all evicted 10 s later");
-    assert!(state.rows.is_empty(), "and the table emptied");
+    top.events(replay.due(end));
+    top.tick(end, 0);
+    let held = top.state.events_in_window;
+    assert!(
+        held < top.state.events_total,
+        "older than 2 s left the window"
+    );
+    assert!(!top.state.rows.is_empty(), "the last requests are shown");
+    top.tick(end + 10 * S, 5 * S);
+    assert_eq!(top.state.events_in_window, 0, "all gone 10 s later");
+    assert!(top.state.rows.is_empty(), "and the table emptied");
 }
 
 #[test]
@@ -225,51 +230,58 @@ fn key(code: KeyCode) -> KeyEvent {
 #[test]
 fn key_map_types_into_the_filter_and_quits_outside_it() {
     let mut state = fixture_state();
-    assert_eq!(
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Char('q'))),
         Some(Action::Quit)
-    );
-    assert_eq!(
+    ));
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Char('j'))),
         Some(Action::Down)
-    );
-    assert_eq!(action_for_key(&state, key(KeyCode::Up)), Some(Action::Up));
-    assert_eq!(
+    ));
+    assert!(matches!(
+        action_for_key(&state, key(KeyCode::Up)),
+        Some(Action::Up)
+    ));
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Char('s'))),
         Some(Action::CycleSort)
-    );
-    assert_eq!(
+    ));
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Char('p'))),
         Some(Action::TogglePause)
-    );
-    assert_eq!(
+    ));
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Char('?'))),
         Some(Action::ToggleHelp)
-    );
-    assert_eq!(
+    ));
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Enter)),
         Some(Action::Open)
-    );
+    ));
     update(&mut state, Action::FilterStart);
-    assert_eq!(
-        action_for_key(&state, key(KeyCode::Char('q'))),
-        Some(Action::FilterInput('q')),
+    assert!(
+        matches!(
+            action_for_key(&state, key(KeyCode::Char('q'))),
+            Some(Action::FilterInput('q'))
+        ),
         "q is text while filtering"
     );
-    assert_eq!(
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Enter)),
         Some(Action::FilterApply)
-    );
-    assert_eq!(
+    ));
+    assert!(matches!(
         action_for_key(&state, key(KeyCode::Esc)),
         Some(Action::FilterCancel)
-    );
-    assert_eq!(
-        action_for_key(
-            &state,
-            KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
+    ));
+    assert!(
+        matches!(
+            action_for_key(
+                &state,
+                KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
+            ),
+            Some(Action::Quit)
         ),
-        Some(Action::Quit),
         "Ctrl-C quits even while filtering"
     );
 }
@@ -292,19 +304,16 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
             ..NvmlSample::default()
         })),
     };
-    let mut state = fixture_state();
-    let before = common::text(&state, 80, 24);
+    let mut top = fixture_top();
+    let before = common::text(&top.state, 80, 24);
     assert!(
         before.contains("no NVML"),
         "no samples in the fixture:\n{before}"
     );
-    let t = state.clock_ns;
-    update(
-        &mut state,
-        Action::Events(vec![nvml(t + 2, 87), nvml(t + 1, 10)]),
-    );
-    tick(&mut state, t + 3, 10 * S);
-    let screen = common::text(&state, 80, 24);
+    let t = top.state.stitched_clock_ns;
+    top.events(vec![nvml(t + 2, 87), nvml(t + 1, 10)]);
+    top.tick(t + 3, 10 * S);
+    let screen = common::text(&top.state, 80, 24);
     assert!(
         screen.contains("GPU0 87% SM 1410 MHz mem 12.0 GiB 250 W"),
         "the latest sample, not the last delivered:\n{screen}"
@@ -314,13 +323,14 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
 #[test]
 fn diagnoses_come_with_the_restitch_as_the_report_has_them() {
     let path = fixture();
-    let (mut state, rest, end) = halves(Replay::open(&path).expect("fixture").first_ns);
-    update(&mut state, Action::Events(rest));
+    let (mut top, rest, end) = halves(Replay::open(&path).expect("fixture").first_ns);
+    top.events(rest);
     assert!(
-        state.diagnoses.is_empty(),
+        top.state.diagnoses.is_empty(),
         "nothing diagnosed before a tick"
     );
-    tick(&mut state, end, 0);
+    top.tick(end, 0);
+    let state = &top.state;
     let rules: Vec<u8> = state.diagnoses.iter().map(|d| d.rule).collect();
     assert_eq!(
         rules,

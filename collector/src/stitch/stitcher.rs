@@ -35,6 +35,9 @@ impl Default for Settle {
 #[derive(Debug, Default)]
 pub struct Settled {
     pub requests: Vec<Request>,
+    /// The requests still held, as they stand (a live view shows them): not final,
+    /// and without the upstream exchanges whose hop is not decided yet.
+    pub open: Vec<Request>,
     /// Connections released (their exchanges gone): for tallies.
     pub connections: Vec<Connection>,
 }
@@ -67,6 +70,12 @@ impl Stitcher {
     pub fn push(&mut self, ev: &Event) {
         self.now_ns = self.now_ns.max(ev.ts_ns);
         self.conns.push(ev);
+    }
+
+    /// Time passed with no event (a live source that went quiet): what settled by
+    /// `now_ns` can go at the next advance.
+    pub fn pass_time(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
     }
 
     /// Lets go what settled by the latest event's time.
@@ -128,10 +137,14 @@ impl Stitcher {
                 retire.extend(ch.iter().filter_map(|e| links.subrequests.get(e)).flatten());
             }
         }
-        for ((r, d), key) in requests.into_iter().zip(done).zip(keys) {
+        for (((r, d), key), ch) in requests.into_iter().zip(done).zip(keys).zip(&chains) {
             if d {
                 self.ids.remove(&key);
                 out.requests.push(r);
+            } else if !(links.undecided.contains(&ch[0])
+                && conns[&ch[0].0].role == super::conn::Role::Client)
+            {
+                out.open.push(r);
             }
         }
         for (c, i) in retire {

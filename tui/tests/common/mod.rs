@@ -1,12 +1,16 @@
-//! The committed fixture, loaded into a State the way `top --replay --speed 0` does.
+//! The committed fixture, loaded into a State the way `top --replay --speed 0` does:
+//! the worker thread's steps (`Analysis`) and the screen's (`update`), on one thread.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::PathBuf;
 
+use collector::ingest::Event;
+use collector::pipeline::Config;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
+use tokenscope_tui::analysis::Analysis;
 use tokenscope_tui::feed::Replay;
-use tokenscope_tui::{render, update, Action, State};
+use tokenscope_tui::{render, update, Action, Meta, State};
 
 /// The lab engine behind untuned nginx (18 requests) plus 6 chat requests
 /// straight to the engine, recorded with `tokenscope record`.
@@ -16,23 +20,58 @@ pub fn fixture() -> PathBuf {
 
 pub const WINDOW_NS: u64 = 300 * 1_000_000_000;
 
+/// top's two halves, driven by hand: what the worker thread does and what the screen does.
+pub struct Top {
+    pub analysis: Analysis,
+    pub state: State,
+}
+
+impl Top {
+    pub fn new(meta: Meta, window_ns: u64, cfg: Config) -> Top {
+        Top {
+            analysis: Analysis::new(window_ns, cfg),
+            state: State::new(meta),
+        }
+    }
+
+    /// The fixture's replay, nothing delivered yet.
+    pub fn replay(window_ns: u64) -> (Top, Replay) {
+        let path = fixture();
+        let replay = Replay::open(&path).expect("fixture readable");
+        let top = Top::new(replay.meta(&path, 0.0), window_ns, Config::sorted());
+        (top, replay)
+    }
+
+    pub fn events(&mut self, batch: Vec<Event>) {
+        self.analysis.push(batch);
+    }
+
+    /// The worker's tick; a snapshot it makes goes to the screen.
+    pub fn tick(&mut self, clock_ns: u64, wall_ns: u64) {
+        if let Some(s) = self.analysis.tick(clock_ns, wall_ns) {
+            update(&mut self.state, Action::Snapshot(Box::new(s)));
+        }
+    }
+
+    pub fn end(&mut self, why: &str) {
+        self.analysis.end();
+        update(&mut self.state, Action::SourceEnded(why.into()));
+    }
+}
+
 /// Every event of the fixture delivered, then one tick at its last event.
-pub fn fixture_state() -> State {
-    let path = fixture();
-    let mut replay = Replay::open(&path).expect("fixture readable");
-    let mut state = State::new(replay.meta(&path, 0.0), WINDOW_NS);
+pub fn fixture_top() -> Top {
+    let (mut top, mut replay) = Top::replay(WINDOW_NS);
     let end = replay.last_ns;
-    update(&mut state, Action::Events(replay.due(end)));
+    top.events(replay.due(end));
     assert!(replay.finished(), "every fixture event delivered");
-    update(&mut state, Action::SourceEnded("replay done".into()));
-    update(
-        &mut state,
-        Action::Tick {
-            clock_ns: end,
-            wall_ns: 0,
-        },
-    );
-    state
+    top.end("replay done");
+    top.tick(end, 0);
+    top
+}
+
+pub fn fixture_state() -> State {
+    fixture_top().state
 }
 
 pub fn screen(state: &State, width: u16, height: u16) -> Terminal<TestBackend> {

@@ -1,0 +1,261 @@
+//! The pipeline side of top: events in, at most once a second a snapshot of the
+//! window out. It runs on its own thread (see `worker`); the screen only draws
+//! snapshots and answers keys, so a slow pass never holds a key back. Pure like
+//! `update`: time arrives as arguments, so tests drive it directly.
+
+use std::collections::VecDeque;
+
+use collector::diagnose::{self, Diagnosis};
+use collector::gpu::GpuStep;
+use collector::ingest::model::NvmlSample;
+use collector::ingest::Event;
+use collector::pipeline::{self, Config, Pipeline};
+use collector::stitch::{attribution, Request};
+
+use crate::rows::{self, GpuReading, RouteItl, Row, TtftWindow};
+
+const SECOND_NS: u64 = 1_000_000_000;
+/// Width of the TTFT-over-time windows.
+pub const TTFT_WINDOW_NS: u64 = SECOND_NS;
+
+/// Everything the screen shows of the window, as of one pass.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Event time the pass was made at.
+    pub clock_ns: u64,
+    /// Finished requests in the window and those still in flight, numbered in the
+    /// order they started; `rows[i].index` points here.
+    pub requests: Vec<Request>,
+    pub rows: Vec<Row>,
+    pub routes: Vec<RouteItl>,
+    pub ttft_windows: Vec<TtftWindow>,
+    pub gpu: Vec<GpuReading>,
+    pub gpu_steps: usize,
+    pub unparsed_ios: u64,
+    /// The window's diagnoses, the largest saving first.
+    pub diagnoses: Vec<Diagnosis>,
+    pub events_total: u64,
+    /// Events in the last second of event time.
+    pub events_per_s: u64,
+    /// Events whose time falls in the window.
+    pub events_in_window: u64,
+    /// Older finished requests were let go before the window's start (`max_requests`).
+    pub window_capped: bool,
+    /// Events later than the reorder window (used, out of order).
+    pub late_events: u64,
+}
+
+pub struct Analysis {
+    pipeline: Pipeline,
+    /// How far back finished requests, steps and samples are kept (event time).
+    pub window_ns: u64,
+    /// Past this many finished requests the oldest go, whatever the window.
+    pub max_requests: usize,
+    done: VecDeque<Request>,
+    steps: VecDeque<GpuStep>,
+    nvml: VecDeque<(u64, NvmlSample)>,
+    /// Event counts per second of event time (the window's count).
+    per_second: VecDeque<(u64, u64)>,
+    /// Times of the events in the newest second seen (the ev/s figure).
+    recent: VecDeque<u64>,
+    /// Requests the last pass showed: an empty table fills without waiting a second.
+    shown: usize,
+    events_total: u64,
+    late_events: u64,
+    unparsed_ios: u64,
+    clock_ns: u64,
+    last_pass_wall_ns: Option<u64>,
+    dirty: bool,
+    capped: bool,
+    /// The recording lost events: every request is marked.
+    dropped: bool,
+}
+
+impl Analysis {
+    /// `cfg`: `Config::sorted()` for a recording, `Config::live()` for live events.
+    pub fn new(window_ns: u64, cfg: Config) -> Analysis {
+        Analysis {
+            // Drops are known as they happen (`set_dropped`), not up front.
+            pipeline: Pipeline::new(cfg, false),
+            window_ns,
+            max_requests: 100_000,
+            done: VecDeque::new(),
+            steps: VecDeque::new(),
+            nvml: VecDeque::new(),
+            per_second: VecDeque::new(),
+            recent: VecDeque::new(),
+            shown: 0,
+            events_total: 0,
+            late_events: 0,
+            unparsed_ios: 0,
+            clock_ns: 0,
+            last_pass_wall_ns: None,
+            dirty: false,
+            capped: false,
+            dropped: false,
+        }
+    }
+
+    pub fn push(&mut self, batch: Vec<Event>) {
+        self.dirty |= !batch.is_empty();
+        for e in batch {
+            self.events_total += 1;
+            let second = e.ts_ns / SECOND_NS;
+            match self.per_second.iter_mut().rev().find(|(s, _)| *s == second) {
+                Some((_, n)) => *n += 1,
+                None => {
+                    let at = self.per_second.partition_point(|(s, _)| *s < second);
+                    self.per_second.insert(at, (second, 1));
+                }
+            }
+            let newest = self.recent.back().copied().unwrap_or(0).max(e.ts_ns);
+            self.recent.push_back(e.ts_ns);
+            while self
+                .recent
+                .front()
+                .is_some_and(|&t| t + SECOND_NS <= newest)
+            {
+                self.recent.pop_front();
+            }
+            self.pipeline.push(e);
+        }
+        self.collect();
+    }
+
+    pub fn events_total(&self) -> u64 {
+        self.events_total
+    }
+
+    /// The recording lost events (read live every 200 ms).
+    pub fn set_dropped(&mut self, dropped: bool) {
+        self.dirty |= dropped != self.dropped;
+        self.dropped = dropped;
+    }
+
+    /// The source has no more events: everything held is finished now, and the next
+    /// tick makes a pass whatever the time since the last.
+    pub fn end(&mut self) {
+        self.pipeline.flush();
+        self.collect();
+        self.dirty = true;
+        self.last_pass_wall_ns = None;
+    }
+
+    /// `clock_ns`: now on the events' clock (CLOCK_MONOTONIC, or the replay's
+    /// position); `wall_ns`: now on any steady clock. A pass at most once a second
+    /// and only when something changed, except that an empty table is filled as soon
+    /// as a request shows up.
+    pub fn tick(&mut self, clock_ns: u64, wall_ns: u64) -> Option<Snapshot> {
+        self.clock_ns = self.clock_ns.max(clock_ns);
+        let due = self
+            .last_pass_wall_ns
+            .is_none_or(|last| wall_ns.saturating_sub(last) >= SECOND_NS);
+        if !due && self.shown > 0 {
+            return None;
+        }
+        self.pipeline.tick(self.clock_ns);
+        self.collect();
+        self.evict();
+        let first = self.shown == 0 && !(self.done.is_empty() && self.pipeline.open().is_empty());
+        if !self.dirty || !(due || first) {
+            return None;
+        }
+        self.last_pass_wall_ns = Some(wall_ns);
+        self.dirty = false;
+        let snapshot = self.snapshot();
+        self.shown = snapshot.requests.len();
+        Some(snapshot)
+    }
+
+    /// Takes what the pipeline finished since the last call.
+    fn collect(&mut self) {
+        let out = self.pipeline.take();
+        self.dirty |= !out.requests.is_empty() || !out.steps.is_empty() || !out.nvml.is_empty();
+        self.done.extend(out.requests);
+        self.steps.extend(out.steps);
+        self.nvml.extend(out.nvml);
+        self.unparsed_ios = out.unparsed_ios;
+        self.late_events = out.late_events;
+        while self.done.len() > self.max_requests {
+            self.done.pop_front();
+            self.capped = true;
+        }
+    }
+
+    fn evict(&mut self) {
+        let cutoff = self.clock_ns.saturating_sub(self.window_ns);
+        let before = (self.done.len(), self.steps.len(), self.nvml.len());
+        self.done.retain(|r| last_moment(r) >= cutoff);
+        self.steps.retain(|s| s.end_ns >= cutoff);
+        self.nvml.retain(|(t, _)| *t >= cutoff);
+        let first_second = cutoff / SECOND_NS;
+        while self
+            .per_second
+            .front()
+            .is_some_and(|(s, _)| *s < first_second)
+        {
+            self.per_second.pop_front();
+        }
+        self.dirty |= before != (self.done.len(), self.steps.len(), self.nvml.len());
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let since = self.clock_ns.saturating_sub(SECOND_NS);
+        let mut requests: Vec<Request> = self
+            .done
+            .iter()
+            .chain(self.pipeline.open())
+            .cloned()
+            .collect();
+        pipeline::renumber(&mut requests);
+        if self.dropped {
+            for r in &mut requests {
+                r.events_dropped = true;
+            }
+        }
+        let mut steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
+        steps.sort_by_key(|s| s.start_ns);
+        attribution::attribute(&mut requests, &mut steps);
+        let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
+        let diagnoses = diagnose::diagnose(&diagnose::Input {
+            requests: &requests,
+            steps: &steps,
+            nvml: &nvml,
+        });
+        let rows: Vec<Row> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Row::from_request(i, r))
+            .collect();
+        Snapshot {
+            clock_ns: self.clock_ns,
+            routes: rows::itl_by_route(&requests),
+            ttft_windows: rows::ttft_over_time(&rows, TTFT_WINDOW_NS),
+            gpu: rows::latest_gpu(&nvml),
+            gpu_steps: steps.len(),
+            unparsed_ios: self.unparsed_ios,
+            diagnoses,
+            events_total: self.events_total,
+            events_per_s: self
+                .recent
+                .iter()
+                .filter(|&&t| t > since && t <= self.clock_ns)
+                .count() as u64,
+            events_in_window: self.per_second.iter().map(|(_, n)| n).sum(),
+            window_capped: self.capped,
+            late_events: self.late_events,
+            rows,
+            requests,
+        }
+    }
+}
+
+/// The last time anything of the request was seen.
+fn last_moment(r: &Request) -> u64 {
+    let tokens = r.points.iter().filter_map(|p| p.token_ns.last().copied());
+    tokens
+        .chain([r.start_ns, r.first_byte_ns])
+        .chain(r.end_ns)
+        .max()
+        .unwrap_or(0)
+}
