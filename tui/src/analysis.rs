@@ -43,6 +43,8 @@ pub struct Snapshot {
     pub window_capped: bool,
     /// Events later than the reorder window (used, out of order).
     pub late_events: u64,
+    /// Wall time the pass took (set by the thread that made it; 0: not measured).
+    pub pass_ns: u64,
 }
 
 pub struct Analysis {
@@ -244,6 +246,7 @@ impl Analysis {
             events_in_window: self.per_second.iter().map(|(_, n)| n).sum(),
             window_capped: self.capped,
             late_events: self.late_events,
+            pass_ns: 0,
             rows,
             requests,
         }

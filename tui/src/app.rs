@@ -77,6 +77,8 @@ coalesced stalled open), s sorts (start, TTFT, ITL p99), p pauses the screen, ? 
 TTFT: first token - request start (connect() when the request opened its connection), at the
 first point traced and at the engine's write. ITL: gaps between tokens at one point; 0 means
 the same read (coalescing). Live drops (ring buffer full) are read every 200 ms.
+The pipeline runs on its own thread and passes over the window once a second; the header's
+`pass` is how long the last pass took (top's own cost), and keys never wait for it.
 The diagnoses panel shows what the rules of `tokenscope report` find in the window, largest
 saving first: [rule] the fix, its share of the TTFT p95 saving, where, then what was seen; a
 request's detail names the diagnoses that cite it. The report gives the fix lines.";
@@ -110,7 +112,7 @@ pub struct TopArgs {
     /// Live: keep the recording in this file (default: a temporary file, removed on exit).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// History kept and re-stitched once a second (e.g. 30s, 5m).
+    /// History kept: finished requests, GPU steps and samples this recent (e.g. 30s, 5m).
     #[arg(long, default_value = "60s", value_parser = collector::duration::parse, value_name = "D")]
     pub window: Duration,
 }

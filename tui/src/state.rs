@@ -100,8 +100,9 @@ pub struct State {
     pub events_in_window: u64,
     /// Older requests were let go before the window's start.
     pub window_capped: bool,
-    /// Event time of the last snapshot shown.
+    /// Event time of the last snapshot shown, and the wall time its pass took.
     pub stitched_clock_ns: u64,
+    pub pass_ns: u64,
     pub requests: Vec<Request>,
     pub rows: Vec<Row>,
     pub routes: Vec<RouteItl>,
@@ -134,6 +135,7 @@ impl State {
     pub fn new(meta: Meta) -> State {
         State {
             stitched_clock_ns: meta.start_ns,
+            pass_ns: 0,
             meta,
             events_total: 0,
             events_per_s: 0,
@@ -190,6 +192,7 @@ impl State {
         self.events_in_window = s.events_in_window;
         self.window_capped = s.window_capped;
         self.stitched_clock_ns = s.clock_ns;
+        self.pass_ns = s.pass_ns;
         self.requests = s.requests;
         self.rows = s.rows;
         self.routes = s.routes;

@@ -146,7 +146,9 @@ fn run(
             }
         };
         let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
-        if let Some(snapshot) = analysis.tick(clock_ns, wall_ns) {
+        let pass = Instant::now();
+        if let Some(mut snapshot) = analysis.tick(clock_ns, wall_ns) {
+            snapshot.pass_ns = pass.elapsed().as_nanos() as u64;
             if !send(Action::Snapshot(Box::new(snapshot))) {
                 break;
             }

@@ -49,6 +49,13 @@ pub fn render_header(f: &mut Frame, state: &State, area: Rect) {
             fmt::count(tokens as u64)
         )),
     ];
+    if state.pass_ns > 0 {
+        // top's own cost: the last pass over the window, off the screen's thread.
+        second.push(Span::raw(format!(
+            " │ pass {} ms",
+            state.pass_ns / 1_000_000
+        )));
+    }
     if state.window_capped {
         second.push(Span::raw(" │ window capped"));
     }
