@@ -78,6 +78,64 @@ impl Drop for Worker {
     }
 }
 
+/// The thread's state between polls.
+struct Feeder<'a> {
+    analysis: Analysis,
+    tx: &'a Sender<Action>,
+    ended: bool,
+    /// Ring-buffer drops last sent (live).
+    dropped: Option<u64>,
+    /// Replay position, in the recording's own time.
+    replay_clock: u64,
+}
+
+impl Feeder<'_> {
+    /// False once the screen is gone (its receiver dropped): the thread ends.
+    fn send(&self, action: Action) -> bool {
+        self.tx.send(action).is_ok()
+    }
+
+    /// Feeds what a replay has due after `dt` of wall time; returns the replay position.
+    fn replay(&mut self, replay: &mut Replay, speed: f64, dt: Duration) -> u64 {
+        self.replay_clock = if speed == 0.0 {
+            replay.last_ns
+        } else {
+            (self.replay_clock + (dt.as_nanos() as f64 * speed) as u64).min(replay.last_ns)
+        };
+        self.analysis.push(replay.due(self.replay_clock));
+        if replay.finished() && !self.ended {
+            self.ended = true;
+            self.analysis.end();
+            self.send(Action::SourceEnded("replay done".into()));
+        }
+        self.replay_clock
+    }
+
+    /// Feeds what the live recording read; returns now on the events' clock.
+    fn live(&mut self, live: &mut Live) -> u64 {
+        self.analysis.push(live.take_events());
+        if let Some(d) = live.dropped().filter(|&d| self.dropped != Some(d)) {
+            self.dropped = Some(d);
+            self.analysis.set_dropped(d > 0);
+            self.send(Action::Dropped(d));
+        }
+        for note in live.take_notes() {
+            self.send(Action::Note(note));
+        }
+        if live.finished() && !self.ended {
+            self.ended = true;
+            let why = match live.stop() {
+                Some(Err(e)) => format!("recording stopped: {e:#}"),
+                _ => "recording stopped".into(),
+            };
+            self.analysis.push(live.take_events());
+            self.analysis.end();
+            self.send(Action::SourceEnded(why));
+        }
+        collector::clock::monotonic_ns()
+    }
+}
+
 fn run(
     mut source: Source,
     window_ns: u64,
@@ -85,71 +143,34 @@ fn run(
     paused: &AtomicBool,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
-    let cfg = match source {
-        Source::Replay { .. } => Config::sorted(),
-        Source::Live(_) => Config::live(),
+    let (cfg, replay_clock) = match &source {
+        Source::Replay { replay, .. } => (Config::sorted(), replay.first_ns),
+        Source::Live(_) => (Config::live(), 0),
     };
-    let mut analysis = Analysis::new(window_ns, cfg);
+    let mut feeder = Feeder {
+        analysis: Analysis::new(window_ns, cfg),
+        tx,
+        ended: false,
+        dropped: None,
+        replay_clock,
+    };
     let wall_start = Instant::now();
     let mut last = Instant::now();
-    let mut ended = false;
-    let mut dropped = None;
-    // Replay position, in the recording's own time.
-    let mut replay_clock = match &source {
-        Source::Replay { replay, .. } => replay.first_ns,
-        Source::Live(_) => 0,
-    };
-    // A screen gone (its receiver dropped) ends the thread like a stop.
-    let send = |a: Action| tx.send(a).is_ok();
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let dt = now.duration_since(last);
         last = now;
         let clock_ns = match &mut source {
-            Source::Replay { replay, speed } => {
-                if !paused.load(Ordering::Relaxed) {
-                    replay_clock = if *speed == 0.0 {
-                        replay.last_ns
-                    } else {
-                        (replay_clock + (dt.as_nanos() as f64 * *speed) as u64).min(replay.last_ns)
-                    };
-                    analysis.push(replay.due(replay_clock));
-                    if replay.finished() && !ended {
-                        ended = true;
-                        analysis.end();
-                        send(Action::SourceEnded("replay done".into()));
-                    }
-                }
-                replay_clock
-            }
-            Source::Live(live) => {
-                analysis.push(live.take_events());
-                if let Some(d) = live.dropped().filter(|&d| dropped != Some(d)) {
-                    dropped = Some(d);
-                    analysis.set_dropped(d > 0);
-                    send(Action::Dropped(d));
-                }
-                for note in live.take_notes() {
-                    send(Action::Note(note));
-                }
-                if live.finished() && !ended {
-                    ended = true;
-                    let why = match live.stop() {
-                        Some(Err(e)) => format!("recording stopped: {e:#}"),
-                        _ => "recording stopped".into(),
-                    };
-                    analysis.push(live.take_events());
-                    analysis.end();
-                    send(Action::SourceEnded(why));
-                }
-                collector::clock::monotonic_ns()
-            }
+            // Paused: the replay's clock stops with the screen.
+            Source::Replay { .. } if paused.load(Ordering::Relaxed) => feeder.replay_clock,
+            Source::Replay { replay, speed } => feeder.replay(replay, *speed, dt),
+            Source::Live(live) => feeder.live(live),
         };
         let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
         let pass = Instant::now();
-        if let Some(mut snapshot) = analysis.tick(clock_ns, wall_ns) {
+        if let Some(mut snapshot) = feeder.analysis.tick(clock_ns, wall_ns) {
             snapshot.pass_ns = pass.elapsed().as_nanos() as u64;
-            if !send(Action::Snapshot(Box::new(snapshot))) {
+            if !feeder.send(Action::Snapshot(Box::new(snapshot))) {
                 break;
             }
         }
