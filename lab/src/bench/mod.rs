@@ -404,24 +404,9 @@ async fn one_request(
         rec.connect_done_ns = Some(conn.connect_done_ns);
         rec.tls_done_ns = conn.tls_done_ns;
     }
-    let uri = if conn.http2 {
-        let scheme = if endpoint.target.tls { "https" } else { "http" };
-        format!("{scheme}://{}{}", endpoint.authority, endpoint.path)
-    } else {
-        endpoint.path.clone()
-    };
-    let mut builder = Request::post(uri)
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream");
-    if !conn.http2 {
-        builder = builder.header(HOST, endpoint.authority.as_str());
-    }
-    if cfg.accept_gzip_every > 0 && index.is_multiple_of(cfg.accept_gzip_every) {
-        builder = builder.header(ACCEPT_ENCODING, "gzip");
-    }
-    let req = match builder.body(Full::new(body)) {
+    let req = match build_request(cfg, endpoint, conn.http2, index, body) {
         Ok(r) => r,
-        Err(e) => return failed(rec, e.to_string()),
+        Err(e) => return failed(rec, e),
     };
     let deadline = tokio::time::Instant::now() + cfg.timeout;
     conn.stats.arm();
@@ -459,64 +444,14 @@ async fn one_request(
             return failed(rec, e);
         }
     };
-    let mut body = resp.into_body();
-    let mut parser = SseParser::default();
-    let mut broken = None;
-    loop {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(Some(Ok(frame))) => {
-                let Some(data) = frame.data_ref() else {
-                    continue;
-                };
-                // hyper hands over a frame right after the read that completed it.
-                let t_ns = conn.stats.last_read_ns.load(Ordering::Acquire);
-                let read = conn.stats.reads.load(Ordering::Acquire);
-                let data = match decoder.push(data) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        broken = Some(e);
-                        break;
-                    }
-                };
-                for ev in parser.push(&data) {
-                    match ev {
-                        SseEvent::Done => rec.done_seen = true,
-                        SseEvent::Malformed => {}
-                        SseEvent::Data {
-                            choice,
-                            content,
-                            completion_tokens,
-                            id,
-                        } => {
-                            if rec.response_id.is_none() {
-                                rec.response_id = id;
-                            }
-                            if completion_tokens.is_some() {
-                                rec.usage_completion_tokens = completion_tokens;
-                            }
-                            if choice {
-                                rec.events.push(EventArrival {
-                                    t_ns,
-                                    read,
-                                    choice,
-                                    content,
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                broken = Some(format!("body: {e}"));
-                break;
-            }
-            Err(_) => {
-                broken = Some("timed out reading the stream".into());
-                break;
-            }
-        }
-    }
+    let broken = read_stream(
+        resp.into_body(),
+        &mut decoder,
+        &conn.stats,
+        deadline,
+        &mut rec,
+    )
+    .await;
     rec.end_ns = monotonic_ns();
     rec.first_byte_ns = conn.stats.first_read_after_arm();
     rec.ok = rec.status == 200 && rec.done_seen && broken.is_none();
@@ -538,6 +473,89 @@ async fn one_request(
         *slot = None;
     }
     rec
+}
+
+/// The POST of request `index` on a connection (HTTP/2 wants the full URI, HTTP/1.1 a Host).
+fn build_request(
+    cfg: &BenchConfig,
+    endpoint: &Endpoint,
+    http2: bool,
+    index: u64,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, String> {
+    let uri = if http2 {
+        let scheme = if endpoint.target.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", endpoint.authority, endpoint.path)
+    } else {
+        endpoint.path.clone()
+    };
+    let mut builder = Request::post(uri)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream");
+    if !http2 {
+        builder = builder.header(HOST, endpoint.authority.as_str());
+    }
+    if cfg.accept_gzip_every > 0 && index.is_multiple_of(cfg.accept_gzip_every) {
+        builder = builder.header(ACCEPT_ENCODING, "gzip");
+    }
+    builder.body(Full::new(body)).map_err(|e| e.to_string())
+}
+
+/// Reads the response body to its end, recording each SSE event with the time of the
+/// read that completed it; the reason it broke off, if it did.
+async fn read_stream(
+    mut body: hyper::body::Incoming,
+    decoder: &mut decode::BodyDecoder,
+    stats: &conn::IoStats,
+    deadline: tokio::time::Instant,
+    rec: &mut RequestRecord,
+) -> Option<String> {
+    let mut parser = SseParser::default();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) => return None,
+            Ok(Some(Err(e))) => return Some(format!("body: {e}")),
+            Err(_) => return Some("timed out reading the stream".into()),
+        };
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        // hyper hands over a frame right after the read that completed it.
+        let t_ns = stats.last_read_ns.load(Ordering::Acquire);
+        let read = stats.reads.load(Ordering::Acquire);
+        let data = match decoder.push(data) {
+            Ok(d) => d,
+            Err(e) => return Some(e),
+        };
+        for ev in parser.push(&data) {
+            match ev {
+                SseEvent::Done => rec.done_seen = true,
+                SseEvent::Malformed => {}
+                SseEvent::Data {
+                    choice,
+                    content,
+                    completion_tokens,
+                    id,
+                } => {
+                    if rec.response_id.is_none() {
+                        rec.response_id = id;
+                    }
+                    if completion_tokens.is_some() {
+                        rec.usage_completion_tokens = completion_tokens;
+                    }
+                    if choice {
+                        rec.events.push(EventArrival {
+                            t_ns,
+                            read,
+                            choice,
+                            content,
+                        });
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Writes one JSON line per request (timestamps and counts only; no text).
