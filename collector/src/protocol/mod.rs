@@ -3,6 +3,7 @@
 //! reads one socket direction across its I/Os.
 
 pub mod body;
+mod content;
 pub mod h2;
 pub mod hpack;
 pub mod http;
