@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
-use crate::ingest::{Decoder, Event};
+use crate::ingest::Event;
 use crate::probes::{ProbeConfig, ProbeError, Probes};
+use crate::protocol::Decoder;
 
 /// How often pending events are drained when the kernel has not woken us
 /// (the probes wake user space only every 64 KiB).
