@@ -400,6 +400,7 @@ fn base_header(cfg: &ProbeConfig) -> FileHeader {
 fn uname() -> (String, String) {
     // SAFETY: utsname is plain data; uname fills it.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer to a utsname.
     if unsafe { libc::uname(&mut u) } != 0 {
         return (String::new(), String::new());
     }
