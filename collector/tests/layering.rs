@@ -13,6 +13,8 @@
 //!
 //! There is no allowlist: every violation fails.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
