@@ -3,6 +3,8 @@
 //! DIR/man, rendered from the clap definitions the binary parses with. Run by
 //! `cargo xtask dist`; an example, so the generators never link into the profiler.
 
+#![allow(unused_crate_dependencies)] // an example sees every dev-dependency
+
 use std::path::PathBuf;
 
 use clap::CommandFactory;

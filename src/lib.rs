@@ -2,4 +2,6 @@
 //! calls [`cli::run`]; `cargo xtask dist` renders the same definitions as shell
 //! completions and man pages (examples/dist_assets.rs).
 
+#![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
+
 pub mod cli;

@@ -1,5 +1,7 @@
 //! tokenscope: where did the time to first token go? See `tokenscope --help`.
 
+#![allow(unused_crate_dependencies)] // the library's dependencies are linked here too
+
 use std::process::ExitCode;
 
 use clap::Parser;

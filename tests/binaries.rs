@@ -1,6 +1,8 @@
 //! The profiler ships without the lab: `tokenscope` has only the profiler's commands,
 //! and the lab's live in `tokenscope-lab`, which records with the profiler beside it.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::process::Command;
 
 use test_support::{lab, profiler};

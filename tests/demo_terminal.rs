@@ -1,6 +1,8 @@
 //! Privileged: `tokenscope-lab demo` on a terminal (tmux) opens `tokenscope top` live
 //! while the lab load runs, and prints tokenscope's report once top is quit.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::time::Duration;
 
 use test_support::tmux::Tmux;

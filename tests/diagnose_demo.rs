@@ -4,6 +4,8 @@
 //! measurably saved (the bench's own clock, same run); the tuned side yields none of
 //! them. The same recordings then drive the SLO gate both ways.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;

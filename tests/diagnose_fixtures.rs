@@ -3,6 +3,8 @@
 //! exactly the rules its table row names, and every rule has a fixture where it fires
 //! and one where it must not. Unprivileged: it replays committed recordings.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,8 @@
 //! recording must account for every record: submitted = delivered + dropped,
 //! in the file header and in `tokenscope dump`.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 

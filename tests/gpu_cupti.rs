@@ -3,6 +3,8 @@
 //! dlopen + InitializeInjection) over the stand-in libcupti, which hands out
 //! activity buffers in the real record layout.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::process::Command;
 
 use collector::ingest::model::{event::Body, GpuActivity, GpuActivityKind};

@@ -4,6 +4,8 @@
 //! The driver-not-loaded path also runs against Debian's real libnvidia-ml1,
 //! fetched from deb.debian.org and checked against the signed archive index.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -3,6 +3,8 @@
 //! match the engine's own logs; a decode stall must name the request whose
 //! prefill caused it.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -6,6 +6,8 @@
 //! `cargo xtask test-kernels` runs this file inside older kernels too (Debian 12's 6.1,
 //! where the default is the kprobe source).
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;

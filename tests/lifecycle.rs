@@ -2,6 +2,8 @@
 //! leave a complete, readable file and no tokenscope program in the kernel;
 //! bad set-ups fail with one clear line.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::process::{Command, Stdio};
 
 use test_support::*;

@@ -2,6 +2,8 @@
 //! python3 child (client), with known byte counts both ways. The recording
 //! must hold both handshakes and the exact byte totals per direction and pid.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;

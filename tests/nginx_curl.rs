@@ -3,6 +3,8 @@
 //! the first application-data record, nginx's response writes with byte totals
 //! equal to what curl downloaded, and no secret the client sent.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use collector::ingest::model::{event::Body, sniff, Direction, Event};
 use collector::protocol::tls::{APPLICATION_DATA, HANDSHAKE};
 use test_support::*;

@@ -5,6 +5,8 @@
 //! and checked (tests/perfetto_check.py), and the trace's counts of request
 //! tracks, token instants, GPU steps and diagnoses must equal the report's.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

@@ -5,6 +5,8 @@
 //! the file with `tokenscope report --json` and say why in the commit.
 //! Unprivileged: it replays committed recordings.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::io::Read;
 use std::path::Path;
 use std::process::Command;

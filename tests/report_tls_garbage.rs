@@ -3,6 +3,8 @@
 //! nginx's TLS listener; garbage and another protocol on a traced port are
 //! counted as unparsed, and nothing panics.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 

@@ -3,6 +3,8 @@
 //! `tokenscope record` watches; then `tokenscope report --json` is compared
 //! with bench's per-request records.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::collections::HashMap;
 use std::time::Duration;
 

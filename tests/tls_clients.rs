@@ -5,6 +5,8 @@
 //! streams are decoded with their paths, earlier ones timed and counted as attached
 //! mid-connection, nothing made up.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

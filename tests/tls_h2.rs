@@ -5,6 +5,8 @@
 //! and each request must come out once, joined from curl to the engine, with every
 //! token the client received timed at every point, and no secret in any output.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::path::Path;
 
 use serde_json::Value;

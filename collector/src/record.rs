@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
-use crate::ingest::{Decoder, Event};
+use crate::ingest::Event;
 use crate::probes::{ProbeConfig, ProbeError, Probes};
+use crate::protocol::Decoder;
 
 /// How often pending events are drained when the kernel has not woken us
 /// (the probes wake user space only every 64 KiB).
@@ -399,6 +400,7 @@ fn base_header(cfg: &ProbeConfig) -> FileHeader {
 fn uname() -> (String, String) {
     // SAFETY: utsname is plain data; uname fills it.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer to a utsname.
     if unsafe { libc::uname(&mut u) } != 0 {
         return (String::new(), String::new());
     }

@@ -8,52 +8,20 @@
 //! analyze, diagnose, pipeline (the one entry point that runs them), export, then
 //! the live side: `probes` (the only
 //! code that touches aya; it imports ingest's model and nothing above) and
-//! `record` (drives probes and ingest). Putting the live side on top keeps aya
+//! `record` (drives probes and the decoder). Putting the live side on top keeps aya
 //! out of everything `report` and `export` run.
 //!
-//! Today's violations are listed in ALLOWED, so this passes now and fails on a new
-//! one; an entry no longer violated fails too, so the list only shrinks.
+//! There is no allowlist: every violation fails.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 const FLOORS: &[&str] = &[
     "duration", "ingest", "protocol", "gpu", "stitch", "analyze", "diagnose", "pipeline", "export",
     "probes", "record",
 ];
-
-/// Today's violations, as exact file pairs (paths under collector/src).
-const ALLOWED: &[Allowed] = &[
-    // Payload sniffing runs at decode time so no payload byte outlives decoding:
-    // ingest's decoder drives protocol's stream parser, which produces ingest's
-    // model. The floors between the two folders are a circle until the parser's
-    // driver moves up (or the model down).
-    Allowed::Upward("ingest/decode.rs", "protocol/stream.rs"),
-    // The stream parser hands HTTP/2 bytes to h2's connection parser, which hands
-    // decoded DATA back as the stream's body content type: one room, two files that
-    // need each other until the shared type moves to a file of its own.
-    Allowed::Mutual("protocol/h2.rs", "protocol/stream.rs"),
-    // Test code only: stitch's tests check what analyze makes of a stitched timeline.
-    Allowed::Upward("stitch/tests.rs", "analyze/mod.rs"),
-];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Allowed {
-    /// (importer, imported): the imported file's floor is above the importer's.
-    Upward(&'static str, &'static str),
-    /// Two files that import each other (either order).
-    Mutual(&'static str, &'static str),
-}
-
-impl Allowed {
-    /// (mutual, a, b), with a mutual pair's files in order.
-    fn key(self) -> (bool, &'static str, &'static str) {
-        match self {
-            Allowed::Upward(a, b) => (false, a, b),
-            Allowed::Mutual(a, b) => (true, a.min(b), a.max(b)),
-        }
-    }
-}
 
 #[test]
 fn no_module_imports_one_above_it_and_no_two_files_import_each_other() {
@@ -98,40 +66,21 @@ fn no_module_imports_one_above_it_and_no_two_files_import_each_other() {
         }
     }
 
-    let mut failures = Vec::new();
-    let mut seen = BTreeSet::new();
-    for (&(a, b, mutual), lines) in &found {
-        let what = if mutual {
-            format!("{a} and {b} import each other")
-        } else {
-            format!(
-                "{a} ({}) imports {b} ({}), a floor above it",
-                floor(a),
-                floor(b)
-            )
-        };
-        let known = ALLOWED.iter().find(|x| x.key() == (mutual, a, b));
-        println!(
-            "{}{what}\n    {}",
-            if known.is_some() {
-                "allowed: "
+    let failures: Vec<String> = found
+        .iter()
+        .map(|(&(a, b, mutual), lines)| {
+            let what = if mutual {
+                format!("{a} and {b} import each other")
             } else {
-                "VIOLATION: "
-            },
-            lines.join("\n    ")
-        );
-        match known {
-            Some(k) => {
-                seen.insert(*k);
-            }
-            None => failures.push(format!("{what}:\n    {}", lines.join("\n    "))),
-        }
-    }
-    for stale in ALLOWED.iter().filter(|a| !seen.contains(*a)) {
-        failures.push(format!(
-            "{stale:?} is in ALLOWED but no longer violated: remove it so the list only shrinks"
-        ));
-    }
+                format!(
+                    "{a} ({}) imports {b} ({}), a floor above it",
+                    floor(a),
+                    floor(b)
+                )
+            };
+            format!("{what}:\n    {}", lines.join("\n    "))
+        })
+        .collect();
     assert!(
         failures.is_empty(),
         "the collector's layering (floors: {}) is broken:\n{}",

@@ -293,6 +293,7 @@ fn cupti_error(
         let mut s: *const c_char = ptr::null();
         // SAFETY: valid out-pointer; CUPTI returns a static string.
         if unsafe { f(r, &mut s) } == b::CUPTI_SUCCESS && !s.is_null() {
+            // SAFETY: non-null, and CUPTI's result strings are static and NUL-terminated.
             detail = format!(" [{}]", unsafe { CStr::from_ptr(s) }.to_string_lossy());
         }
     }
@@ -319,6 +320,7 @@ pub const ENV_NVTX_INJECTION: &str = "NVTX_INJECTION64_PATH";
 
 /// The file a loaded symbol came from (dladdr), e.g. the libcupti the search found.
 fn loaded_path(symbol: *const c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain data (pointers and integers); all zeroes is valid.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the address; info is a valid out-pointer.
     if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
@@ -365,6 +367,7 @@ fn open_libcupti() -> Result<Library, wire::HookError> {
         // SAFETY: dlerror returns a thread-local string or null.
         let e = unsafe { libc::dlerror() };
         if !e.is_null() {
+            // SAFETY: non-null: dlerror's NUL-terminated message, read before the next dl call.
             errors.push(unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned());
         }
     }
@@ -400,10 +403,13 @@ fn buffer_layout() -> Layout {
 }
 
 unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max: *mut usize) {
-    let p = alloc::alloc(buffer_layout());
-    *buffer = p;
-    *size = if p.is_null() { 0 } else { BUFFER_BYTES };
-    *max = 0; // as many records as fit
+    // SAFETY: the layout has a non-zero size; CUPTI passes three valid out-pointers.
+    unsafe {
+        let p = alloc::alloc(buffer_layout());
+        *buffer = p;
+        *size = if p.is_null() { 0 } else { BUFFER_BYTES };
+        *max = 0; // as many records as fit
+    }
 }
 
 unsafe extern "C" fn buffer_completed(
@@ -420,11 +426,13 @@ unsafe extern "C" fn buffer_completed(
         let result = std::panic::catch_unwind(|| {
             if let Ok(mut parser) = hook.parser.lock() {
                 let next = api.activity_get_next_record;
-                parser.parse(next, buffer, valid, &mut |r| hook.sender.push(r));
+                // SAFETY: CUPTI completed `buffer` with `valid` bytes of records.
+                unsafe { parser.parse(next, buffer, valid, &mut |r| hook.sender.push(r)) };
             }
             if let Some(get_dropped) = api.activity_get_num_dropped_records {
                 let mut dropped = 0usize;
-                if get_dropped(context, stream_id, &mut dropped) == b::CUPTI_SUCCESS {
+                // SAFETY: the context and stream CUPTI passed in; a valid out-pointer.
+                if unsafe { get_dropped(context, stream_id, &mut dropped) } == b::CUPTI_SUCCESS {
                     hook.sender
                         .counters
                         .cupti_dropped
@@ -437,7 +445,8 @@ unsafe extern "C" fn buffer_completed(
         }
     }
     if size == BUFFER_BYTES {
-        alloc::dealloc(buffer, buffer_layout());
+        // SAFETY: buffers of this size are the ones buffer_requested allocated with this layout.
+        unsafe { alloc::dealloc(buffer, buffer_layout()) };
     }
 }
 

@@ -4,6 +4,8 @@
 //! named by `TOKENSCOPE_CUPTI_SOCKET`. As an rlib it gives the collector the wire format and
 //! `HookListener`.
 
+#![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
+
 pub mod bindings;
 pub mod inject;
 pub mod listener;

@@ -10,7 +10,7 @@ use crate::wire::{self, activity::Record};
 
 /// A record on its way to the socket thread. Kernel names travel as a shared `Arc<str>`
 /// so a record costs no allocation; the socket thread sends each name once.
-pub enum QueuedRecord {
+pub(crate) enum QueuedRecord {
     Kernel(wire::KernelRecord, Arc<str>),
     Other(Record),
 }
@@ -22,7 +22,7 @@ struct OpenRange {
     domain: String,
 }
 
-pub struct BufferParser {
+pub(crate) struct BufferParser {
     /// Added to every CUPTI timestamp: 0 with the timestamp callback, the paired-readings
     /// offset (CLOCK_MONOTONIC - cuptiGetTimestamp) otherwise.
     offset_ns: i64,
@@ -32,7 +32,7 @@ pub struct BufferParser {
 }
 
 impl BufferParser {
-    pub fn new(offset_ns: i64) -> Self {
+    pub(crate) fn new(offset_ns: i64) -> Self {
         BufferParser {
             offset_ns,
             names: HashMap::new(),
@@ -40,7 +40,7 @@ impl BufferParser {
         }
     }
 
-    pub fn set_offset(&mut self, offset_ns: i64) {
+    pub(crate) fn set_offset(&mut self, offset_ns: i64) {
         self.offset_ns = offset_ns;
     }
 
@@ -52,7 +52,7 @@ impl BufferParser {
     ///
     /// # Safety
     /// `buffer` must be a buffer CUPTI completed with `valid` bytes of records.
-    pub unsafe fn parse(
+    pub(crate) unsafe fn parse(
         &mut self,
         next_record: ActivityGetNextRecordFn,
         buffer: *mut u8,
@@ -60,11 +60,17 @@ impl BufferParser {
         emit: &mut dyn FnMut(QueuedRecord),
     ) {
         let mut record: *mut u8 = ptr::null_mut();
-        while next_record(buffer, valid, &mut record) == b::CUPTI_SUCCESS && !record.is_null() {
-            let kind = ptr::read_unaligned(record as *const u32);
+        // SAFETY: `buffer[..valid]` is a completed CUPTI buffer (the caller's contract);
+        // `record` is an out-pointer CUPTI sets to the next record in it.
+        while unsafe { next_record(buffer, valid, &mut record) } == b::CUPTI_SUCCESS
+            && !record.is_null()
+        {
+            // SAFETY: `record` points at a whole record CUPTI wrote, starting with its kind.
+            let kind = unsafe { ptr::read_unaligned(record as *const u32) };
             match kind {
                 b::KIND_CONCURRENT_KERNEL => {
-                    let k = ptr::read_unaligned(record as *const b::ActivityKernel9);
+                    // SAFETY: a whole record of the kind this struct mirrors.
+                    let k = unsafe { ptr::read_unaligned(record as *const b::ActivityKernel9) };
                     let (name_hash, name) = self.kernel_name(k.name);
                     let kernel = wire::KernelRecord {
                         start_ns: self.ts(k.start),
@@ -81,7 +87,8 @@ impl BufferParser {
                     emit(QueuedRecord::Kernel(kernel, name));
                 }
                 b::KIND_MEMCPY => {
-                    let m = ptr::read_unaligned(record as *const b::ActivityMemcpy6);
+                    // SAFETY: a whole record of the kind this struct mirrors.
+                    let m = unsafe { ptr::read_unaligned(record as *const b::ActivityMemcpy6) };
                     emit(QueuedRecord::Other(Record::Memcpy(wire::MemcpyRecord {
                         start_ns: self.ts(m.start),
                         end_ns: self.ts(m.end),
@@ -94,7 +101,8 @@ impl BufferParser {
                     })));
                 }
                 b::KIND_GRAPH_TRACE => {
-                    let g = ptr::read_unaligned(record as *const b::ActivityGraphTrace2);
+                    // SAFETY: a whole record of the kind this struct mirrors.
+                    let g = unsafe { ptr::read_unaligned(record as *const b::ActivityGraphTrace2) };
                     emit(QueuedRecord::Other(Record::Graph(wire::GraphRecord {
                         start_ns: self.ts(g.start),
                         end_ns: self.ts(g.end),
@@ -105,7 +113,8 @@ impl BufferParser {
                     })));
                 }
                 b::KIND_MARKER => {
-                    let m = ptr::read_unaligned(record as *const b::ActivityMarker2);
+                    // SAFETY: a whole record of the kind this struct mirrors.
+                    let m = unsafe { ptr::read_unaligned(record as *const b::ActivityMarker2) };
                     if let Some(done) = self.marker(&m) {
                         emit(QueuedRecord::Other(Record::Marker(done)));
                     }

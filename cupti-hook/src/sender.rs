@@ -24,22 +24,22 @@ enum Outgoing {
     Flush(SyncSender<()>),
 }
 
-pub struct Counters {
-    pub dropped: AtomicU64,
-    pub cupti_dropped: AtomicU64,
-    pub sent: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) dropped: AtomicU64,
+    pub(crate) cupti_dropped: AtomicU64,
+    pub(crate) sent: AtomicU64,
     /// The collector went away: producers stop enqueueing.
-    pub dead: AtomicBool,
+    pub(crate) dead: AtomicBool,
 }
 
-pub struct ActivitySender {
+pub(crate) struct ActivitySender {
     tx: SyncSender<Outgoing>,
-    pub counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
 }
 
 impl ActivitySender {
     /// Starts the socket thread on `stream`; `capacity` records fit in the queue.
-    pub fn start(stream: UnixStream, capacity: usize) -> std::io::Result<Self> {
+    pub(crate) fn start(stream: UnixStream, capacity: usize) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel(capacity.max(1));
         let counters = Arc::new(Counters {
             dropped: AtomicU64::new(0),
@@ -55,7 +55,7 @@ impl ActivitySender {
     }
 
     /// Never blocks: a full queue (or a dead collector) drops the record and counts it.
-    pub fn push(&self, record: QueuedRecord) {
+    pub(crate) fn push(&self, record: QueuedRecord) {
         if self.counters.dead.load(Ordering::Relaxed) {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -69,13 +69,13 @@ impl ActivitySender {
     }
 
     /// Hello and errors: waits for room at most `deadline`, since they are rare and small.
-    pub fn control(&self, body: Body, deadline: Duration) -> bool {
+    pub(crate) fn control(&self, body: Body, deadline: Duration) -> bool {
         self.send_within(Outgoing::Control(body), deadline)
     }
 
     /// Sends everything queued and the final counters; gives up after `deadline` so a stuck
     /// collector cannot hold the host's exit.
-    pub fn flush(&self, deadline: Duration) -> bool {
+    pub(crate) fn flush(&self, deadline: Duration) -> bool {
         let start = Instant::now();
         let (ack_tx, ack_rx) = mpsc::sync_channel(1);
         if !self.send_within(Outgoing::Flush(ack_tx), deadline) {

@@ -2,6 +2,8 @@
 //! layout_check.c static-asserts the stand-in (gcc fails the build on a mismatch) and prints
 //! CUPTI's offsets and constants, which must equal the Rust mirror's.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 #[path = "common/wheel.rs"]
 mod wheel;
 

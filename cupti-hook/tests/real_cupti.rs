@@ -1,6 +1,8 @@
 //! The hook against the real libcupti.so.12 from PyPI on a machine with no NVIDIA driver:
 //! one clear line, a HookError for the collector, and the host runs on.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 mod common;
 #[path = "common/wheel.rs"]
 mod wheel;

@@ -1,6 +1,8 @@
 //! The hook, loaded like CUDA loads it, against the stand-in libcupti: records, clocks,
 //! drops, and the refusals it must report while the host runs on.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 mod common;
 
 use std::os::unix::net::UnixListener;

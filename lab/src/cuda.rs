@@ -266,6 +266,7 @@ pub struct CudaCounterReader {
 
 // SAFETY: the counters function is thread-safe (atomic loads) and the handle is process-wide.
 unsafe impl Send for CudaCounterReader {}
+// SAFETY: as for Send: shared use only calls the thread-safe counters function.
 unsafe impl Sync for CudaCounterReader {}
 
 impl CudaCounterReader {

@@ -7,6 +7,9 @@
 //! `tokenscope` profiler never links this crate (an SRE's production install gets
 //! no simulated engine, stand-in libraries, nftables installer or accept-any-cert
 //! TLS client with it).
+
+#![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
+
 pub mod bench;
 pub mod cli;
 pub mod cuda;

@@ -1,5 +1,7 @@
 //! tokenscope-lab: the simulated serving chain and the demo. See `tokenscope-lab --help`.
 
+#![allow(unused_crate_dependencies)] // the library's dependencies are linked here too
+
 use std::process::ExitCode;
 
 use clap::Parser;

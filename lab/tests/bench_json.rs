@@ -1,4 +1,7 @@
 //! bench --json: one line per request with every timestamp, and never the text.
+
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::time::Duration;
 
 use tokenscope_lab::bench::{self, BenchConfig};

@@ -1,5 +1,8 @@
 //! Both sides of `tokenscope-lab demo`: the untuned chain shows the classic slow stream, the
 //! tuned one removes it, from the mechanisms alone.
+
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::time::Duration;
 
 use tokenscope_lab::demo::{self, DemoConfig};

@@ -1,6 +1,8 @@
 //! The engine's OpenAI surface over real TCP: SSE framing, errors, the step log and the
 //! stand-in libcuda.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use test_support::http::{curl_status, words};
 use tokenscope_lab::{Engine, EngineConfig, StepKind};
 

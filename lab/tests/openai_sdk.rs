@@ -1,5 +1,8 @@
 //! The official `openai` Python SDK streams from the lab engine to [DONE]. The test makes
 //! its own venv (python3 -m venv, Debian package python3-venv) and pip-installs openai.
+
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

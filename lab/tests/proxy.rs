@@ -1,5 +1,8 @@
 //! Real nginx between bench and the engine: the untuned gateway coalesces the token stream
 //! and closes every connection; the tuned one does neither.
+
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::time::Duration;
 
 use tokenscope_lab::bench::{self, BenchConfig, BenchOutcome};

@@ -1,6 +1,9 @@
 //! The network scenarios reproduce their pathology on real TCP and their negatives do
 //! not, by what the client measured (and the kernel counted). Root for nftables; run one
 //! at a time (`--test-threads=1`): they share the loopback and the kernel's counters.
+
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use tokenscope_lab::demo::NoObserver;
 use tokenscope_lab::scenario::{self, Scenario, ScenarioOutcome};
 

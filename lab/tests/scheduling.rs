@@ -1,6 +1,8 @@
 //! The engine's scheduling pathologies, measured by bench over real TCP: chunked prefill
 //! and the prefix cache.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::time::Duration;
 
 use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};

@@ -4,6 +4,8 @@
 //! Timestamps are CLOCK_MONOTONIC nanoseconds taken just before a device is read,
 //! the clock every other tokenscope source uses (DESIGN.md section 7).
 
+#![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
+
 mod error;
 mod sampler;
 #[cfg(feature = "standin")]

@@ -1,6 +1,8 @@
 //! The stand-in's environment switches. Alone in this test binary because the
 //! environment is process-wide.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::time::{Duration, Instant};
 
 use nvml_sampler::standin::{standin_library, FAIL_INIT_ENV, SCRIPT_ENV};

@@ -1,6 +1,8 @@
 //! The sampler against the scripted stand-in libnvidia-ml.so.1: what NVML says is
 //! what gets recorded, and every way NVML can be missing ends in one clear line.
 
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -162,11 +162,17 @@ const _: () = assert!(size_of::<TsCudaEvent>() == CUDA_EVENT_SIZE);
 /// Implementors must be `repr(C)`, contain only integer fields, and have no padding
 /// the C side leaves uninitialised (every pad is an explicit field).
 pub unsafe trait Plain: Copy {}
+// SAFETY: repr(C), integer fields and explicit pads only.
 unsafe impl Plain for TsHeader {}
+// SAFETY: repr(C), integer fields and explicit pads only.
 unsafe impl Plain for TsStateEvent {}
+// SAFETY: repr(C), integer fields and explicit pads only.
 unsafe impl Plain for TsAcceptEvent {}
+// SAFETY: repr(C), integer fields and explicit pads only.
 unsafe impl Plain for TsRetransmitEvent {}
+// SAFETY: repr(C), integer fields and explicit pads only.
 unsafe impl Plain for TsIoEventHead {}
+// SAFETY: repr(C), integer fields and explicit pads only.
 unsafe impl Plain for TsCudaEvent {}
 
 /// Reads a `T` from the front of `bytes`, or `None` when there are too few.

@@ -27,7 +27,7 @@ const ROUNDS: usize = 3;
 
 /// `what`: `None` for every measurement, `Some("scaling")` for replay scaling alone
 /// (no probes: it needs no privileges).
-pub fn run(what: Option<&str>) -> Result<()> {
+pub(crate) fn run(what: Option<&str>) -> Result<()> {
     match what {
         None => {}
         Some("scaling") => {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use anyhow::Result;
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     crate::setup::run()?;
     let lab = crate::build_binaries(false)?.join("tokenscope-lab");
     crate::run(Command::new(lab).args(["demo", "--compare"]))

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     // Only the profiler's packages: building the lab in the same run would unify its
     // features (the stand-in libraries) into the profiler's dependencies.
     crate::cargo(&[

@@ -22,7 +22,7 @@ const SCENARIOS: &[&str] = &[
     "gpu-cool",
 ];
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     crate::setup::run()?;
     let lab = crate::build_binaries(false)?.join("tokenscope-lab");
     let dir = crate::root().join("tests/fixtures/diagnose");

@@ -31,7 +31,7 @@ const GUEST_TESTS: &str = "io_sources";
 /// Per guest: boot, tests and power-off.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     crate::setup::run()?;
     let work = crate::root().join("target/kernel-matrix");
     std::fs::create_dir_all(&work).context("create target/kernel-matrix")?;

@@ -29,7 +29,7 @@ const PACKAGES: &[&str] = &[
 ];
 const POLICY_RC: &str = "/usr/sbin/policy-rc.d";
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
     if !missing.is_empty() {
         install(&missing)?;

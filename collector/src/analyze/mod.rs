@@ -226,6 +226,24 @@ pub fn by_window(requests: &[Request], width_ns: u64) -> BTreeMap<u64, Stats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stitch::stitch;
+    use crate::stitch::testnet::{proxied, Net, MS};
+
+    #[test]
+    fn gaps_are_pooled_per_point_of_a_stitched_request() {
+        let mut net = Net::default();
+        proxied(&mut net, 1_000 * MS, 40000, 50000, "req-a");
+        let tl = stitch(&net.events, false);
+        let stats = stats(&tl.requests);
+        assert_eq!(
+            stats.itl["engine_write"].count, 5,
+            "six tokens written one per I/O make five gaps"
+        );
+        assert_eq!(
+            stats.itl["client_read"].p50_ns, 0,
+            "coalesced tokens arrive with gap 0"
+        );
+    }
 
     #[test]
     fn interpolated_percentiles() {

@@ -1,9 +1,8 @@
 //! Ring-buffer records -> [`Event`]s, with every length checked against the
-//! ABI. Payload bytes are read as part of their socket's stream (one parser per
-//! socket and direction), reduced to a [`crate::ingest::model::Sniff`] here and
-//! dropped: nothing after this point can leak them.
-
-use std::collections::HashMap;
+//! ABI. An I/O record's payload prefix comes back beside its event, borrowed
+//! from the record: the caller (protocol's `Decoder`, one stream parser per
+//! socket and direction) reduces it to a [`crate::ingest::model::Sniff`] and
+//! drops it, so nothing after decoding can leak it.
 
 use probe_ebpf::abi::{self, read_prefix, TsHeader, TsSock};
 
@@ -11,7 +10,6 @@ use super::model::{
     event::Body, Accept, CudaApi, CudaCall, Direction, Event, Retransmit, Sock, SockIo,
     StateChange, Syscall, TcpState,
 };
-use crate::protocol::stream::StreamParser;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -29,117 +27,75 @@ pub enum DecodeError {
     PayloadTooLong { claimed: usize, max: usize },
 }
 
-/// Streams tracked at once; the least recently used are forgotten past this.
-const MAX_STREAMS: usize = 1 << 16;
-
-type StreamKey = (u64, i32, bool);
-
-/// Decodes ring-buffer records, keeping the stream parsers their payloads need.
-#[derive(Default)]
-pub struct Decoder {
-    /// By socket, direction, and whether the bytes are TLS plaintext (the
-    /// application's view of a TLS connection is a stream of its own).
-    streams: HashMap<StreamKey, (StreamParser, u64)>,
-    tick: u64,
-}
-
-impl Decoder {
-    pub fn new() -> Self {
-        Decoder::default()
-    }
-
-    /// Decodes one ring-buffer record.
-    pub fn decode(&mut self, raw: &[u8]) -> Result<Event, DecodeError> {
-        let hdr: TsHeader = read_prefix(raw).ok_or(DecodeError::Short(raw.len()))?;
-        let exact = |expected: usize| {
-            if raw.len() == expected {
-                Ok(())
-            } else {
-                Err(DecodeError::Length {
-                    kind: hdr.kind,
-                    expected,
-                    got: raw.len(),
-                })
-            }
-        };
-        let body = match hdr.kind {
-            abi::EV_STATE => {
-                exact(abi::STATE_EVENT_SIZE)?;
-                let e: abi::TsStateEvent = read_prefix(raw).expect("length checked");
-                let change = StateChange {
-                    sock: Some(sock(&e.sock)),
-                    old: state(e.oldstate),
-                    new: state(e.newstate),
-                };
-                if matches!(change.new(), TcpState::Close | TcpState::SynSent) {
-                    self.forget(e.sock.skaddr); // the address may be reused by another connection
-                }
-                Body::State(change)
-            }
-            abi::EV_ACCEPT => {
-                exact(abi::STATE_EVENT_SIZE)?;
-                let e: abi::TsAcceptEvent = read_prefix(raw).expect("length checked");
-                Body::Accept(Accept {
-                    sock: Some(sock(&e.sock)),
-                    fd: e.fd,
-                })
-            }
-            abi::EV_RETRANSMIT => {
-                exact(abi::STATE_EVENT_SIZE)?;
-                let e: abi::TsRetransmitEvent = read_prefix(raw).expect("length checked");
-                Body::Retransmit(Retransmit {
-                    sock: Some(sock(&e.sock)),
-                    state: state(e.state),
-                })
-            }
-            abi::EV_CUDA => {
-                exact(abi::CUDA_EVENT_SIZE)?;
-                let e: abi::TsCudaEvent = read_prefix(raw).expect("length checked");
-                Body::Cuda(CudaCall {
-                    api: CudaApi::try_from(e.call as i32).unwrap_or(CudaApi::Unknown) as i32,
-                    entry: e.phase == abi::CUDA_ENTRY,
-                    stream: e.stream,
-                    bytes: e.bytes,
-                    result: e.result,
-                })
-            }
-            abi::EV_IO => {
-                let (mut io, payload) = io(raw)?;
-                let skaddr = io.sock.as_ref().map_or(0, |s| s.skaddr);
-                let key = (skaddr, io.dir, io.syscall().is_tls_plaintext());
-                io.sniff = Some(self.stream(key).feed(payload, io.bytes));
-                Body::Io(io)
-            }
-            other => return Err(DecodeError::UnknownKind(other)),
-        };
-        Ok(Event {
-            ts_ns: hdr.ts_ns,
-            pid: hdr.pid,
-            tid: hdr.tid,
-            cpu: hdr.cpu,
-            comm: comm(&hdr.comm),
-            body: Some(body),
-        })
-    }
-
-    fn stream(&mut self, key: StreamKey) -> &mut StreamParser {
-        self.tick += 1;
-        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&key) {
-            let horizon = self.tick.saturating_sub(MAX_STREAMS as u64 / 2);
-            self.streams.retain(|_, (_, used)| *used >= horizon);
+/// Decodes one ring-buffer record: the event (an I/O's `sniff` still unset) and
+/// the payload prefix it carried (empty for every other kind).
+pub fn decode_record(raw: &[u8]) -> Result<(Event, &[u8]), DecodeError> {
+    let hdr: TsHeader = read_prefix(raw).ok_or(DecodeError::Short(raw.len()))?;
+    let exact = |expected: usize| {
+        if raw.len() == expected {
+            Ok(())
+        } else {
+            Err(DecodeError::Length {
+                kind: hdr.kind,
+                expected,
+                got: raw.len(),
+            })
         }
-        let entry = self.streams.entry(key).or_default();
-        entry.1 = self.tick;
-        &mut entry.0
-    }
-
-    fn forget(&mut self, skaddr: u64) {
-        for dir in [Direction::Send, Direction::Recv] {
-            for plaintext in [false, true] {
-                self.streams.remove(&(skaddr, dir as i32, plaintext));
-            }
+    };
+    let mut payload: &[u8] = &[];
+    let body = match hdr.kind {
+        abi::EV_STATE => {
+            exact(abi::STATE_EVENT_SIZE)?;
+            let e: abi::TsStateEvent = read_prefix(raw).expect("length checked");
+            Body::State(StateChange {
+                sock: Some(sock(&e.sock)),
+                old: state(e.oldstate),
+                new: state(e.newstate),
+            })
         }
-    }
+        abi::EV_ACCEPT => {
+            exact(abi::STATE_EVENT_SIZE)?;
+            let e: abi::TsAcceptEvent = read_prefix(raw).expect("length checked");
+            Body::Accept(Accept {
+                sock: Some(sock(&e.sock)),
+                fd: e.fd,
+            })
+        }
+        abi::EV_RETRANSMIT => {
+            exact(abi::STATE_EVENT_SIZE)?;
+            let e: abi::TsRetransmitEvent = read_prefix(raw).expect("length checked");
+            Body::Retransmit(Retransmit {
+                sock: Some(sock(&e.sock)),
+                state: state(e.state),
+            })
+        }
+        abi::EV_CUDA => {
+            exact(abi::CUDA_EVENT_SIZE)?;
+            let e: abi::TsCudaEvent = read_prefix(raw).expect("length checked");
+            Body::Cuda(CudaCall {
+                api: CudaApi::try_from(e.call as i32).unwrap_or(CudaApi::Unknown) as i32,
+                entry: e.phase == abi::CUDA_ENTRY,
+                stream: e.stream,
+                bytes: e.bytes,
+                result: e.result,
+            })
+        }
+        abi::EV_IO => {
+            let (io, prefix) = io(raw)?;
+            payload = prefix;
+            Body::Io(io)
+        }
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    let event = Event {
+        ts_ns: hdr.ts_ns,
+        pid: hdr.pid,
+        tid: hdr.tid,
+        cpu: hdr.cpu,
+        comm: comm(&hdr.comm),
+        body: Some(body),
+    };
+    Ok((event, payload))
 }
 
 /// The fixed part of an I/O record and its payload prefix.
@@ -208,12 +164,12 @@ fn comm(raw: &[u8; abi::COMM_LEN]) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
+/// Raw records for tests here and in protocol's `Decoder`.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ingest::model::sniff;
+pub(crate) mod test_records {
+    use super::{abi, TsHeader, TsSock};
 
-    fn as_bytes<T: abi::Plain>(v: &T) -> Vec<u8> {
+    pub(crate) fn as_bytes<T: abi::Plain>(v: &T) -> Vec<u8> {
         // SAFETY: Plain types are repr(C) integers with explicit padding.
         unsafe {
             std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>())
@@ -221,7 +177,7 @@ mod tests {
         .to_vec()
     }
 
-    fn header(kind: u32) -> TsHeader {
+    pub(crate) fn header(kind: u32) -> TsHeader {
         let mut comm = [0u8; 16];
         comm[..4].copy_from_slice(b"curl");
         TsHeader {
@@ -234,7 +190,7 @@ mod tests {
         }
     }
 
-    fn tcp_sock() -> TsSock {
+    pub(crate) fn tcp_sock() -> TsSock {
         let mut s = TsSock {
             skaddr: 0xffff_0001,
             family: abi::AF_INET,
@@ -247,7 +203,7 @@ mod tests {
         s
     }
 
-    fn io_record(payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn io_record(payload: &[u8]) -> Vec<u8> {
         let head = abi::TsIoEventHead {
             hdr: header(abi::EV_IO),
             sock: tcp_sock(),
@@ -263,6 +219,12 @@ mod tests {
         raw.extend_from_slice(payload);
         raw
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_records::{as_bytes, header, io_record, tcp_sock};
+    use super::*;
 
     #[test]
     fn state_event_round_trip() {
@@ -272,9 +234,9 @@ mod tests {
             oldstate: 2,
             newstate: 1,
         };
-        let ev = Decoder::new()
-            .decode(&as_bytes(&e))
-            .expect("valid state event");
+        let raw = as_bytes(&e);
+        let (ev, payload) = decode_record(&raw).expect("valid state event");
+        assert!(payload.is_empty(), "a state event carries no payload");
         assert_eq!((ev.pid, ev.comm.as_str(), ev.ts_ns), (7, "curl", 1_000));
         let Some(Body::State(s)) = ev.body else {
             panic!("expected a state change")
@@ -289,55 +251,36 @@ mod tests {
     }
 
     #[test]
-    fn io_event_sniffs_and_drops_payload() {
-        let payload = b"GET /health HTTP/1.1\r\nAuthorization: Bearer hunter2\r\n\r\n";
-        let ev = Decoder::new()
-            .decode(&io_record(payload))
-            .expect("valid io event");
+    fn io_event_comes_back_with_its_payload_unsniffed() {
+        let raw = io_record(b"GET / HTTP/1.1\r\n");
+        let (ev, payload) = decode_record(&raw).expect("valid io event");
         let io = ev.io().expect("io body");
         assert_eq!(
-            (io.bytes, io.captured, io.syscall()),
-            (1000, payload.len() as u32, Syscall::Sendto)
+            (io.bytes, io.captured, io.syscall(), payload),
+            (1000, 16, Syscall::Sendto, &b"GET / HTTP/1.1\r\n"[..])
         );
-        let Some(sniff::Kind::HttpRequest(h)) = io.sniff.as_ref().and_then(|s| s.kind.clone())
-        else {
-            panic!("expected an HTTP request head")
-        };
-        assert_eq!(h.path, "/health");
-        assert!(
-            !format!("{ev:?}").contains("hunter2"),
-            "the Authorization value must not survive decoding"
-        );
+        assert_eq!(io.sniff, None, "sniffing is the stream parser's job");
     }
 
     #[test]
     fn bad_lengths_are_errors_not_panics() {
-        assert_eq!(
-            Decoder::new().decode(&[1, 2, 3]),
-            Err(DecodeError::Short(3))
-        );
+        assert_eq!(decode_record(&[1, 2, 3]), Err(DecodeError::Short(3)));
         let mut unknown = as_bytes(&header(99));
         unknown.resize(96, 0);
-        assert_eq!(
-            Decoder::new().decode(&unknown),
-            Err(DecodeError::UnknownKind(99))
-        );
+        assert_eq!(decode_record(&unknown), Err(DecodeError::UnknownKind(99)));
         let state = abi::TsStateEvent {
             hdr: header(abi::EV_STATE),
             ..Default::default()
         };
         let raw = as_bytes(&state);
         assert!(
-            matches!(
-                Decoder::new().decode(&raw[..90]),
-                Err(DecodeError::Length { .. })
-            ),
+            matches!(decode_record(&raw[..90]), Err(DecodeError::Length { .. })),
             "truncated state event"
         );
         let io = io_record(b"abcdef");
         assert!(
             matches!(
-                Decoder::new().decode(&io[..io.len() - 3]),
+                decode_record(&io[..io.len() - 3]),
                 Err(DecodeError::Length { .. })
             ),
             "payload cut short"
@@ -345,12 +288,12 @@ mod tests {
         let mut lying = io_record(b"");
         lying[112..116].copy_from_slice(&(abi::PAYLOAD_MAX as u32 + 1).to_ne_bytes());
         assert!(matches!(
-            Decoder::new().decode(&lying),
+            decode_record(&lying),
             Err(DecodeError::PayloadTooLong { .. })
         ));
         // Every prefix of a valid record decodes or errs, never panics.
         for n in 0..io.len() {
-            let _ = Decoder::new().decode(&io[..n]);
+            let _ = decode_record(&io[..n]);
         }
     }
 }

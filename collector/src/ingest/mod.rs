@@ -5,5 +5,5 @@ pub mod io_source;
 pub mod model;
 pub mod record;
 
-pub use decode::{DecodeError, Decoder};
+pub use decode::{decode_record, DecodeError};
 pub use model::Event;

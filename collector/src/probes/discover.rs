@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Files whose name passes `wanted`, mapped by `pids` (every process when empty),
 /// each once (symlinked directories resolved, so one inode is never probed twice).
-pub fn mapped(pids: &[u32], wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+pub(super) fn mapped(pids: &[u32], wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut found = BTreeSet::new();
     for pid in pids_or_all(pids) {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
@@ -27,7 +27,7 @@ pub fn mapped(pids: &[u32], wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
 /// system's libssl from the loader cache (clients started after the recording use
 /// it), and traced executables that export SSL_read themselves (node, statically
 /// linked servers).
-pub fn libssl(pids: &[u32]) -> Vec<PathBuf> {
+pub(super) fn libssl(pids: &[u32]) -> Vec<PathBuf> {
     let is_libssl = |name: &str| name.starts_with("libssl.so");
     let mut found: BTreeSet<PathBuf> = mapped(pids, is_libssl).into_iter().collect();
     found.extend(loader_cache(is_libssl));
@@ -82,7 +82,7 @@ fn loader_cache(wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
 
 /// Whether the ELF file at `path` defines `symbol` in its dynamic symbol table. Reads
 /// only the headers and tables it needs (executables can be hundreds of MB).
-pub fn exports(path: &Path, symbol: &str) -> bool {
+pub(super) fn exports(path: &Path, symbol: &str) -> bool {
     use object::{Object, ObjectSymbol};
     let Ok(file) = std::fs::File::open(path) else {
         return false;

@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::content::BodyContent;
 use super::hpack;
 use super::http;
-use super::stream::BodyContent;
 use crate::ingest::model::{sniff, H2StreamSniff, Sniff};
 
 /// The client connection preface (RFC 9113 section 3.4).

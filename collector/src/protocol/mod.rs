@@ -3,12 +3,16 @@
 //! reads one socket direction across its I/Os.
 
 pub mod body;
+mod content;
+pub mod decoder;
 pub mod h2;
 pub mod hpack;
 pub mod http;
 pub mod sse;
 pub mod stream;
 pub mod tls;
+
+pub use decoder::Decoder;
 
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 

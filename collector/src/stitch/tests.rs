@@ -70,12 +70,7 @@ fn one_request_through_a_proxy_has_every_point_and_stage() {
             5 * MS - 100_000
         ]
     );
-    let stats = crate::analyze::stats(&tl.requests);
-    assert_eq!(stats.itl["engine_write"].count, 5);
-    assert_eq!(
-        stats.itl["client_read"].p50_ns, 0,
-        "coalesced tokens arrive with gap 0"
-    );
+    // What analyze makes of this request is tested in analyze (a floor above).
 }
 
 #[test]

@@ -9,13 +9,13 @@ use std::thread;
 use std::time::Duration;
 
 /// Guards against a hung host; not a timing assertion.
-pub const HOST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const HOST_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub fn standin_dir() -> PathBuf {
+pub(crate) fn standin_dir() -> PathBuf {
     PathBuf::from(env!("CUPTI_STANDIN_DIR"))
 }
 
-pub fn standin_lib() -> PathBuf {
+pub(crate) fn standin_lib() -> PathBuf {
     let p = standin_dir().join("libcupti_standin.so");
     assert!(
         p.exists(),
@@ -25,7 +25,7 @@ pub fn standin_lib() -> PathBuf {
     p
 }
 
-pub fn host_bin() -> PathBuf {
+pub(crate) fn host_bin() -> PathBuf {
     let p = standin_dir().join("cupti_host");
     assert!(
         p.exists(),
@@ -37,7 +37,7 @@ pub fn host_bin() -> PathBuf {
 
 /// The cdylib cargo built for this test run: target/<profile>/deps/ (the uplifted copy in
 /// target/<profile>/ is only refreshed by `cargo build`).
-pub fn hook_so() -> PathBuf {
+pub(crate) fn hook_so() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("target/<profile>/deps/<test>");
     let p = deps.join("libtokenscope_cupti_hook.so");
@@ -46,13 +46,18 @@ pub fn hook_so() -> PathBuf {
 }
 
 /// A host process that loaded the hook; stdout lines arrive on `lines`.
-pub struct Host {
+pub(crate) struct Host {
     pub child: Child,
     pub lines: mpsc::Receiver<String>,
     stderr: Option<thread::JoinHandle<String>>,
 }
 
-pub fn spawn_host(cupti_lib: &Path, socket: &Path, env: &[(&str, &str)], steps: &[&str]) -> Host {
+pub(crate) fn spawn_host(
+    cupti_lib: &Path,
+    socket: &Path,
+    env: &[(&str, &str)],
+    steps: &[&str],
+) -> Host {
     let mut cmd = Command::new(host_bin());
     cmd.arg(hook_so())
         .args(steps)
@@ -89,7 +94,7 @@ pub fn spawn_host(cupti_lib: &Path, socket: &Path, env: &[(&str, &str)], steps: 
 
 impl Host {
     /// Waits for a stdout line starting with `prefix`; returns it.
-    pub fn expect_line(&self, prefix: &str) -> String {
+    pub(crate) fn expect_line(&self, prefix: &str) -> String {
         loop {
             match self.lines.recv_timeout(HOST_TIMEOUT) {
                 Ok(line) if line.starts_with(prefix) => return line,
@@ -100,7 +105,7 @@ impl Host {
     }
 
     /// Waits for exit; returns (exit code, every remaining stdout line, stderr).
-    pub fn finish(mut self) -> (i32, Vec<String>, String) {
+    pub(crate) fn finish(mut self) -> (i32, Vec<String>, String) {
         let status = self.child.wait().expect("wait for host");
         let rest: Vec<String> = self.lines.iter().collect();
         let stderr = self.stderr.take().unwrap().join().unwrap_or_default();
@@ -112,7 +117,7 @@ impl Host {
 }
 
 /// Lines the hook printed (its prefix), from a host's stderr.
-pub fn hook_lines(stderr: &str) -> Vec<&str> {
+pub(crate) fn hook_lines(stderr: &str) -> Vec<&str> {
     stderr
         .lines()
         .filter(|l| l.starts_with("tokenscope-cupti-hook:"))

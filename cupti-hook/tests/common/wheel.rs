@@ -10,25 +10,25 @@ const WHEELS: [&str; 2] = [
     "nvidia-cuda-runtime-cu12==12.9.79",
 ];
 
-pub struct CuptiWheel {
+pub(crate) struct CuptiWheel {
     pub root: PathBuf,
 }
 
 impl CuptiWheel {
-    pub fn cupti_include(&self) -> PathBuf {
+    pub(crate) fn cupti_include(&self) -> PathBuf {
         self.root.join("nvidia/cuda_cupti/include")
     }
-    pub fn cuda_include(&self) -> PathBuf {
+    pub(crate) fn cuda_include(&self) -> PathBuf {
         self.root.join("nvidia/cuda_runtime/include")
     }
-    pub fn libcupti(&self) -> PathBuf {
+    pub(crate) fn libcupti(&self) -> PathBuf {
         self.root.join("nvidia/cuda_cupti/lib/libcupti.so.12")
     }
 }
 
 /// Downloads and unpacks the wheels unless the cache already holds them; panics with the
 /// reason when it cannot (these tests need PyPI or a filled cache).
-pub fn cupti_wheel() -> CuptiWheel {
+pub(crate) fn cupti_wheel() -> CuptiWheel {
     let root = std::env::var_os("TOKENSCOPE_CUPTI_WHEEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("cupti-wheel"));

@@ -74,12 +74,12 @@ pub(crate) struct EngineCore {
 }
 
 impl EngineCore {
-    pub fn next_request_id(&self) -> u64 {
+    pub(crate) fn next_request_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Queues a request; false when the engine has stopped.
-    pub fn submit(&self, s: Submission) -> bool {
+    pub(crate) fn submit(&self, s: Submission) -> bool {
         self.commands.send(Command::Submit(s)).is_ok()
     }
 }

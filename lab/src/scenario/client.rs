@@ -26,7 +26,7 @@ pub(crate) struct ClientOptions {
 
 impl ClientOptions {
     /// Reads whatever has arrived, at once.
-    pub fn prompt_reader() -> Self {
+    pub(super) fn prompt_reader() -> Self {
         ClientOptions {
             recv_buffer: None,
             read_size: 64 << 10,
@@ -53,7 +53,7 @@ pub(crate) struct StreamClient {
 }
 
 impl StreamClient {
-    pub async fn connect(addr: SocketAddr, opts: ClientOptions) -> io::Result<StreamClient> {
+    pub(super) async fn connect(addr: SocketAddr, opts: ClientOptions) -> io::Result<StreamClient> {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()?
         } else {
@@ -73,7 +73,7 @@ impl StreamClient {
     }
 
     /// POSTs a streamed /v1/completions request and reads the response to its end.
-    pub async fn complete(
+    pub(super) async fn complete(
         &mut self,
         prompt: &str,
         max_tokens: usize,

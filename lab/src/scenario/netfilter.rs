@@ -17,7 +17,7 @@ pub(crate) struct SegmentDropper {
 }
 
 impl SegmentDropper {
-    pub fn install(port: u16, one_in: u32) -> Result<SegmentDropper, ScenarioError> {
+    pub(super) fn install(port: u16, one_in: u32) -> Result<SegmentDropper, ScenarioError> {
         remove_stale_tables()?;
         let table = format!("{TABLE_PREFIX}{}_{port}", std::process::id());
         // Pure ACKs, even with SACK blocks, are at most 80 bytes; SYN/FIN/RST pass so the
@@ -36,7 +36,7 @@ impl SegmentDropper {
     }
 
     /// Segments dropped so far (the rule's counter).
-    pub fn dropped(&self) -> Result<u64, ScenarioError> {
+    pub(super) fn dropped(&self) -> Result<u64, ScenarioError> {
         let listing = nft(
             &["list", "table", "inet", &self.table],
             None,

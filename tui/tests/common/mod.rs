@@ -14,20 +14,20 @@ use tokenscope_tui::{render, update, Action, Meta, State};
 
 /// The lab engine behind untuned nginx (18 requests) plus 6 chat requests
 /// straight to the engine, recorded with `tokenscope record`.
-pub fn fixture() -> PathBuf {
+pub(crate) fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-untuned.tsrec")
 }
 
-pub const WINDOW_NS: u64 = 300 * 1_000_000_000;
+pub(crate) const WINDOW_NS: u64 = 300 * 1_000_000_000;
 
 /// top's two halves, driven by hand: what the worker thread does and what the screen does.
-pub struct Top {
+pub(crate) struct Top {
     pub analysis: Analysis,
     pub state: State,
 }
 
 impl Top {
-    pub fn new(meta: Meta, window_ns: u64, cfg: Config) -> Top {
+    pub(crate) fn new(meta: Meta, window_ns: u64, cfg: Config) -> Top {
         Top {
             analysis: Analysis::new(window_ns, cfg),
             state: State::new(meta),
@@ -35,32 +35,32 @@ impl Top {
     }
 
     /// The fixture's replay, nothing delivered yet.
-    pub fn replay(window_ns: u64) -> (Top, Replay) {
+    pub(crate) fn replay(window_ns: u64) -> (Top, Replay) {
         let path = fixture();
         let replay = Replay::open(&path).expect("fixture readable");
         let top = Top::new(replay.meta(&path, 0.0), window_ns, Config::sorted());
         (top, replay)
     }
 
-    pub fn events(&mut self, batch: Vec<Event>) {
+    pub(crate) fn events(&mut self, batch: Vec<Event>) {
         self.analysis.push(batch);
     }
 
     /// The worker's tick; a snapshot it makes goes to the screen.
-    pub fn tick(&mut self, clock_ns: u64, wall_ns: u64) {
+    pub(crate) fn tick(&mut self, clock_ns: u64, wall_ns: u64) {
         if let Some(s) = self.analysis.tick(clock_ns, wall_ns) {
             update(&mut self.state, Action::Snapshot(Box::new(s)));
         }
     }
 
-    pub fn end(&mut self, why: &str) {
+    pub(crate) fn end(&mut self, why: &str) {
         self.analysis.end();
         update(&mut self.state, Action::SourceEnded(why.into()));
     }
 }
 
 /// Every event of the fixture delivered, then one tick at its last event.
-pub fn fixture_top() -> Top {
+pub(crate) fn fixture_top() -> Top {
     let (mut top, mut replay) = Top::replay(WINDOW_NS);
     let end = replay.last_ns;
     top.events(replay.due(end));
@@ -70,11 +70,11 @@ pub fn fixture_top() -> Top {
     top
 }
 
-pub fn fixture_state() -> State {
+pub(crate) fn fixture_state() -> State {
     fixture_top().state
 }
 
-pub fn screen(state: &State, width: u16, height: u16) -> Terminal<TestBackend> {
+pub(crate) fn screen(state: &State, width: u16, height: u16) -> Terminal<TestBackend> {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
     terminal
         .draw(|f| render(f, state))
@@ -83,7 +83,7 @@ pub fn screen(state: &State, width: u16, height: u16) -> Terminal<TestBackend> {
 }
 
 /// The screen as plain text, one line per row.
-pub fn text(state: &State, width: u16, height: u16) -> String {
+pub(crate) fn text(state: &State, width: u16, height: u16) -> String {
     let terminal = screen(state, width, height);
     let buf = terminal.backend().buffer();
     let mut out = String::new();

@@ -18,7 +18,7 @@ const FACTORS: &[u32] = &[1, 10, 100];
 /// Timed runs per factor (the median counts): 1x is tens of milliseconds.
 const ROUNDS: usize = 3;
 
-pub fn run(bin: &Path) -> Result<()> {
+pub(super) fn run(bin: &Path) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("tokenscope-bench-scaling-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = measure(bin, &dir);

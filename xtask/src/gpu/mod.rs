@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 
 const STEPS: u32 = 50;
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     if !Path::new("/dev/nvidia0").exists() && Command::new("nvidia-smi").output().is_err() {
         bail!("no NVIDIA GPU here (/dev/nvidia0 missing, no nvidia-smi): gpu-check needs one");
     }

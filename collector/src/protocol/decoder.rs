@@ -1,0 +1,99 @@
+//! Ring-buffer records -> [`Event`]s with their payloads sniffed: ingest decodes
+//! each record, and each I/O's payload prefix is read as part of its socket's
+//! stream (one [`StreamParser`] per socket and direction), reduced to a
+//! [`crate::ingest::model::Sniff`] here and dropped: nothing after this point
+//! can leak it.
+
+use std::collections::HashMap;
+
+use super::stream::StreamParser;
+use crate::ingest::decode::{decode_record, DecodeError};
+use crate::ingest::model::{event::Body, Direction, Event, TcpState};
+
+/// Streams tracked at once; the least recently used are forgotten past this.
+const MAX_STREAMS: usize = 1 << 16;
+
+type StreamKey = (u64, i32, bool);
+
+/// Decodes ring-buffer records, keeping the stream parsers their payloads need.
+#[derive(Default)]
+pub struct Decoder {
+    /// By socket, direction, and whether the bytes are TLS plaintext (the
+    /// application's view of a TLS connection is a stream of its own).
+    streams: HashMap<StreamKey, (StreamParser, u64)>,
+    tick: u64,
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Decoder::default()
+    }
+
+    /// Decodes one ring-buffer record.
+    pub fn decode(&mut self, raw: &[u8]) -> Result<Event, DecodeError> {
+        let (mut event, payload) = decode_record(raw)?;
+        match event.body.as_mut() {
+            Some(Body::State(change))
+                if matches!(change.new(), TcpState::Close | TcpState::SynSent) =>
+            {
+                // The address may be reused by another connection.
+                self.forget(change.sock.as_ref().map_or(0, |s| s.skaddr));
+            }
+            Some(Body::Io(io)) => {
+                let skaddr = io.sock.as_ref().map_or(0, |s| s.skaddr);
+                let key = (skaddr, io.dir, io.syscall().is_tls_plaintext());
+                io.sniff = Some(self.stream(key).feed(payload, io.bytes));
+            }
+            _ => {}
+        }
+        Ok(event)
+    }
+
+    fn stream(&mut self, key: StreamKey) -> &mut StreamParser {
+        self.tick += 1;
+        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&key) {
+            let horizon = self.tick.saturating_sub(MAX_STREAMS as u64 / 2);
+            self.streams.retain(|_, (_, used)| *used >= horizon);
+        }
+        let entry = self.streams.entry(key).or_default();
+        entry.1 = self.tick;
+        &mut entry.0
+    }
+
+    fn forget(&mut self, skaddr: u64) {
+        for dir in [Direction::Send, Direction::Recv] {
+            for plaintext in [false, true] {
+                self.streams.remove(&(skaddr, dir as i32, plaintext));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::decode::test_records::io_record;
+    use crate::ingest::model::{sniff, Syscall};
+
+    #[test]
+    fn io_event_sniffs_and_drops_payload() {
+        let payload = b"GET /health HTTP/1.1\r\nAuthorization: Bearer hunter2\r\n\r\n";
+        let ev = Decoder::new()
+            .decode(&io_record(payload))
+            .expect("valid io event");
+        let io = ev.io().expect("io body");
+        assert_eq!(
+            (io.bytes, io.captured, io.syscall()),
+            (1000, payload.len() as u32, Syscall::Sendto)
+        );
+        let Some(sniff::Kind::HttpRequest(h)) = io.sniff.as_ref().and_then(|s| s.kind.clone())
+        else {
+            panic!("expected an HTTP request head")
+        };
+        assert_eq!(h.path, "/health");
+        assert!(
+            !format!("{ev:?}").contains("hunter2"),
+            "the Authorization value must not survive decoding"
+        );
+    }
+}
