@@ -4,6 +4,7 @@
 //!
 //! The recorder never traces its own process, so the lab engine and the bench
 //! run in a child: this test binary again, running `lab_child` only.
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;

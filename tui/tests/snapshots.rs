@@ -1,5 +1,6 @@
 //! The screens, rendered through ratatui's TestBackend on the committed
 //! fixture at 80x24 and 120x40, compared with committed insta snapshots.
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 mod common;
 

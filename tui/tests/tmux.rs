@@ -1,5 +1,6 @@
 //! The real binary in a real terminal (tmux): replay the fixture, sort,
 //! filter, open a request, quit; the shell's screen and tty modes come back.
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 mod common;
 

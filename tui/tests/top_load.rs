@@ -6,6 +6,7 @@
 //! children: this test binary again, running `engine_child` and `bench_child`. Two
 //! processes, as a client and a server are: one process that both accepts and sends
 //! requests is a proxy to the stitcher.
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -138,8 +139,9 @@ fn keys_are_answered_within_a_frame_under_200_streams() {
         // Presses land at different points of the pipeline's one-second cycle.
         std::thread::sleep(Duration::from_millis(230));
     }
-    let cpu_s =
-        (cpu_ticks(top) - cpu_before) as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // SAFETY: sysconf(3) with a valid name reads a constant.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu_s = (cpu_ticks(top) - cpu_before) as f64 / ticks_per_s;
     let busy = cpu_s / t_before.elapsed().as_secs_f64();
     let still_open = open_requests(&tmux.screen());
 

@@ -1,5 +1,6 @@
 //! update() and the worker's Analysis: sort, filter, selection, pause, the pass
 //! rate and the window, and the key map, on the committed fixture.
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 mod common;
 

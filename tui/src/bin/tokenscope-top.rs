@@ -1,5 +1,6 @@
 //! `tokenscope top` on its own (the main CLI wires the same `run_top`); the
 //! tmux smoke test runs this binary.
+#![allow(unused_crate_dependencies)] // the library's dependencies are linked here too
 
 use clap::Parser;
 
