@@ -14,7 +14,11 @@ const THROTTLE_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 /// (power or thermal) or low utilisation.
 pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
     let seen = Throttling::during_steps(input)?;
-    let (fastest, itl, weights) = throttled_gap_cuts(input);
+    let GapCuts {
+        fastest,
+        itl,
+        weights,
+    } = throttled_gap_cuts(input);
     let basis = if itl.is_empty() {
         "not estimated: the recording never saw this GPU run faster, and NVML does not say \
          how fast an unthrottled step would be"
@@ -140,11 +144,19 @@ impl<'a> Throttling<'a> {
     }
 }
 
+/// How much shorter token gaps would have been unthrottled.
+struct GapCuts {
+    /// The fastest SM clock in the recording, taken as the unthrottled one.
+    fastest: u32,
+    /// ns cut per (request, gap), and per request.
+    itl: BTreeMap<(usize, usize), i64>,
+    weights: BTreeMap<usize, u64>,
+}
+
 /// Estimate, when the recording also saw the GPU faster: a compute-bound step scales
 /// with the SM clock, so a token gap that ended while a throttled sample held shrinks
-/// by 1 - clock / the fastest clock seen. The fastest clock, the cut per (request,
-/// gap) and per request.
-fn throttled_gap_cuts(input: &Input) -> (u32, BTreeMap<(usize, usize), i64>, BTreeMap<usize, u64>) {
+/// by 1 - clock / the fastest clock seen.
+fn throttled_gap_cuts(input: &Input) -> GapCuts {
     let fastest = input
         .nvml
         .iter()
@@ -176,5 +188,9 @@ fn throttled_gap_cuts(input: &Input) -> (u32, BTreeMap<(usize, usize), i64>, BTr
             }
         }
     }
-    (fastest, itl, weights)
+    GapCuts {
+        fastest,
+        itl,
+        weights,
+    }
 }
