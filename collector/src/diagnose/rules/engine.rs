@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
-use crate::diagnose::{Finding, Input};
+use crate::diagnose::{Figure, Finding, Input};
 use crate::gpu::StepKind;
 use crate::stitch::{PointKind, Request};
 
@@ -71,55 +71,10 @@ fn prefill_share_permille(input: &Input, r: &Request) -> Option<u64> {
 /// Rule 4: prompts repeat a prefix an earlier request sent, yet cost as much to prefill
 /// per KiB as new ones (or, with no new ones to compare, over 50 ms): no prefix cache.
 pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
+    let e = Repeats::gather(input)?;
     let reqs = input.requests;
-    let fractions = shared_fractions(reqs);
-    let printed = fractions.iter().filter(|f| f.is_some()).count();
-    let per_kib = |i: usize| -> Option<u64> {
-        let kib = reqs[i].body_bytes? as f64 / 1024.0;
-        Some((prefill_cost(&reqs[i])? as f64 / kib.max(1.0)) as u64)
-    };
-    let (mut sharing, mut fresh) = (Vec::new(), Vec::new());
-    for (i, f) in fractions.iter().enumerate() {
-        match f {
-            Some(f) if *f >= 0.25 && prefill_cost(&reqs[i]).is_some() => sharing.push(i),
-            Some(_) if prefill_cost(&reqs[i]).is_some() => fresh.push(i),
-            _ => {}
-        }
-    }
-    if sharing.len() < MIN_EVIDENCE || sharing.len() * 10 < printed * 3 {
-        return None;
-    }
-    let cost: Vec<u64> = sharing
-        .iter()
-        .filter_map(|&i| prefill_cost(&reqs[i]))
-        .collect();
-    let sharing_kib: Vec<u64> = sharing.iter().filter_map(|&i| per_kib(i)).collect();
-    let fresh_kib: Vec<u64> = fresh.iter().filter_map(|&i| per_kib(i)).collect();
-    let uncached = if fresh_kib.is_empty() {
-        median(&cost) >= 50_000_000
-    } else {
-        median(&sharing_kib) * 2 >= median(&fresh_kib)
-    };
-    // Prefill must matter: 20 ms, and a third of the engine's wait for the first token
-    // (its own prefill and the others' it queued behind, when GPU steps were probed; the
-    // rest of TTFT, such as a proxy's hold, is other rules' business).
-    let prefill_share: Vec<u64> = sharing
-        .iter()
-        .filter_map(|&i| prefill_share_permille(input, &reqs[i]))
-        .collect();
-    let matters = if prefill_share.is_empty() {
-        let waits: Vec<u64> = sharing
-            .iter()
-            .filter_map(|&i| reqs[i].stages.upstream_wait_ns)
-            .collect();
-        median(&cost) * 3 >= median(&waits)
-    } else {
-        median(&prefill_share) * 3 >= 1000
-    };
-    if !uncached || median(&cost) < 20_000_000 || !matters {
-        return None;
-    }
-    let ttft: BTreeMap<usize, u64> = sharing
+    let ttft: BTreeMap<usize, u64> = e
+        .sharing
         .iter()
         .map(|&i| {
             let wait = reqs[i]
@@ -127,56 +82,15 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
                 .upstream_wait_ns
                 .or(prefill_cost(&reqs[i]))
                 .unwrap_or(0);
-            (i, (wait as f64 * fractions[i].unwrap_or(0.0)) as u64)
+            (i, (wait as f64 * e.fractions[i].unwrap_or(0.0)) as u64)
         })
         .collect();
-    let shared: Vec<u64> = sharing
-        .iter()
-        .map(|&i| (fractions[i].unwrap_or(0.0) * 1000.0) as u64)
-        .collect();
-    let mut figures = vec![
-        fig(
-            "requests repeating an earlier prompt prefix",
-            sharing.len() as f64,
-            "requests",
-        ),
-        fig(
-            "shared share of the prompt p50",
-            median(&shared) as f64 / 10.0,
-            "%",
-        ),
-        fig("prefill p50", ms(median(&cost)), "ms"),
-        fig("prefill per prompt KiB p50", ms(median(&sharing_kib)), "ms"),
-    ];
-    if !fresh_kib.is_empty() {
-        figures.push(fig(
-            "prefill per KiB of new prompts p50",
-            ms(median(&fresh_kib)),
-            "ms",
-        ));
-    }
-    let finding = format!(
-        "{} requests start with a prompt prefix an earlier request sent ({:.0}% of the prompt, \
-         p50), yet prefill takes {} ms (p50){}: the engine recomputes the shared prefix",
-        sharing.len(),
-        median(&shared) as f64 / 10.0,
-        ms(median(&cost)),
-        if fresh_kib.is_empty() {
-            String::new()
-        } else {
-            format!(
-                ", {} ms per KiB vs {} ms for new prompts",
-                ms(median(&sharing_kib)),
-                ms(median(&fresh_kib))
-            )
-        }
-    );
     let diagnosis = Draft {
         rule: 4,
         requests: reqs,
         weights: &ttft,
-        finding,
-        figures,
+        finding: e.finding(),
+        figures: e.figures(),
         basis: "the shared share of each repeating request's engine wait (queue + prefill) goes",
         fix: vec![
             fix(
@@ -199,6 +113,135 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
         ttft,
         itl: BTreeMap::new(),
     })
+}
+
+/// Requests repeating an earlier prompt prefix whose prefill costs as if it did not.
+struct Repeats {
+    /// Per request: the share of its prompt an earlier request sent (None: not printed).
+    fractions: Vec<Option<f64>>,
+    /// Requests repeating at least a quarter of their prompt, with a prefill cost.
+    sharing: Vec<usize>,
+    /// Their prefill cost, and per prompt KiB; the same per KiB for new prompts.
+    cost: Vec<u64>,
+    sharing_kib: Vec<u64>,
+    fresh_kib: Vec<u64>,
+    /// Each sharing request's shared share, in permille.
+    shared: Vec<u64>,
+}
+
+impl Repeats {
+    /// None unless enough requests repeat a prefix, their prefill is no cheaper per KiB
+    /// than new prompts' (or long outright), and prefill matters to their TTFT.
+    fn gather(input: &Input) -> Option<Repeats> {
+        let reqs = input.requests;
+        let fractions = shared_fractions(reqs);
+        let printed = fractions.iter().filter(|f| f.is_some()).count();
+        let per_kib = |i: usize| -> Option<u64> {
+            let kib = reqs[i].body_bytes? as f64 / 1024.0;
+            Some((prefill_cost(&reqs[i])? as f64 / kib.max(1.0)) as u64)
+        };
+        let (mut sharing, mut fresh) = (Vec::new(), Vec::new());
+        for (i, f) in fractions.iter().enumerate() {
+            match f {
+                Some(f) if *f >= 0.25 && prefill_cost(&reqs[i]).is_some() => sharing.push(i),
+                Some(_) if prefill_cost(&reqs[i]).is_some() => fresh.push(i),
+                _ => {}
+            }
+        }
+        if sharing.len() < MIN_EVIDENCE || sharing.len() * 10 < printed * 3 {
+            return None;
+        }
+        let cost: Vec<u64> = sharing
+            .iter()
+            .filter_map(|&i| prefill_cost(&reqs[i]))
+            .collect();
+        let sharing_kib: Vec<u64> = sharing.iter().filter_map(|&i| per_kib(i)).collect();
+        let fresh_kib: Vec<u64> = fresh.iter().filter_map(|&i| per_kib(i)).collect();
+        let uncached = if fresh_kib.is_empty() {
+            median(&cost) >= 50_000_000
+        } else {
+            median(&sharing_kib) * 2 >= median(&fresh_kib)
+        };
+        // Prefill must matter: 20 ms, and a third of the engine's wait for the first token
+        // (its own prefill and the others' it queued behind, when GPU steps were probed; the
+        // rest of TTFT, such as a proxy's hold, is other rules' business).
+        let prefill_share: Vec<u64> = sharing
+            .iter()
+            .filter_map(|&i| prefill_share_permille(input, &reqs[i]))
+            .collect();
+        let matters = if prefill_share.is_empty() {
+            let waits: Vec<u64> = sharing
+                .iter()
+                .filter_map(|&i| reqs[i].stages.upstream_wait_ns)
+                .collect();
+            median(&cost) * 3 >= median(&waits)
+        } else {
+            median(&prefill_share) * 3 >= 1000
+        };
+        if !uncached || median(&cost) < 20_000_000 || !matters {
+            return None;
+        }
+        let shared = sharing
+            .iter()
+            .map(|&i| (fractions[i].unwrap_or(0.0) * 1000.0) as u64)
+            .collect();
+        Some(Repeats {
+            fractions,
+            sharing,
+            cost,
+            sharing_kib,
+            fresh_kib,
+            shared,
+        })
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        let mut figures = vec![
+            fig(
+                "requests repeating an earlier prompt prefix",
+                self.sharing.len() as f64,
+                "requests",
+            ),
+            fig(
+                "shared share of the prompt p50",
+                median(&self.shared) as f64 / 10.0,
+                "%",
+            ),
+            fig("prefill p50", ms(median(&self.cost)), "ms"),
+            fig(
+                "prefill per prompt KiB p50",
+                ms(median(&self.sharing_kib)),
+                "ms",
+            ),
+        ];
+        if !self.fresh_kib.is_empty() {
+            figures.push(fig(
+                "prefill per KiB of new prompts p50",
+                ms(median(&self.fresh_kib)),
+                "ms",
+            ));
+        }
+        figures
+    }
+
+    fn finding(&self) -> String {
+        format!(
+            "{} requests start with a prompt prefix an earlier request sent ({:.0}% of the prompt, \
+             p50), yet prefill takes {} ms (p50){}: the engine recomputes the shared prefix",
+            self.sharing.len(),
+            median(&self.shared) as f64 / 10.0,
+            ms(median(&self.cost)),
+            if self.fresh_kib.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} ms per KiB vs {} ms for new prompts",
+                    ms(median(&self.sharing_kib)),
+                    ms(median(&self.fresh_kib))
+                )
+            }
+        )
+    }
 }
 
 /// The median decode step per engine process.
