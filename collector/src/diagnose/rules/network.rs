@@ -23,38 +23,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
     let paid: Vec<usize> = (0..reqs.len())
         .filter(|&i| reqs[i].new_connection && !reqs[i].points.is_empty())
         .collect();
-    // Used once: it carried this request only, was closed within a second of the
-    // response, and the same client (address) then opened another connection to the same
-    // server. A kept-alive connection that saw no second request stays open, and one
-    // closed because its client was done is not followed by another.
-    let close_of = |r: &Request| -> Option<u64> {
-        let close = r.connection_close_ns?;
-        (close <= r.end_ns? + 1_000_000_000).then_some(close)
-    };
-    let client_ip = |r: &Request| -> String {
-        r.client_addr
-            .rsplit_once(':')
-            .map_or(r.client_addr.clone(), |(ip, _)| ip.to_string())
-    };
-    let mut opened: HashMap<(String, Option<String>), Vec<u64>> = HashMap::new();
-    for &i in &paid {
-        opened
-            .entry((client_ip(&reqs[i]), reqs[i].host.clone()))
-            .or_default()
-            .push(reqs[i].start_ns);
-    }
-    let reconnected = |r: &Request| -> bool {
-        let Some(close) = close_of(r) else {
-            return false;
-        };
-        opened
-            .get(&(client_ip(r), r.host.clone()))
-            .is_some_and(|starts| starts.iter().any(|&s| s >= close))
-    };
-    let once = paid
-        .iter()
-        .filter(|&&i| reqs[i].connection_requests <= 1 && reconnected(&reqs[i]))
-        .count();
+    let once = used_once(reqs, &paid);
     // Most requests paid a handshake, and most of their connections were used once and
     // replaced by a new one.
     if paid.len() < MIN_EVIDENCE || paid.len() * 2 < reqs.len() || once * 2 < paid.len() {
@@ -126,6 +95,42 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
         ttft,
         itl: BTreeMap::new(),
     })
+}
+
+/// Of the requests that opened their connection (`paid`), how many connections were used
+/// once and replaced.
+fn used_once(reqs: &[Request], paid: &[usize]) -> usize {
+    // Used once: it carried this request only, was closed within a second of the
+    // response, and the same client (address) then opened another connection to the same
+    // server. A kept-alive connection that saw no second request stays open, and one
+    // closed because its client was done is not followed by another.
+    let close_of = |r: &Request| -> Option<u64> {
+        let close = r.connection_close_ns?;
+        (close <= r.end_ns? + 1_000_000_000).then_some(close)
+    };
+    let client_ip = |r: &Request| -> String {
+        r.client_addr
+            .rsplit_once(':')
+            .map_or(r.client_addr.clone(), |(ip, _)| ip.to_string())
+    };
+    let mut opened: HashMap<(String, Option<String>), Vec<u64>> = HashMap::new();
+    for &i in paid {
+        opened
+            .entry((client_ip(&reqs[i]), reqs[i].host.clone()))
+            .or_default()
+            .push(reqs[i].start_ns);
+    }
+    let reconnected = |r: &Request| -> bool {
+        let Some(close) = close_of(r) else {
+            return false;
+        };
+        opened
+            .get(&(client_ip(r), r.host.clone()))
+            .is_some_and(|starts| starts.iter().any(|&s| s >= close))
+    };
+    paid.iter()
+        .filter(|&&i| reqs[i].connection_requests <= 1 && reconnected(&reqs[i]))
+        .count()
 }
 
 /// A proxy's pass of one response: its first token's hold, and the writes.
