@@ -85,105 +85,132 @@ fn hops(conns: &Conns, links: &mut Links, ready: &dyn Fn(End) -> bool) {
         }
     }
     let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
-    for (pid, (ins, mut outs)) in by_pid {
+    for (pid, (ins, outs)) in by_pid {
         if ins.is_empty() || outs.is_empty() {
             continue;
         }
-        let mut joined = false;
-        outs.sort_by_key(|&o| x(o).request_start_ns);
-        // Accepted requests bucketed by what must match (body print, else method and
-        // path), so each upstream request only looks at its own kind: linear, not
-        // quadratic, in a proxy's traffic. Encrypted ones can never match.
-        let mut buckets: HashMap<RequestKey, Vec<End>> = HashMap::new();
-        for &i in ins.iter().filter(|&&i| !x(i).encrypted) {
-            buckets.entry(RequestKey::of(x(i))).or_default().push(i);
+        let joined = join_upstream(conns, links, ready, &ins, outs);
+        // A process that joined a hop, or that takes encrypted requests and makes
+        // its own upstream ones, is a proxy.
+        if !joined.pairs.is_empty() || ins.iter().any(|&i| x(i).encrypted) {
+            links.proxies.insert(pid);
         }
-        let mut unmatched = Vec::new();
-        let mut pairs: Vec<(End, End)> = Vec::new(); // this process's (accepted, upstream)
-        for out in outs {
-            let o = x(out);
-            let Some(bucket) = buckets.get_mut(&RequestKey::of(o)) else {
-                unmatched.push(out);
-                continue;
-            };
-            // A process that is both client and server of one loopback connection (a load
-            // generator in the engine's process) did not forward the request to itself: its
-            // read may even be timed a few microseconds before its own write.
-            let own_peer = links.peer.get(&out.0).copied();
-            let candidates = |&(_, &i): &(usize, &End)| {
-                x(i).request_start_ns <= o.request_start_ns && Some(i.0) != own_peer
-            };
-            if !ready(out)
-                || bucket
-                    .iter()
-                    .enumerate()
-                    .filter(candidates)
-                    .any(|(_, &i)| !ready(i))
-            {
-                // Decided once the evidence is in.
-                links.undecided.insert(out);
-                let open = bucket.iter().enumerate().filter(candidates);
-                links.undecided.extend(open.map(|(_, &i)| i));
-                continue;
-            }
-            // The accepted request that most recently finished arriving before this one left.
-            let best = bucket
+        assign_subrequests(conns, links, &ins, joined);
+    }
+}
+
+/// One process's upstream exchanges: those joined to the accepted exchange they
+/// forward, and the rest.
+struct Joined {
+    /// (accepted, upstream)
+    pairs: Vec<(End, End)>,
+    unmatched: Vec<End>,
+}
+
+/// Joins each of a process's upstream exchanges (`outs`) to the accepted one (`ins`) it
+/// forwards, once the evidence is in; until then both wait in `links.undecided`.
+fn join_upstream(
+    conns: &Conns,
+    links: &mut Links,
+    ready: &dyn Fn(End) -> bool,
+    ins: &[End],
+    mut outs: Vec<End>,
+) -> Joined {
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+    outs.sort_by_key(|&o| x(o).request_start_ns);
+    // Accepted requests bucketed by what must match (body print, else method and
+    // path), so each upstream request only looks at its own kind: linear, not
+    // quadratic, in a proxy's traffic. Encrypted ones can never match.
+    let mut buckets: HashMap<RequestKey, Vec<End>> = HashMap::new();
+    for &i in ins.iter().filter(|&&i| !x(i).encrypted) {
+        buckets.entry(RequestKey::of(x(i))).or_default().push(i);
+    }
+    let mut joined = Joined {
+        pairs: Vec::new(),
+        unmatched: Vec::new(),
+    };
+    for out in outs {
+        let o = x(out);
+        let Some(bucket) = buckets.get_mut(&RequestKey::of(o)) else {
+            joined.unmatched.push(out);
+            continue;
+        };
+        // A process that is both client and server of one loopback connection (a load
+        // generator in the engine's process) did not forward the request to itself: its
+        // read may even be timed a few microseconds before its own write.
+        let own_peer = links.peer.get(&out.0).copied();
+        let candidates = |&(_, &i): &(usize, &End)| {
+            x(i).request_start_ns <= o.request_start_ns && Some(i.0) != own_peer
+        };
+        if !ready(out)
+            || bucket
                 .iter()
                 .enumerate()
                 .filter(candidates)
-                .filter(|&(_, &i)| same_request(x(i), o))
-                .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
-            match best {
-                Some((k, &i)) => {
-                    bucket.swap_remove(k);
-                    links.upstream.insert(i, out);
-                    pairs.push((i, out));
-                    joined = true;
-                }
-                None => unmatched.push(out),
-            }
+                .any(|(_, &i)| !ready(i))
+        {
+            // Decided once the evidence is in.
+            links.undecided.insert(out);
+            let open = bucket.iter().enumerate().filter(candidates);
+            links.undecided.extend(open.map(|(_, &i)| i));
+            continue;
         }
-        // A process that joined a hop, or that takes encrypted requests and makes
-        // its own upstream ones, is a proxy.
-        if joined || ins.iter().any(|&i| x(i).encrypted) {
-            links.proxies.insert(pid);
-        }
-        // Unmatched upstream exchanges made while an accepted request was held
-        // (between its first byte and its upstream request) are its sub-requests
-        // (auth_request runs before the body is read); the latest arrival holds it.
-        // An accepted request still waiting for its hop may hold any later upstream
-        // request as a sub-request: those wait with it.
-        let waiting_from = ins
+        // The accepted request that most recently finished arriving before this one left.
+        let best = bucket
             .iter()
-            .filter(|i| links.undecided.contains(i))
-            .map(|&i| x(i).request_start_ns)
-            .min();
-        for out in unmatched {
-            let t = x(out).request_start_ns;
-            if waiting_from.is_some_and(|w| w <= t) {
-                links.undecided.insert(out);
-                continue;
+            .enumerate()
+            .filter(candidates)
+            .filter(|&(_, &i)| same_request(x(i), o))
+            .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
+        match best {
+            Some((k, &i)) => {
+                bucket.swap_remove(k);
+                links.upstream.insert(i, out);
+                joined.pairs.push((i, out));
             }
-            // Prefer a held request that has no sub-request yet: requests that arrive
-            // together each make their own auth_request.
-            let holder = pairs
-                .iter()
-                .filter(|(i, up)| {
-                    x(*i).request_start_ns <= t
-                        && t <= x(*up).request_start_ns
-                        && i.0 != out.0
-                        && links.peer.get(&out.0) != Some(&i.0)
-                })
-                .max_by_key(|(i, _)| {
-                    (
-                        !links.subrequests.contains_key(i),
-                        x(*i).request_start_ns,
-                        *i,
-                    )
-                });
-            if let Some(&(i, _)) = holder {
-                links.subrequests.entry(i).or_default().push(out);
-            }
+            None => joined.unmatched.push(out),
+        }
+    }
+    joined
+}
+
+/// Unmatched upstream exchanges made while an accepted request was held (between its
+/// first byte and its upstream request) are its sub-requests (auth_request runs before
+/// the body is read); the latest arrival holds it. An accepted request still waiting for
+/// its hop may hold any later upstream request as a sub-request: those wait with it.
+fn assign_subrequests(conns: &Conns, links: &mut Links, ins: &[End], joined: Joined) {
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+    let waiting_from = ins
+        .iter()
+        .filter(|i| links.undecided.contains(i))
+        .map(|&i| x(i).request_start_ns)
+        .min();
+    for out in joined.unmatched {
+        let t = x(out).request_start_ns;
+        if waiting_from.is_some_and(|w| w <= t) {
+            links.undecided.insert(out);
+            continue;
+        }
+        // Prefer a held request that has no sub-request yet: requests that arrive
+        // together each make their own auth_request.
+        let holder = joined
+            .pairs
+            .iter()
+            .filter(|(i, up)| {
+                x(*i).request_start_ns <= t
+                    && t <= x(*up).request_start_ns
+                    && i.0 != out.0
+                    && links.peer.get(&out.0) != Some(&i.0)
+            })
+            .max_by_key(|(i, _)| {
+                (
+                    !links.subrequests.contains_key(i),
+                    x(*i).request_start_ns,
+                    *i,
+                )
+            });
+        if let Some(&(i, _)) = holder {
+            links.subrequests.entry(i).or_default().push(out);
         }
     }
 }
