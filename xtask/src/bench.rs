@@ -281,33 +281,7 @@ fn tls_rounds(bin: &Path, out: &Path, dir: &Path) -> Result<()> {
         c.env("LD_LIBRARY_PATH", dir).stdin(Stdio::null());
         c
     };
-    let o = python(&["libssl"]).env_remove("LD_LIBRARY_PATH").output()?;
-    if !o.status.success() {
-        bail!(
-            "python3 with its ssl module: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-    }
-    let system = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-    let lib = dir.join(system.file_name().context("the libssl python maps")?);
-    std::fs::copy(&system, &lib).with_context(|| format!("copy {}", system.display()))?;
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let o = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
-        .args(["-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdin(Stdio::null())
-        .output()
-        .context("openssl")?;
-    if !o.status.success() {
-        bail!(
-            "openssl req (the peer's certificate): {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-    }
+    let (lib, cert, key) = tls_peer_files(&python, dir)?;
     // /proc/PID/maps names the file with symlinks resolved.
     let real = std::fs::canonicalize(&lib)?;
     let loaded = |mapped: Option<&str>| -> Result<()> {
@@ -356,31 +330,7 @@ fn tls_rounds(bin: &Path, out: &Path, dir: &Path) -> Result<()> {
         args.push(out.as_os_str());
         Recorder::spawn(bin, &args)
     };
-    // Plaintext I/O in the recording: (SSL_write of SIZE bytes, SSL_read, files probed).
-    let plaintext = || -> Result<(u64, u64, String)> {
-        let o = Command::new(bin).arg("dump").arg(out).output()?;
-        if !o.status.success() {
-            bail!(
-                "tokenscope dump: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-        }
-        let text = String::from_utf8_lossy(&o.stdout);
-        let sized = format!(" {SIZE} B");
-        let writes = text
-            .lines()
-            .filter(|l| l.contains(" send SSL_write fd ") && l.contains(&sized))
-            .count();
-        let reads = text
-            .lines()
-            .filter(|l| l.contains(" recv SSL_read fd "))
-            .count();
-        let probed: Vec<&str> = text
-            .split_whitespace()
-            .filter_map(|w| w.strip_prefix("uprobe:SSL_write@"))
-            .collect();
-        Ok((writes as u64, reads as u64, probed.join(" ")))
-    };
+    let plaintext = || plaintext_io(bin, out, SIZE);
 
     let (mut base, mut off, mut auto, mut seen) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
@@ -406,13 +356,88 @@ fn tls_rounds(bin: &Path, out: &Path, dir: &Path) -> Result<()> {
     }
     drop(server);
 
+    let name = lib.file_name().unwrap_or_default().to_string_lossy();
+    print_tls_rounds(&name, CALLS, SIZE, (base, off, auto), &seen);
+    Ok(())
+}
+
+/// The bench's copy of the libssl python's ssl module maps (so its uprobes touch
+/// nothing else), and a throwaway certificate for the peer.
+fn tls_peer_files(
+    python: &dyn Fn(&[&str]) -> Command,
+    dir: &Path,
+) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let o = python(&["libssl"]).env_remove("LD_LIBRARY_PATH").output()?;
+    if !o.status.success() {
+        bail!(
+            "python3 with its ssl module: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    let system = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    let lib = dir.join(system.file_name().context("the libssl python maps")?);
+    std::fs::copy(&system, &lib).with_context(|| format!("copy {}", system.display()))?;
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let o = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(Stdio::null())
+        .output()
+        .context("openssl")?;
+    if !o.status.success() {
+        bail!(
+            "openssl req (the peer's certificate): {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok((lib, cert, key))
+}
+
+/// Plaintext I/O in a recording: (SSL_write events of `size` bytes, SSL_read events,
+/// the files SSL_write was probed in).
+fn plaintext_io(bin: &Path, recording: &Path, size: u32) -> Result<(u64, u64, String)> {
+    let o = Command::new(bin).arg("dump").arg(recording).output()?;
+    if !o.status.success() {
+        bail!(
+            "tokenscope dump: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&o.stdout);
+    let sized = format!(" {size} B");
+    let writes = text
+        .lines()
+        .filter(|l| l.contains(" send SSL_write fd ") && l.contains(&sized))
+        .count();
+    let reads = text
+        .lines()
+        .filter(|l| l.contains(" recv SSL_read fd "))
+        .count();
+    let probed: Vec<&str> = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("uprobe:SSL_write@"))
+        .collect();
+    Ok((writes as u64, reads as u64, probed.join(" ")))
+}
+
+/// The rounds' medians against the run without tokenscope, and what each recording saw.
+fn print_tls_rounds(
+    name: &str,
+    calls: u32,
+    size: u32,
+    (mut base, mut off, mut auto): (Vec<f64>, Vec<f64>, Vec<f64>),
+    seen: &[(u64, u64, Summary)],
+) {
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let (b, f, t) = (med(&mut base), med(&mut off), med(&mut auto));
-    let name = lib.file_name().unwrap_or_default().to_string_lossy();
-    println!("TLS plaintext uprobes: {CALLS} SSL_write calls of {SIZE} B (python ssl, a copy of {name}) to a TLS peer over loopback, median of {ROUNDS} rounds (same run)");
+    println!("TLS plaintext uprobes: {calls} SSL_write calls of {size} B (python ssl, a copy of {name}) to a TLS peer over loopback, median of {ROUNDS} rounds (same run)");
     println!("  no tokenscope                     {b:>8.0} ns/call   1.00x");
     println!(
         "  socket probes only (--tls off)    {f:>8.0} ns/call   {:.2}x  (+{:.2} us/call)",
@@ -425,19 +450,18 @@ fn tls_rounds(bin: &Path, out: &Path, dir: &Path) -> Result<()> {
         (t - b) / 1e3
     );
     println!(
-        "SSL_write ({SIZE} B, python ssl): {:.1} us/call without tokenscope, {:.1} us with socket probes only (--tls off), {:.1} us with TLS uprobes: +{:.1} us per traced SSL_write (entry + return uprobes and the plaintext record; the peer's SSL_read is traced too)",
+        "SSL_write ({size} B, python ssl): {:.1} us/call without tokenscope, {:.1} us with socket probes only (--tls off), {:.1} us with TLS uprobes: +{:.1} us per traced SSL_write (entry + return uprobes and the plaintext record; the peer's SSL_read is traced too)",
         b / 1e3,
         f / 1e3,
         t / 1e3,
         (t - f) / 1e3
     );
-    for (w, r, s) in &seen {
+    for (w, r, s) in seen {
         println!(
-            "  --tls auto recorded {w} SSL_write events of {SIZE} B for {CALLS} calls, {r} SSL_read ({} delivered, {} dropped)",
+            "  --tls auto recorded {w} SSL_write events of {size} B for {calls} calls, {r} SSL_read ({} delivered, {} dropped)",
             s.delivered, s.dropped
         );
     }
-    Ok(())
 }
 
 /// A child killed when dropped, on error paths too.
