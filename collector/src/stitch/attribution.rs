@@ -269,28 +269,45 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
         .collect();
     reclassify(&windows, &ended_in, &by_pid, steps);
     let steps: &[GpuStep] = steps;
-    let waiting = |pid: u32, s: &GpuStep| -> Vec<usize> {
-        windows
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| {
-                w.as_ref()
-                    .filter(|w| w.pid == pid && w.arrived <= s.start_ns && w.first >= s.end_ns)
-                    .map(|_| i)
-            })
-            .collect()
-    };
     let started = prefill_starts(&windows, &ended_in, &last_in, steps);
+    let ids: Vec<usize> = requests.iter().map(|r| r.id).collect();
+    let joined = Joined {
+        windows: &windows,
+        by_pid: &by_pid,
+        steps,
+        started: &started,
+        ended_in: &ended_in,
+    };
     for (i, w) in windows.iter().enumerate() {
-        let Some(w) = w else { continue };
+        if let Some(w) = w {
+            requests[i].gpu = Some(joined.share(i, w, &ids));
+        }
+    }
+}
+
+/// Requests' windows and the engine steps, with each request's first and last prefill
+/// step found: what one request's share is read from.
+struct Joined<'a> {
+    windows: &'a [Option<Window>],
+    by_pid: &'a HashMap<u32, Vec<usize>>,
+    steps: &'a [GpuStep],
+    started: &'a [Option<usize>],
+    ended_in: &'a [Option<usize>],
+}
+
+impl Joined<'_> {
+    /// Request `i`'s queue, prefill and decode steps, and the gaps other prompts stalled.
+    fn share(&self, i: usize, w: &Window, ids: &[usize]) -> GpuShare {
+        let steps = self.steps;
         // Its engine's steps, in start order (steps are sorted by start).
-        let mine: Vec<&GpuStep> = by_pid
+        let mine: Vec<&GpuStep> = self
+            .by_pid
             .get(&w.pid)
             .map(|ks| ks.iter().map(|&k| &steps[k]).collect())
             .unwrap_or_default();
         let from = |t: u64| mine.partition_point(|s| s.start_ns < t);
         let mut share = GpuShare::default();
-        if let (Some(first), Some(last)) = (started[i], ended_in[i]) {
+        if let (Some(first), Some(last)) = (self.started[i], self.ended_in[i]) {
             let (a, b) = (&steps[first], &steps[last]);
             share.queue_ns = Some(a.start_ns.saturating_sub(w.arrived));
             share.prefill_ns = b.end_ns.saturating_sub(a.start_ns);
@@ -305,6 +322,14 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
             .take_while(|s| s.start_ns <= last)
             .filter(|s| s.end_ns <= last)
             .count() as u32;
+        share.stalled_by = self.stalls(i, w, &mine, ids);
+        share
+    }
+
+    /// The token gaps of request `i` that prefill work of requests waiting for their
+    /// first token ended in.
+    fn stalls(&self, i: usize, w: &Window, mine: &[&GpuStep], ids: &[usize]) -> Vec<Stall> {
+        let mut stalls = Vec::new();
         for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);
             // Every step with prefill work that ended inside the gap: a long prompt's step
@@ -322,22 +347,36 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
             };
             let mut culprits: Vec<usize> = within
                 .iter()
-                .flat_map(|s| waiting(w.pid, s))
+                .flat_map(|s| self.waiting(w.pid, s))
                 .filter(|&j| j != i)
                 .collect();
             culprits.sort_unstable();
             culprits.dedup();
             if !culprits.is_empty() {
-                share.stalled_by.push(Stall {
+                stalls.push(Stall {
                     token: k + 1,
                     gap_ns: b - a,
                     step_kind: longest.kind,
                     step_ns: within.iter().map(|s| s.end_ns - s.start_ns).sum(),
-                    requests: culprits.iter().map(|&j| requests[j].id).collect(),
+                    requests: culprits.iter().map(|&j| ids[j]).collect(),
                 });
             }
         }
-        requests[i].gpu = Some(share);
+        stalls
+    }
+
+    /// Requests of engine `pid` that had arrived by step `s` and got their first token
+    /// after it.
+    fn waiting(&self, pid: u32, s: &GpuStep) -> Vec<usize> {
+        self.windows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                w.as_ref()
+                    .filter(|w| w.pid == pid && w.arrived <= s.start_ns && w.first >= s.end_ns)
+                    .map(|_| i)
+            })
+            .collect()
     }
 }
 
