@@ -5,11 +5,13 @@ pub mod attribution;
 pub mod chain;
 pub mod conn;
 pub mod request;
+pub mod spans;
 pub mod stitcher;
 pub mod wire;
 
 pub use conn::{Connection, Conns, Exchange, Role};
 pub use request::{Point, PointKind, Request};
+pub use spans::{ChainSpans, ConnectionSpan, ExchangeSpan};
 pub use stitcher::{Settle, Settled, Stitcher};
 
 use crate::ingest::Event;

@@ -38,8 +38,12 @@ pub struct Settled {
     /// The requests still held, as they stand (a live view shows them): not final,
     /// and without the upstream exchanges whose hop is not decided yet.
     pub open: Vec<Request>,
-    /// Connections released (their exchanges gone): for tallies.
+    /// Connections released, with the exchanges still on them: for tallies, and
+    /// for views that draw connections (with `exchanges` let go before).
     pub connections: Vec<Connection>,
+    /// Finalised exchanges let go from connections still held (connection id,
+    /// exchange): their connection comes in a later `connections`.
+    pub exchanges: Vec<(usize, Exchange)>,
 }
 
 pub struct Stitcher {
@@ -152,7 +156,7 @@ impl Stitcher {
                 c.exchange_mut(i).retired = true;
             }
         }
-        out.connections = self.release(now, all, &in_chain);
+        self.release(now, all, &in_chain, &mut out);
         out
     }
 
@@ -172,8 +176,9 @@ impl Stitcher {
 
     /// Releases retired exchanges, then connections with nothing left that closed a
     /// settle ago or went idle; exchanges that joined no request go with them.
-    fn release(&mut self, now: u64, all: bool, in_chain: &HashSet<chain::End>) -> Vec<Connection> {
+    fn release(&mut self, now: u64, all: bool, in_chain: &HashSet<chain::End>, out: &mut Settled) {
         let settle = self.settle;
+        let exchanges = &mut out.exchanges;
         let gone: Vec<usize> = self
             .conns
             .conns
@@ -191,13 +196,15 @@ impl Stitcher {
                 {
                     return Some(c.id);
                 }
-                c.release_retired();
+                let id = c.id;
+                exchanges.extend(c.release_retired().into_iter().map(|x| (id, x)));
                 None
             })
             .collect();
-        gone.into_iter()
+        out.connections = gone
+            .into_iter()
             .filter_map(|id| self.conns.release(id))
-            .collect()
+            .collect();
     }
 }
 
