@@ -1,4 +1,5 @@
-//! The stitched timeline -> tracks and time-ordered events (not yet encoded).
+//! The pipeline's output -> tracks and time-ordered events (not yet encoded), one
+//! window at a time.
 //! Slices are nested per track here: a slice that would straddle its parent's
 //! end is cut at that end (its real length stays in its arguments), so begin/end
 //! always balance and nest whatever the data looks like.
@@ -11,11 +12,11 @@ mod counters;
 mod diagnoses;
 mod gpu;
 mod requests;
+mod trace;
 
-use crate::diagnose;
 use crate::ingest::record::FileHeader;
-use crate::ingest::Event;
-use crate::stitch::{chain, Timeline};
+use trace::owned;
+pub(crate) use trace::{busy_windows, Trace};
 
 /// Interned categories, by index (iid = index + 1).
 pub(crate) const CATEGORIES: [&str; 8] = [
@@ -200,56 +201,19 @@ struct Builder {
     processes: BTreeMap<u32, u64>,
     /// What this window writes: things that begin in it (see `Window`).
     own: Range<u64>,
-    /// The window's index, which keeps its diagnosis rows apart from other windows'.
-    window: u64,
 }
 
-/// One export window: the stretch of time whose requests, exchanges, steps and samples
-/// this plan writes (each goes to the window it begins in), and the window's index.
+/// One export window: the stretch of time whose requests, exchanges, steps, samples
+/// and diagnoses this plan writes (each goes to the window it begins in).
 #[derive(Clone, Debug)]
 pub(crate) struct Window {
     pub(crate) own: Range<u64>,
-    pub(crate) index: u64,
 }
 
 impl Window {
     /// The whole recording in one window.
     pub(crate) fn all() -> Window {
-        Window {
-            own: 0..u64::MAX,
-            index: 0,
-        }
-    }
-}
-
-/// The stitched timeline with the links and chains it was built from (the
-/// stages' positions need them).
-pub(crate) struct Stitched {
-    pub(crate) timeline: Timeline,
-    links: chain::Links,
-    chains: Vec<Vec<chain::End>>,
-}
-
-/// The stitched timeline with its links (see `stitch::stitch_linked`).
-pub(crate) fn stitch(events: &[Event], dropped: bool) -> Stitched {
-    let linked = crate::stitch::stitch_linked(events, dropped);
-    Stitched {
-        timeline: linked.timeline,
-        links: linked.links,
-        chains: linked.chains,
-    }
-}
-
-/// Numbers a window's requests past the `base` requests of earlier windows (stitching
-/// numbers them from 0 by chain; the chains stay indexed by position).
-pub(crate) fn renumber(st: &mut Stitched, base: usize) {
-    for r in &mut st.timeline.requests {
-        r.id += base;
-        for s in r.gpu.iter_mut().flat_map(|g| &mut g.stalled_by) {
-            for id in &mut s.requests {
-                *id += base;
-            }
-        }
+        Window { own: 0..u64::MAX }
     }
 }
 
@@ -261,44 +225,20 @@ pub(crate) fn start_ns(header: &FileHeader, first_event: Option<u64>) -> u64 {
     }
 }
 
-/// The plan of one window (`Window::all()`: the whole recording). `start_ns` is the
-/// trace's time origin (see `start_ns`); `st` was stitched from `events`, which cover
-/// the window and some time around it.
-pub(crate) fn plan(
-    header: &FileHeader,
-    events: &[Event],
-    st: &Stitched,
-    start_ns: u64,
-    window: &Window,
-) -> Plan {
-    let tl = &st.timeline;
-    let mut b = Builder::new(start_ns);
+/// The plan of one window of `trace` (`Window::all()`: the whole recording).
+pub(crate) fn plan(trace: &Trace, window: &Window) -> Plan {
+    let mut b = Builder::new(trace.start_ns);
     b.own = window.own.clone();
-    b.window = window.index;
-    b.plan.start_monotonic_ns = header.start_monotonic_ns;
-    b.plan.start_realtime_ns = header.start_realtime_ns;
-    // From the timeline the tracks show, so the annotations cite what is on screen: the
-    // window's own requests.
-    let nvml = diagnose::nvml_samples(events);
-    let owned: Vec<crate::stitch::Request>;
-    let mut input = diagnose::Input::new(tl, &nvml);
-    if window.own != Window::all().own {
-        owned = tl
-            .requests
-            .iter()
-            .filter(|r| window.own.contains(&r.start_ns))
-            .cloned()
-            .collect();
-        input.requests = &owned;
-    }
-    let diagnoses = diagnose::diagnose(&input);
-    let cites = b.diagnoses(&diagnoses);
-    b.requests(st, &cites);
-    b.connections(&tl.connections);
-    b.gpu_steps(tl);
-    b.cupti(events);
-    b.nvml(events);
-    b.derived_counters(header, tl, start_ns, events);
+    b.plan.start_monotonic_ns = trace.start_monotonic_ns;
+    b.plan.start_realtime_ns = trace.start_realtime_ns;
+    let own = window.own.clone();
+    b.diagnoses(&trace.diagnoses);
+    b.requests(owned(&trace.requests, |r| r.start_ns, &own), &trace.cites);
+    b.connections(trace.connections_in(&own));
+    b.gpu_steps(owned(&trace.steps, |s| s.start_ns, &own));
+    b.cupti(owned(&trace.cupti, |s| s.start_ns, &own));
+    b.nvml(owned(&trace.nvml, |s| s.0, &own));
+    b.derived_counters(&trace.counters);
     // Stable: each track's events were pushed in begin/end order.
     b.plan.ops.sort_by_key(|op| op.ts);
     b.plan
@@ -324,7 +264,6 @@ impl Builder {
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),
             own: Window::all().own,
-            window: 0,
         }
     }
 
