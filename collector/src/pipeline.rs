@@ -4,7 +4,8 @@
 //! request leaves the stitcher once it settled (see `stitch::stitcher`), and what
 //! the stitcher let go is never read again. `report` reads everything it produced
 //! at the end; `top` takes what it produced as it goes and keeps a window of it;
-//! `export` lays out what it produced at the end, connections included.
+//! `export` takes it as it goes too, connections included, and writes a window once
+//! nothing held can still start in it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -240,6 +241,18 @@ impl Pipeline {
     /// The requests still held at the last advance, as they stood then.
     pub fn open(&self) -> &[Request] {
         &self.open
+    }
+
+    /// The time of the last event let through the reorder window: what happened
+    /// before it has reached the stitcher (but for late events).
+    pub fn released_ns(&self) -> u64 {
+        self.released_ns
+    }
+
+    /// The earliest start of a request not yet handed over (see
+    /// `Stitcher::oldest_held_ns`); None: none is held.
+    pub fn oldest_held_ns(&self) -> Option<u64> {
+        self.stitcher.oldest_held_ns()
     }
 
     /// The input ended but the reader goes on: everything held is let go now.

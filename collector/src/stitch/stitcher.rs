@@ -82,6 +82,29 @@ impl Stitcher {
         self.now_ns = self.now_ns.max(now_ns);
     }
 
+    /// The earliest a request still held (or about to begin on a connection just
+    /// opened) can start: a request starts at its first byte, or at connect() on the
+    /// connection it opened. None: nothing is held. Readers that write in time order
+    /// (the windowed export) wait for it to pass.
+    pub fn oldest_held_ns(&self) -> Option<u64> {
+        let fresh = self.now_ns.saturating_sub(self.settle.settle_ns);
+        self.conns
+            .conns
+            .values()
+            .filter_map(|c| {
+                let opened = c.connect_ns.unwrap_or(c.first_ns).min(c.first_ns);
+                let mut live = c.live_exchange_ids().peekable();
+                match live.peek() {
+                    Some(&0) => Some(opened),
+                    Some(_) => live.map(|i| c.exchange(i).request_start_ns).min(),
+                    // A connection that carried nothing yet may be about to (seen
+                    // lately); one that stays quiet, or is not HTTP, holds nothing back.
+                    None => (c.exchange_count() == 0 && c.first_ns >= fresh).then_some(opened),
+                }
+            })
+            .min()
+    }
+
     /// Lets go what settled by the latest event's time.
     pub fn advance(&mut self) -> Settled {
         self.settle_at(false)
