@@ -139,8 +139,8 @@ struct ExportArgs {
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Lay out and write the trace in windows this long, each its own packet sequence
-    /// (what begins in a window is written with it). Requests, their ids and the
-    /// diagnoses are the whole recording's, as in `tokenscope report`.
+    /// (what begins in a window is written with it, once nothing in flight began in
+    /// it). Request ids run across windows; diagnoses are each window's.
     #[arg(long, value_parser = collector::duration::parse, default_value = "60s", value_name = "D")]
     window: Duration,
 }

@@ -3,13 +3,14 @@
 //! tokens at every observation point linked by flows, connections, GPU steps and
 //! kernels, counter tracks, and the diagnoses (a "tokenscope diagnoses" track, and
 //! an instant on each request a diagnosis cites). Laid out from what the pipeline
-//! produced (`pipeline::Output`): the export stitches nothing itself. A packet
-//! sequence per window, packets in time order, event names and categories interned
+//! hands over as the replay goes (`pipeline::Output`): the export stitches nothing
+//! itself. A packet sequence per window, packets in time order, event names and categories interned
 //! on first use, clock MONOTONIC (3).
 
 mod layout;
 #[cfg(test)]
 mod tests;
+mod windows;
 
 use std::io::Write;
 
@@ -28,9 +29,10 @@ use protobuf::{CodedOutputStream, EnumOrUnknown, MessageField};
 
 use crate::ingest::record::{FileHeader, RecordReader};
 use crate::ingest::Event;
-use crate::pipeline::{self, Output, Pipeline};
+use crate::pipeline::{self, Pipeline};
 
 use layout::{Arg, ChildOrder, Flow, OpKind, Plan, TrackKind};
+use windows::Windows;
 
 /// The one packet sequence this writer uses (0 is reserved by Perfetto).
 pub const SEQUENCE_ID: u32 = 1;
@@ -70,8 +72,10 @@ pub enum PerfettoError {
 }
 
 /// How a recording's trace is cut: each window (its own packet sequence) writes the
-/// requests, exchanges, steps, samples and diagnoses that begin in it, so the events
-/// laid out at once are one window's, whatever the recording's length.
+/// requests, steps, samples and CUPTI spans that begin in it, the connections that end
+/// in it, and the diagnoses of its requests; a window is written once nothing still
+/// in flight can begin in it (see `windows`), so what is held is what is in flight,
+/// whatever the recording's length.
 #[derive(Clone, Copy, Debug)]
 pub struct Windowing {
     pub window_ns: u64,
@@ -101,77 +105,72 @@ pub fn write_trace(
     events: &[Event],
     out: impl Write,
 ) -> Result<TraceSummary, PerfettoError> {
-    let mut p = pipeline(header);
-    for e in events {
-        p.push(e.clone());
-    }
-    write_output(header, p.finish(), out, Windowing::whole())
+    write_events(header, events, out, Windowing::whole())
+}
+
+/// `write_trace`, cut in windows as `tokenscope export` cuts them.
+pub fn write_events(
+    header: &FileHeader,
+    events: &[Event],
+    out: impl Write,
+    windowing: Windowing,
+) -> Result<TraceSummary, PerfettoError> {
+    let mut batches = events.chunks(1024);
+    let next = || Ok(batches.next().map(<[Event]>::to_vec));
+    write_batches(header, next, out, windowing)
 }
 
 /// Replays a recording from `reader` through the pipeline (no event is held past its
-/// reorder window) and writes what it produced to `out`, window by window (see
-/// `Windowing`).
+/// reorder window) and writes what it produced to `out`, window by window as they are
+/// done (see `Windowing`).
 pub fn write_trace_streamed(
     reader: &mut RecordReader,
     out: impl Write,
     windowing: Windowing,
 ) -> Result<TraceSummary, PerfettoError> {
     let header = reader.header.clone();
-    let mut p = pipeline(&header);
-    while let Some(batch) = reader.next_batch()? {
-        for e in batch {
-            p.push(e);
-        }
-    }
-    write_output(&header, p.finish(), out, windowing)
+    let next = || Ok(reader.next_batch()?);
+    write_batches(&header, next, out, windowing)
 }
 
-/// The pipeline a recording is replayed through for a trace (`Pipeline::push` its
-/// events, then `write_output` what `finish` gave).
+/// The pipeline a recording is replayed through for a trace.
 pub fn pipeline(header: &FileHeader) -> Pipeline {
     let dropped = header.counters.is_some_and(|c| c.dropped > 0);
     Pipeline::new(pipeline::Config::export(), dropped)
 }
 
-/// Writes what a replay produced (through `pipeline`) to `out` as a Perfetto trace,
-/// window by window: a window's events are laid out, encoded and let go before the
-/// next's.
-pub fn write_output(
+/// Pushes each batch through the pipeline, takes what it finished, and writes each
+/// window once it is done: laid out, encoded and let go before the next.
+fn write_batches(
     header: &FileHeader,
-    output: Output,
+    mut next: impl FnMut() -> Result<Option<Vec<Event>>, PerfettoError>,
     mut out: impl Write,
     windowing: Windowing,
 ) -> Result<TraceSummary, PerfettoError> {
-    let late_events = output.late_events;
-    let trace = layout::Trace::new(header, output);
-    let width = windowing.window_ns.max(1);
-    let busy = layout::busy_windows(&trace, width);
-    let last = busy.last().copied().unwrap_or(0);
+    let mut p = pipeline(header);
+    let mut windows = Windows::new(header, windowing.window_ns);
     let mut os = CodedOutputStream::new(&mut out);
     let mut w = Writer::new(&mut os);
-    for (index, &k) in busy.iter().enumerate() {
-        // The first window also takes what began before the recording (CUPTI spans),
-        // the last what ends after its last event (the recording's end).
-        let ws = trace.start_ns.saturating_add(k.saturating_mul(width));
-        let own = layout::Window {
-            own: if k == 0 { 0 } else { ws }..if k == last {
-                u64::MAX
-            } else {
-                ws.saturating_add(width)
-            },
-        };
-        let plan = layout::plan(&trace, &own);
-        if plan.ops.is_empty() && k != 0 {
-            continue;
+    while let Some(batch) = next()? {
+        for e in batch {
+            p.push(e);
         }
-        w.window(&plan, index as u64)?;
+        windows.take(&mut p);
+        while let Some(trace) = windows.ready(&p) {
+            w.window(&layout::plan(&trace))?;
+        }
+    }
+    p.flush();
+    windows.take(&mut p);
+    while let Some(trace) = windows.rest() {
+        w.window(&layout::plan(&trace))?;
     }
     let summary = w.summary;
     let bytes = finish(os)?;
     out.flush()?;
     Ok(TraceSummary {
         bytes,
-        late_events,
+        late_events: windows.late_events,
         ..summary
     })
 }
@@ -201,10 +200,11 @@ impl<'a, 'b> Writer<'a, 'b> {
         }
     }
 
-    /// One window's plan as packet sequence `SEQUENCE_ID + index`: its own interning,
-    /// its tracks described (again, for those an earlier window described: same uuid),
-    /// then its events in time order.
-    fn window(&mut self, plan: &Plan, index: u64) -> Result<(), PerfettoError> {
+    /// One window's plan as the next packet sequence (`SEQUENCE_ID` first): its own
+    /// interning, its tracks described (again, for those an earlier window described:
+    /// same uuid), then its events in time order.
+    fn window(&mut self, plan: &Plan) -> Result<(), PerfettoError> {
+        let index = self.summary.windows;
         self.sequence = SEQUENCE_ID + u32::try_from(index).expect("fewer than 2^32 windows");
         self.names_defined = vec![false; plan.names.len()];
         self.cats_defined = [false; layout::CATEGORIES.len()];

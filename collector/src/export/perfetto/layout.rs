@@ -1,11 +1,10 @@
-//! The pipeline's output -> tracks and time-ordered events (not yet encoded), one
-//! window at a time.
+//! One window of the pipeline's output -> tracks and time-ordered events (not yet
+//! encoded).
 //! Slices are nested per track here: a slice that would straddle its parent's
 //! end is cut at that end (its real length stays in its arguments), so begin/end
 //! always balance and nest whatever the data looks like.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
 
 mod connections;
 mod counters;
@@ -15,8 +14,9 @@ mod requests;
 mod trace;
 
 use crate::ingest::record::FileHeader;
-use trace::owned;
-pub(crate) use trace::{busy_windows, Trace};
+pub(crate) use counters::Running;
+pub(crate) use diagnoses::Cites;
+pub(crate) use trace::{Conn, Trace};
 
 /// Interned categories, by index (iid = index + 1).
 pub(crate) const CATEGORIES: [&str; 8] = [
@@ -199,22 +199,6 @@ struct Builder {
     plan: Plan,
     name_ids: HashMap<String, u32>,
     processes: BTreeMap<u32, u64>,
-    /// What this window writes: things that begin in it (see `Window`).
-    own: Range<u64>,
-}
-
-/// One export window: the stretch of time whose requests, exchanges, steps, samples
-/// and diagnoses this plan writes (each goes to the window it begins in).
-#[derive(Clone, Debug)]
-pub(crate) struct Window {
-    pub(crate) own: Range<u64>,
-}
-
-impl Window {
-    /// The whole recording in one window.
-    pub(crate) fn all() -> Window {
-        Window { own: 0..u64::MAX }
-    }
 }
 
 /// The trace's time origin: the earliest of the recording's start and its first event.
@@ -225,19 +209,17 @@ pub(crate) fn start_ns(header: &FileHeader, first_event: Option<u64>) -> u64 {
     }
 }
 
-/// The plan of one window of `trace` (`Window::all()`: the whole recording).
-pub(crate) fn plan(trace: &Trace, window: &Window) -> Plan {
+/// The plan of one window (all of what `trace` holds).
+pub(crate) fn plan(trace: &Trace) -> Plan {
     let mut b = Builder::new(trace.start_ns);
-    b.own = window.own.clone();
     b.plan.start_monotonic_ns = trace.start_monotonic_ns;
     b.plan.start_realtime_ns = trace.start_realtime_ns;
-    let own = window.own.clone();
-    b.diagnoses(&trace.diagnoses);
-    b.requests(owned(&trace.requests, |r| r.start_ns, &own), &trace.cites);
-    b.connections(trace.connections_in(&own));
-    b.gpu_steps(owned(&trace.steps, |s| s.start_ns, &own));
-    b.cupti(owned(&trace.cupti, |s| s.start_ns, &own));
-    b.nvml(owned(&trace.nvml, |s| s.0, &own));
+    b.diagnoses(&trace.diagnoses, trace.window);
+    b.requests(&trace.requests, &trace.cites);
+    b.connections(&trace.connections);
+    b.gpu_steps(&trace.steps);
+    b.cupti(&trace.cupti);
+    b.nvml(&trace.nvml);
     b.derived_counters(&trace.counters);
     // Stable: each track's events were pushed in begin/end order.
     b.plan.ops.sort_by_key(|op| op.ts);
@@ -263,12 +245,7 @@ impl Builder {
             },
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),
-            own: Window::all().own,
         }
-    }
-
-    fn owns(&self, ts: u64) -> bool {
-        self.own.contains(&ts)
     }
 }
 

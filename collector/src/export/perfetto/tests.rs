@@ -523,13 +523,8 @@ fn diagnoses_are_a_track_of_slices_over_their_evidence_cited_on_each_request() {
 fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence() {
     let (header, events) = synthetic();
     let write = |windowing: Windowing| {
-        let mut replay = pipeline(&header);
-        for e in &events {
-            replay.push(e.clone());
-        }
         let mut buf = Vec::new();
-        let summary =
-            write_output(&header, replay.finish(), &mut buf, windowing).expect("trace written");
+        let summary = write_events(&header, &events, &mut buf, windowing).expect("trace written");
         let trace = Trace::parse_from_bytes(&buf).expect("the trace decodes");
         (summary, trace)
     };
@@ -576,21 +571,23 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
             sum.token_instants,
             sum.gpu_steps,
             sum.flows,
-            sum.kernels,
-            sum.diagnoses
+            sum.kernels
         ),
         (
             whole.request_tracks,
             whole.token_instants,
             whole.gpu_steps,
             whole.flows,
-            whole.kernels,
-            whole.diagnoses
+            whole.kernels
         ),
-        "each request, token, step, flow, kernel and diagnosis once, as in one window"
+        "each request, token, step, flow and kernel once, as in one window"
     );
+    // Diagnoses are each window's, over its requests: one request per 300 ms window
+    // is too few for the rule the whole recording's eight requests meet.
     assert_eq!(
         (summary.request_tracks, summary.diagnoses),
-        (whole_summary.request_tracks, whole_summary.diagnoses)
+        (whole_summary.request_tracks, sum.diagnoses),
+        "the summary counts what the windows hold"
     );
+    assert!(whole.diagnoses > 0, "the whole recording has a diagnosis");
 }

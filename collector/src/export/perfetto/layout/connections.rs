@@ -1,26 +1,24 @@
 //! A track per connection end: the connection, its handshakes and exchanges.
 
-use super::trace::{owned, Conn};
+use super::trace::Conn;
 use super::{Arg, Builder, Cat, Flow, TrackKind};
 use crate::stitch::Role;
 
 impl Builder {
-    /// A connection's pieces go to the window in which they begin (a retransmit to the
-    /// window of the exchange it fell in), under a "connection" slice per window: from
-    /// the connection's first moment or the window's first piece, to the window's last
-    /// piece or the connection's end.
-    pub(super) fn connections<'a>(&mut self, conns: impl Iterator<Item = &'a Conn>) {
-        let own = self.own.clone();
+    /// Each connection whole (it was released, so nothing more comes of it), in the
+    /// window it ended in: its handshakes, exchanges and retransmits under one
+    /// "connection" slice from its first moment to its last.
+    pub(super) fn connections(&mut self, conns: &[Conn]) {
         for conn in conns {
             let c = &conn.span;
             let mut items = Vec::new();
-            if let Some((a, b)) = c.handshake.filter(|(a, _)| self.owns(*a)) {
+            if let Some((a, b)) = c.handshake {
                 items.push(self.slice(a, b, "tcp handshake", Cat::Connection, 0));
             }
-            if let Some((a, b)) = c.tls_handshake.filter(|(a, _)| self.owns(*a)) {
+            if let Some((a, b)) = c.tls_handshake {
                 items.push(self.slice(a, b, "tls handshake", Cat::Connection, 0));
             }
-            for x in owned(&c.exchanges, |x| x.request_start_ns, &own) {
+            for x in &c.exchanges {
                 let args = self.args(vec![
                     ("request_bytes", Arg::Int(x.request_bytes as i64)),
                     ("response_ios", Arg::Int(i64::from(x.response_ios))),
@@ -39,19 +37,7 @@ impl Builder {
                 }
             }
             for &ts in &c.retransmits {
-                // Exchanges are in the order they began.
-                let n = c.exchanges.partition_point(|x| x.request_start_ns <= ts);
-                let owner = n
-                    .checked_sub(1)
-                    .map(|k| &c.exchanges[k])
-                    .filter(|x| x.end_ns >= ts)
-                    .map_or(ts, |x| x.request_start_ns);
-                if self.owns(owner) {
-                    items.push(self.instant(ts, "retransmit", Cat::Connection, Flow::None));
-                }
-            }
-            if items.is_empty() && !self.owns(c.first_ns) {
-                continue;
+                items.push(self.instant(ts, "retransmit", Cat::Connection, Flow::None));
             }
             let parent = self.process(c.pid, &c.comm);
             let role = match c.role {
@@ -62,17 +48,11 @@ impl Builder {
             let name = format!("{role} {} -> {}", c.local, c.remote);
             // One track per connection, also where a socket's 4-tuple was used again.
             let track = self.track_salted(parent, name, TrackKind::Plain, c.id as u64);
-            let first = if self.owns(c.first_ns) {
-                c.first_ns
-            } else {
-                items.iter().map(|i| i.start).min().unwrap_or(c.first_ns)
-            };
+            let first = c.first_ns;
             let last = items
                 .iter()
                 .map(|i| i.end.unwrap_or(i.start))
-                .max()
-                .unwrap_or(first)
-                .max(conn.end_ns.min(own.end));
+                .fold(conn.end_ns, u64::max);
             let args = self.args(vec![
                 ("bytes_sent", Arg::Int(c.bytes_sent as i64)),
                 ("bytes_received", Arg::Int(c.bytes_recv as i64)),

@@ -1,103 +1,160 @@
 //! Counters computed from the requests: in-flight requests, engine queue depth,
-//! tokens/s at each observation point, and the recording's ring-buffer drops.
+//! tokens/s at each observation point, and the recording's ring-buffer drops. Run
+//! across the windows of an export: a request adds its changes when its window is
+//! written, and each window takes the samples that fall before its end.
 
 use std::collections::BTreeMap;
 
 use super::requests::request_end;
-use super::{owned, Builder, TrackKind, RATE_WINDOW_NS};
+use super::{Builder, TrackKind, RATE_WINDOW_NS};
 use crate::stitch::{PointKind, Request};
 
 impl Builder {
-    /// The samples of each series that fall in this window, under a "tokenscope" group.
+    /// A window's samples of each series, under a "tokenscope" group.
     pub(super) fn derived_counters(&mut self, series: &[(String, Vec<(u64, f64)>)]) {
         let group = self.track(None, "tokenscope".into(), TrackKind::Plain);
         for (name, samples) in series {
-            let mine = owned(samples, |s| s.0, &self.own.clone());
-            if mine.is_empty() {
+            if samples.is_empty() {
                 continue;
             }
             let t = self.track(Some(group), name.clone(), TrackKind::Counter { unit: None });
-            for &(ts, v) in mine {
+            for &(ts, v) in samples {
                 self.counter(t, ts, v);
             }
         }
     }
 }
 
-/// In-flight requests, engine queue depth, tokens/s at each observation point, and
-/// the recording's ring-buffer drops, over the whole recording.
-pub(super) fn series(
-    requests: &[Request],
+/// The derived series as they run across windows.
+pub(crate) struct Running {
     start: u64,
-    end: u64,
-    dropped: u64,
-) -> Vec<(String, Vec<(u64, f64)>)> {
-    let mut series = Vec::new();
-    let levels = |mut deltas: Vec<(u64, i64)>| {
-        deltas.sort();
-        let mut out: Vec<(u64, f64)> = Vec::new();
-        let mut level = 0i64;
-        let mut i = 0;
-        while i < deltas.len() {
-            let ts = deltas[i].0;
-            while i < deltas.len() && deltas[i].0 == ts {
-                level += deltas[i].1;
-                i += 1;
-            }
-            out.push((ts, level as f64));
-        }
-        out
-    };
-    let in_flight = requests
-        .iter()
-        .flat_map(|r| [(r.start_ns, 1), (request_end(r), -1)])
-        .collect();
-    series.push(("in-flight requests".to_string(), levels(in_flight)));
-    let queued = requests
-        .iter()
-        .filter_map(|r| {
-            let first = *r.point(PointKind::EngineWrite)?.token_ns.first()?;
-            Some([(r.engine_received_ns?, 1), (first, -1)])
-        })
-        .flatten()
-        .collect();
-    series.push(("engine queue depth".to_string(), levels(queued)));
-    for kind in [
-        PointKind::EngineWrite,
-        PointKind::ProxyRead,
-        PointKind::ProxyWrite,
-        PointKind::ClientRead,
-    ] {
-        let mut bins: BTreeMap<u64, u64> = BTreeMap::new();
-        for t in requests
-            .iter()
-            .filter_map(|r| r.point(kind))
-            .flat_map(|p| &p.token_ns)
-        {
-            *bins
-                .entry(t.saturating_sub(start) / RATE_WINDOW_NS)
-                .or_default() += 1;
-        }
-        let (Some(&lo), Some(&hi)) = (bins.keys().next(), bins.keys().next_back()) else {
-            continue;
-        };
-        let samples = (lo..=hi + 1)
-            .map(|w| {
-                let n = bins.get(&w).copied().unwrap_or(0);
-                (
-                    start + w * RATE_WINDOW_NS,
-                    n as f64 * 1e9 / RATE_WINDOW_NS as f64,
-                )
-            })
-            .collect();
-        series.push((format!("tokens/s at {}", kind.label()), samples));
+    in_flight: Levels,
+    queued: Levels,
+    /// Tokens/s per observation point.
+    rates: [Rate; 4],
+    started: bool,
+}
+
+const RATE_POINTS: [PointKind; 4] = [
+    PointKind::EngineWrite,
+    PointKind::ProxyRead,
+    PointKind::ProxyWrite,
+    PointKind::ClientRead,
+];
+
+/// Tokens per `RATE_WINDOW_NS` bin (by bin number from the origin), sampled every
+/// bin from the first token's through the one after the last token's.
+#[derive(Default)]
+struct Rate {
+    bins: BTreeMap<u64, u64>,
+    /// The last bin with a token (None: no token yet), and the next bin to sample
+    /// (None: none sampled yet, the first token's bin).
+    hi: Option<u64>,
+    next: Option<u64>,
+}
+
+/// A level that steps at times (requests begin and end), sampled at each step.
+#[derive(Default)]
+struct Levels {
+    deltas: BTreeMap<u64, i64>,
+    level: i64,
+}
+
+impl Levels {
+    fn add(&mut self, ts: u64, delta: i64) {
+        *self.deltas.entry(ts).or_default() += delta;
     }
-    // The ring buffer's drops are counted per recording, not per moment: the
-    // total is shown from the end of the recording.
-    series.push((
-        "ring-buffer drops".to_string(),
-        vec![(start, 0.0), (end, dropped as f64)],
-    ));
-    series.retain(|(_, s)| !s.is_empty());
-    series
+
+    /// The samples before `until`.
+    fn take(&mut self, until: u64) -> Vec<(u64, f64)> {
+        let later = self.deltas.split_off(&until);
+        let now = std::mem::replace(&mut self.deltas, later);
+        now.into_iter()
+            .map(|(ts, d)| {
+                self.level += d;
+                (ts, self.level as f64)
+            })
+            .collect()
+    }
+}
+
+impl Running {
+    /// `start`: the trace's origin (rate bins are counted from it).
+    pub(crate) fn new(start: u64) -> Running {
+        Running {
+            start,
+            in_flight: Levels::default(),
+            queued: Levels::default(),
+            rates: Default::default(),
+            started: false,
+        }
+    }
+
+    /// A window's requests (none begins before an earlier window's end).
+    pub(crate) fn add(&mut self, requests: &[Request]) {
+        for r in requests {
+            self.in_flight.add(r.start_ns, 1);
+            self.in_flight.add(request_end(r), -1);
+            let first = r
+                .point(PointKind::EngineWrite)
+                .and_then(|p| p.token_ns.first());
+            if let (Some(received), Some(&first)) = (r.engine_received_ns, first) {
+                self.queued.add(received, 1);
+                self.queued.add(first, -1);
+            }
+            for (kind, rate) in RATE_POINTS.iter().zip(&mut self.rates) {
+                for t in r.point(*kind).iter().flat_map(|p| &p.token_ns) {
+                    let bin = t.saturating_sub(self.start) / RATE_WINDOW_NS;
+                    *rate.bins.entry(bin).or_default() += 1;
+                    rate.hi = rate.hi.max(Some(bin));
+                }
+            }
+        }
+    }
+
+    /// The samples before `until` (all of them when `last`, the recording's `end`
+    /// included). Tokens/s is sampled every bin from the first token on, through the
+    /// bin after the last (at the last window).
+    pub(crate) fn take(
+        &mut self,
+        until: u64,
+        last: Option<(u64, u64)>,
+    ) -> Vec<(String, Vec<(u64, f64)>)> {
+        let until = if last.is_some() { u64::MAX } else { until };
+        let mut series = vec![
+            ("in-flight requests".to_string(), self.in_flight.take(until)),
+            ("engine queue depth".to_string(), self.queued.take(until)),
+        ];
+        let start = self.start;
+        let at = |bin: u64| start.saturating_add(bin.saturating_mul(RATE_WINDOW_NS));
+        for (kind, rate) in RATE_POINTS.iter().zip(&mut self.rates) {
+            let Some(hi) = rate.hi else { continue };
+            let to = if last.is_some() { hi + 1 } else { u64::MAX };
+            let first = rate.bins.keys().next().copied();
+            let mut bin = rate.next.or(first).unwrap_or(hi);
+            // A token later than a bin already sampled counts in the next one.
+            let mut late: u64 = rate.bins.range(..bin).map(|(_, n)| n).sum();
+            rate.bins = rate.bins.split_off(&bin);
+            let mut samples = Vec::new();
+            while bin <= to && at(bin) < until {
+                let n = rate.bins.remove(&bin).unwrap_or(0) + std::mem::take(&mut late);
+                samples.push((at(bin), n as f64 * 1e9 / RATE_WINDOW_NS as f64));
+                bin += 1;
+            }
+            rate.next = Some(bin);
+            series.push((format!("tokens/s at {}", kind.label()), samples));
+        }
+        // The ring buffer's drops are counted per recording, not per moment: the
+        // total is shown from the end of the recording.
+        let mut drops = Vec::new();
+        if !self.started {
+            self.started = true;
+            drops.push((start, 0.0));
+        }
+        if let Some((end, dropped)) = last {
+            drops.push((end, dropped as f64));
+        }
+        series.push(("ring-buffer drops".to_string(), drops));
+        series
+    }
 }

@@ -12,7 +12,7 @@ use crate::export::report::saving_line;
 
 /// What the request tracks show of the diagnoses that cite them.
 #[derive(Default)]
-pub(super) struct Cites {
+pub(crate) struct Cites {
     /// Per request id, the diagnoses (indices, largest saving first) citing it.
     by_request: HashMap<usize, Vec<usize>>,
     /// Per diagnosis: "[2] turn proxy buffering off", its slice's name, its finding.
@@ -22,8 +22,8 @@ pub(super) struct Cites {
 }
 
 impl Cites {
-    /// What `diagnoses` (the largest saving first) cite, for every window.
-    pub(super) fn of(diagnoses: &[Diagnosis]) -> Cites {
+    /// What `diagnoses` (the largest saving first) cite.
+    pub(crate) fn of(diagnoses: &[Diagnosis]) -> Cites {
         let mut cites = Cites::default();
         for (rank, d) in diagnoses.iter().enumerate() {
             let label = format!("[{}] {}", d.rule, d.title);
@@ -45,22 +45,20 @@ impl Cites {
 }
 
 impl Builder {
-    /// The rows of the diagnoses (the largest saving first) whose evidence begins in
-    /// this window.
-    pub(super) fn diagnoses(&mut self, diagnoses: &[Diagnosis]) {
+    /// The rows of a window's diagnoses (the largest saving first). A row per window:
+    /// the same rule found in the next window has evidence that may overlap this one's,
+    /// and a track's slices must not go back in time.
+    pub(super) fn diagnoses(&mut self, diagnoses: &[Diagnosis], window: u64) {
         let mut root = None;
         for (rank, d) in diagnoses.iter().enumerate() {
             let ev = &d.evidence;
-            if !self.owns(ev.start_ns) {
-                continue;
-            }
             let root = *root.get_or_insert_with(|| {
                 let t = self.track(None, DIAGNOSES_TRACK.into(), TrackKind::Plain);
                 self.plan.tracks[t as usize - 1].children = ChildOrder::Explicit;
                 t
             });
             let label = format!("[{}] {}", d.rule, d.title);
-            let track = self.track(Some(root), label.clone(), TrackKind::Plain);
+            let track = self.track_salted(Some(root), label.clone(), TrackKind::Plain, window);
             self.plan.tracks[track as usize - 1].rank = Some(rank as i32);
             let name = format!("{label}: {}", saving_line(d));
             let args = self.args(diagnosis_args(d));
