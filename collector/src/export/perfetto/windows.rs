@@ -239,3 +239,60 @@ impl Windows {
         self.steps_written -= n;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stitch::testnet::{proxied, Net, MS};
+
+    #[test]
+    fn windows_are_written_as_the_replay_goes_with_ids_running_across_them() {
+        // A request every 310 ms for 37 s, in 1 s windows.
+        let mut net = Net::default();
+        for k in 0..120u16 {
+            proxied(
+                &mut net,
+                1_000 * MS + u64::from(k) * 310 * MS,
+                20000 + k,
+                30000 + k,
+                "r",
+            );
+        }
+        let mut events = net.events;
+        events.sort_by_key(|e| e.ts_ns);
+        let header = FileHeader::default();
+        let mut p = super::super::pipeline(&header);
+        let mut windows = Windows::new(&header, 1_000 * MS);
+        let (mut ids, mut early, mut held) = (Vec::new(), 0, 0);
+        for batch in events.chunks(64) {
+            for e in batch {
+                p.push(e.clone());
+            }
+            windows.take(&mut p);
+            held = held.max(windows.requests.len());
+            while let Some(t) = windows.ready(&p) {
+                early += 1;
+                ids.extend(t.requests.iter().map(|r| r.id));
+            }
+        }
+        p.flush();
+        windows.take(&mut p);
+        while let Some(t) = windows.rest() {
+            ids.extend(t.requests.iter().map(|r| r.id));
+        }
+        println!("{early} windows written as the replay went, at most {held} requests held");
+        assert!(
+            early >= 25,
+            "most windows are written before the replay ends: {early}"
+        );
+        assert!(
+            held <= 20,
+            "what is held is what the last seconds finished, not the recording: {held}"
+        );
+        assert_eq!(
+            ids,
+            (0..120).collect::<Vec<_>>(),
+            "ids in start order, across windows"
+        );
+    }
+}
