@@ -30,7 +30,6 @@ pub(super) struct Windows {
     width: u64,
     start_monotonic_ns: u64,
     start_realtime_ns: u64,
-    header_start_ns: u64,
     header_end_ns: u64,
     dropped: u64,
     /// The trace's origin, fixed when the first window is written.
@@ -59,7 +58,6 @@ impl Windows {
             width: width.max(1),
             start_monotonic_ns: header.start_monotonic_ns,
             start_realtime_ns: header.start_realtime_ns,
-            header_start_ns: header.start_monotonic_ns,
             header_end_ns: header.end_monotonic_ns,
             dropped: header.counters.map_or(0, |c| c.dropped),
             origin: None,
@@ -98,7 +96,7 @@ impl Windows {
 
     fn origin(&self) -> u64 {
         let header = FileHeader {
-            start_monotonic_ns: self.header_start_ns,
+            start_monotonic_ns: self.start_monotonic_ns,
             ..Default::default()
         };
         self.origin
