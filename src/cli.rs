@@ -138,15 +138,11 @@ struct ExportArgs {
     /// The Perfetto trace to write (e.g. run.pftrace).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
-    /// Stream the recording in windows this long: memory holds one window (with 30 s
-    /// before it, and after it as long as its requests stream), whatever the recording's
-    /// length. Each window is its own packet sequence; a recording longer than one
-    /// window gets diagnoses per window, and request ids of its own.
+    /// Lay out and write the trace in windows this long, each its own packet sequence
+    /// (what begins in a window is written with it, once nothing in flight began in
+    /// it). Request ids run across windows; diagnoses are each window's.
     #[arg(long, value_parser = collector::duration::parse, default_value = "60s", value_name = "D")]
     window: Duration,
-    /// How far before each window its events are stitched (tests make it short).
-    #[arg(long, value_parser = collector::duration::parse, default_value = "30s", value_name = "D", hide = true)]
-    lookback: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -242,7 +238,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             })
         }
-        Command::Export(args) => export(&args.file, &args.output, args.window, args.lookback),
+        Command::Export(args) => export(&args.file, &args.output, args.window),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
@@ -341,12 +337,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
     }
     if perfetto {
-        export(
-            &recording,
-            &args.output,
-            Duration::from_secs(60),
-            Duration::from_secs(30),
-        )?;
+        export(&recording, &args.output, Duration::from_secs(60))?;
     }
     if args.report {
         report(&recording, false, &[])?;
@@ -401,7 +392,6 @@ fn export(
     path: &std::path::Path,
     output: &std::path::Path,
     window: Duration,
-    lookback: Duration,
 ) -> anyhow::Result<ExitCode> {
     use collector::export::perfetto::{write_trace_streamed, PerfettoError, Windowing};
     let mut reader = collector::ingest::record::RecordReader::open(path)?;
@@ -409,8 +399,6 @@ fn export(
         std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?;
     let windowing = Windowing {
         window_ns: window.as_nanos().max(1) as u64,
-        lookback_ns: lookback.as_nanos() as u64,
-        ..Windowing::default()
     };
     let s = match write_trace_streamed(&mut reader, std::io::BufWriter::new(file), windowing) {
         Ok(s) => s,
@@ -438,7 +426,7 @@ fn export(
     );
     if s.late_events > 0 {
         eprintln!(
-            "{}: {} events came after their window was written and were skipped",
+            "{}: {} events came later than the replay's reorder window (used out of order)",
             output.display(),
             s.late_events
         );

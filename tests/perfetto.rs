@@ -224,10 +224,10 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     );
 }
 
-/// The same recording streamed in windows of 500 ms, each stitched with only 200 ms
-/// before it: many requests stream across windows (they go to the window they began
-/// in) and connections carry exchanges in several. The trace must still pass the check
-/// and hold the one-window trace's requests, tokens, flows and GPU steps, each once.
+/// The same recording written in windows of 500 ms: many requests stream across
+/// windows (they go to the window they began in) and connections carry exchanges in
+/// several. The trace must still pass the check and hold the one-window trace's
+/// requests, tokens, flows and GPU steps, each once.
 fn windowed_export_keeps_the_reports_counts(python: &Path, rec: &Path, dir: &Path, whole: &Value) {
     let path = dir.join("windowed.pftrace");
     let out = run(
@@ -236,7 +236,7 @@ fn windowed_export_keeps_the_reports_counts(python: &Path, rec: &Path, dir: &Pat
             .arg(rec)
             .arg("-o")
             .arg(&path)
-            .args(["--window", "500ms", "--lookback", "200ms"]),
+            .args(["--window", "500ms"]),
         "tokenscope export --window 500ms",
     );
     let stderr = String::from_utf8_lossy(&out.stderr);

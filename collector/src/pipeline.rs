@@ -3,17 +3,21 @@
 //! steps, the NVML and CUPTI series and the protocol tally out. Incremental: a
 //! request leaves the stitcher once it settled (see `stitch::stitcher`), and what
 //! the stitcher let go is never read again. `report` reads everything it produced
-//! at the end; `top` takes what it produced as it goes and keeps a window of it.
-//! `export` does not use it yet (issue 14).
+//! at the end; `top` takes what it produced as it goes and keeps a window of it;
+//! `export` takes it as it goes too, connections included, and writes a window once
+//! nothing held can still start in it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::analyze::protocols::{ProtocolTally, Protocols};
 use crate::gpu::{GpuStep, StepTracker};
 use crate::ingest::model::{event::Body, GpuActivityKind, NvmlSample};
 use crate::ingest::Event;
-use crate::stitch::{attribution, Request, Settle, Settled, Stitcher};
+use crate::stitch::{
+    attribution, ConnectionSpan, ExchangeSpan, Request, Settle, Settled, Stitcher,
+};
 
 /// How the pipeline holds and lets go (event time throughout).
 #[derive(Clone, Copy, Debug)]
@@ -24,6 +28,9 @@ pub struct Config {
     /// How often (in event time) settled requests are let go.
     pub advance_every_ns: u64,
     pub settle: Settle,
+    /// Hand over each released connection with every exchange it carried
+    /// (`Output::connections`), for views that draw connections.
+    pub connections: bool,
 }
 
 impl Config {
@@ -33,6 +40,15 @@ impl Config {
             reorder_ns: 1_000_000_000,
             advance_every_ns: 1_000_000_000,
             settle: Settle::default(),
+            connections: false,
+        }
+    }
+
+    /// Replaying a recording for the Perfetto export (connections drawn too).
+    pub fn export() -> Config {
+        Config {
+            connections: true,
+            ..Config::replay()
         }
     }
 
@@ -42,6 +58,7 @@ impl Config {
             reorder_ns: 100_000_000,
             advance_every_ns: 250_000_000,
             settle: Settle::default(),
+            connections: false,
         }
     }
 
@@ -54,12 +71,18 @@ impl Config {
     }
 }
 
-/// A CUPTI activity record: device time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A CUPTI activity record: device time, and where it ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CuptiSpan {
     pub kind: GpuActivityKind,
     pub start_ns: u64,
     pub end_ns: u64,
+    pub pid: u32,
+    /// Shared between the spans that bear them (kernel names repeat).
+    pub comm: Arc<str>,
+    pub name: Arc<str>,
+    pub device: u32,
+    pub stream: u32,
 }
 
 /// What the pipeline produced: everything, as a report lists every request.
@@ -72,6 +95,12 @@ pub struct Output {
     /// NVML samples with their time, in time order.
     pub nvml: Vec<(u64, NvmlSample)>,
     pub cupti: Vec<CuptiSpan>,
+    /// Released connections with their exchanges, in the order they were released
+    /// (with `Config::connections` only).
+    pub connections: Vec<ConnectionSpan>,
+    /// The first and last event times pushed.
+    pub first_event_ns: Option<u64>,
+    pub last_event_ns: u64,
     /// Socket I/Os whose bytes were neither HTTP nor TLS, on released connections.
     pub unparsed_ios: u64,
     pub events: u64,
@@ -122,6 +151,9 @@ pub struct Pipeline {
     out: Output,
     /// The requests still held at the last advance, as they stood.
     open: Vec<Request>,
+    /// Exchanges let go before their connection (with `Config::connections`).
+    let_go: HashMap<usize, Vec<ExchangeSpan>>,
+    names: HashSet<Arc<str>>,
 }
 
 impl Pipeline {
@@ -138,11 +170,16 @@ impl Pipeline {
             calls: StepTracker::default(),
             out: Output::default(),
             open: Vec::new(),
+            let_go: HashMap::new(),
+            names: HashSet::new(),
         }
     }
 
     pub fn push(&mut self, event: Event) {
         self.out.events += 1;
+        let first = self.out.first_event_ns.get_or_insert(event.ts_ns);
+        *first = (*first).min(event.ts_ns);
+        self.out.last_event_ns = self.out.last_event_ns.max(event.ts_ns);
         if event.ts_ns < self.released_ns {
             self.out.late_events += 1;
             self.feed(event);
@@ -191,6 +228,9 @@ impl Pipeline {
             steps: std::mem::take(&mut self.out.steps),
             nvml: std::mem::take(&mut self.out.nvml),
             cupti: std::mem::take(&mut self.out.cupti),
+            connections: std::mem::take(&mut self.out.connections),
+            first_event_ns: self.out.first_event_ns,
+            last_event_ns: self.out.last_event_ns,
             unparsed_ios: self.out.unparsed_ios,
             events: self.out.events,
             late_events: self.out.late_events,
@@ -201,6 +241,18 @@ impl Pipeline {
     /// The requests still held at the last advance, as they stood then.
     pub fn open(&self) -> &[Request] {
         &self.open
+    }
+
+    /// The time of the last event let through the reorder window: what happened
+    /// before it has reached the stitcher (but for late events).
+    pub fn released_ns(&self) -> u64 {
+        self.released_ns
+    }
+
+    /// The earliest start of a request not yet handed over (see
+    /// `Stitcher::oldest_held_ns`); None: none is held.
+    pub fn oldest_held_ns(&self) -> Option<u64> {
+        self.stitcher.oldest_held_ns()
     }
 
     /// The input ended but the reader goes on: everything held is let go now.
@@ -236,20 +288,46 @@ impl Pipeline {
     fn feed(&mut self, event: Event) {
         match &event.body {
             Some(Body::Nvml(s)) => self.out.nvml.push((event.ts_ns, s.clone())),
-            Some(Body::Gpu(g)) => self.out.cupti.push(CuptiSpan {
-                kind: g.kind(),
-                start_ns: g.start_ns,
-                end_ns: g.end_ns,
-            }),
+            Some(Body::Gpu(g)) => {
+                let span = CuptiSpan {
+                    kind: g.kind(),
+                    start_ns: g.start_ns,
+                    end_ns: g.end_ns,
+                    pid: event.pid,
+                    comm: self.intern(&event.comm),
+                    name: self.intern(&g.name),
+                    device: g.device,
+                    stream: g.stream,
+                };
+                self.out.cupti.push(span);
+            }
             Some(Body::Cuda(_)) => self.out.steps.extend(self.calls.push(&event)),
             _ => self.stitcher.push(&event),
         }
+    }
+
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(s) {
+            return n.clone();
+        }
+        let n: Arc<str> = s.into();
+        self.names.insert(n.clone());
+        n
     }
 
     fn absorb(&mut self, s: Settled) {
         for c in &s.connections {
             self.out.unparsed_ios += c.unparsed_ios;
             self.out.tally.add(c);
+        }
+        if self.cfg.connections {
+            for (c, x) in &s.exchanges {
+                self.let_go.entry(*c).or_default().push(ExchangeSpan::of(x));
+            }
+            for c in &s.connections {
+                let earlier = self.let_go.remove(&c.id).unwrap_or_default();
+                self.out.connections.push(ConnectionSpan::of(c, earlier));
+            }
         }
         self.out.requests.extend(s.requests);
         self.open = s.open;

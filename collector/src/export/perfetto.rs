@@ -2,12 +2,15 @@
 //! perfetto_protos), request-centred: a track per request with its stages and the
 //! tokens at every observation point linked by flows, connections, GPU steps and
 //! kernels, counter tracks, and the diagnoses (a "tokenscope diagnoses" track, and
-//! an instant on each request a diagnosis cites). One packet sequence, packets in time order, event
-//! names and categories interned on first use, clock MONOTONIC (3).
+//! an instant on each request a diagnosis cites). Laid out from what the pipeline
+//! hands over as the replay goes (`pipeline::Output`): the export stitches nothing
+//! itself. A packet sequence per window, packets in time order, event names and categories interned
+//! on first use, clock MONOTONIC (3).
 
 mod layout;
 #[cfg(test)]
 mod tests;
+mod windows;
 
 use std::io::Write;
 
@@ -26,8 +29,10 @@ use protobuf::{CodedOutputStream, EnumOrUnknown, MessageField};
 
 use crate::ingest::record::{FileHeader, RecordReader};
 use crate::ingest::Event;
+use crate::pipeline::{self, Pipeline};
 
 use layout::{Arg, ChildOrder, Flow, OpKind, Plan, TrackKind};
+use windows::Windows;
 
 /// The one packet sequence this writer uses (0 is reserved by Perfetto).
 pub const SEQUENCE_ID: u32 = 1;
@@ -46,13 +51,13 @@ pub struct TraceSummary {
     pub gpu_steps: usize,
     /// Flows linking a token across observation points.
     pub flows: usize,
-    /// Diagnosis slices (the report's diagnoses; per window in a windowed export).
+    /// Diagnosis slices (the report's diagnoses).
     pub diagnoses: usize,
     pub packets: u64,
     pub bytes: u64,
     /// Export windows, one packet sequence each.
     pub windows: u64,
-    /// Events that reached the exporter after their window was written (skipped).
+    /// Events later than the pipeline's reorder window (used out of order).
     pub late_events: u64,
 }
 
@@ -66,188 +71,114 @@ pub enum PerfettoError {
     Record(#[from] crate::ingest::record::RecordError),
 }
 
-/// How a recording is cut for a streamed export: each window's requests, exchanges,
-/// steps and samples are stitched from the events of the window, `lookback_ns` before
-/// it (so a request that began earlier is known as such) and a tail after it that
-/// grows, up to `max_tail_ns`, while a request of the window is still streaming.
-/// Memory holds one window with its lookback and tail, whatever the recording's length.
+/// How a recording's trace is cut: each window (its own packet sequence) writes the
+/// requests, steps, samples and CUPTI spans that begin in it, the connections that end
+/// in it, and the diagnoses of its requests; a window is written once nothing still
+/// in flight can begin in it (see `windows`), so what is held is what is in flight,
+/// whatever the recording's length.
 #[derive(Clone, Copy, Debug)]
 pub struct Windowing {
     pub window_ns: u64,
-    pub lookback_ns: u64,
-    pub max_tail_ns: u64,
 }
 
 impl Default for Windowing {
     fn default() -> Self {
         Windowing {
-            window_ns: 60 * SECOND,
-            lookback_ns: 30 * SECOND,
-            max_tail_ns: 600 * SECOND,
+            window_ns: 60 * 1_000_000_000,
         }
     }
 }
 
-const SECOND: u64 = 1_000_000_000;
-/// How far out of time order the record file's events may come (per-CPU ring buffers,
-/// CUPTI buffers flushed late): a window is written once events this much past its tail
-/// were read.
-const DISORDER_NS: u64 = 5 * SECOND;
+impl Windowing {
+    /// The whole recording in one window.
+    pub fn whole() -> Windowing {
+        Windowing {
+            window_ns: u64::MAX,
+        }
+    }
+}
 
-/// Stitches `events` (a whole recording, in memory) and writes them to `out` as a
-/// Perfetto trace in one window, packet by packet.
+/// Replays `events` (a whole recording, in memory) through the pipeline and writes
+/// what it produced to `out` as a Perfetto trace in one window, packet by packet.
 pub fn write_trace(
     header: &FileHeader,
     events: &[Event],
-    mut out: impl Write,
+    out: impl Write,
 ) -> Result<TraceSummary, PerfettoError> {
-    let dropped = header.counters.map_or(0, |c| c.dropped);
-    let stitched = layout::stitch(events, dropped > 0);
-    let start = layout::start_ns(header, events.iter().map(|e| e.ts_ns).min());
-    let plan = layout::plan(header, events, &stitched, start, &layout::Window::all());
-    drop(stitched);
-    let mut os = CodedOutputStream::new(&mut out);
-    let mut w = Writer::new(&mut os);
-    w.window(&plan, 0)?;
-    let summary = w.summary;
-    let bytes = finish(os)?;
-    out.flush()?;
-    Ok(TraceSummary { bytes, ..summary })
+    write_events(header, events, out, Windowing::whole())
 }
 
-/// Flushes the encoder; the bytes it wrote.
-fn finish(mut os: CodedOutputStream) -> Result<u64, PerfettoError> {
-    os.flush()?;
-    Ok(os.total_bytes_written())
+/// `write_trace`, cut in windows as `tokenscope export` cuts them.
+pub fn write_events(
+    header: &FileHeader,
+    events: &[Event],
+    out: impl Write,
+    windowing: Windowing,
+) -> Result<TraceSummary, PerfettoError> {
+    let mut batches = events.chunks(1024);
+    let next = || Ok(batches.next().map(<[Event]>::to_vec));
+    write_batches(header, next, out, windowing)
 }
 
-/// Streams a recording from `reader` to `out` as a Perfetto trace, window by window
-/// (see `Windowing`): packets are written as each window is done.
+/// Replays a recording from `reader` through the pipeline (no event is held past its
+/// reorder window) and writes what it produced to `out`, window by window as they are
+/// done (see `Windowing`).
 pub fn write_trace_streamed(
     reader: &mut RecordReader,
-    mut out: impl Write,
+    out: impl Write,
     windowing: Windowing,
 ) -> Result<TraceSummary, PerfettoError> {
     let header = reader.header.clone();
+    let next = || Ok(reader.next_batch()?);
+    write_batches(&header, next, out, windowing)
+}
+
+/// The pipeline a recording is replayed through for a trace.
+pub fn pipeline(header: &FileHeader) -> Pipeline {
     let dropped = header.counters.is_some_and(|c| c.dropped > 0);
-    let window = windowing.window_ns.max(1);
-    let mut buf = Buffer::default();
-    while buf.events.is_empty() && buf.read(reader, 0)? {}
-    let origin = layout::start_ns(&header, buf.events.iter().map(|e| e.ts_ns).min());
+    Pipeline::new(pipeline::Config::export(), dropped)
+}
+
+/// Pushes each batch through the pipeline, takes what it finished, and writes each
+/// window once it is done: laid out, encoded and let go before the next.
+fn write_batches(
+    header: &FileHeader,
+    mut next: impl FnMut() -> Result<Option<Vec<Event>>, PerfettoError>,
+    mut out: impl Write,
+    windowing: Windowing,
+) -> Result<TraceSummary, PerfettoError> {
+    let mut p = pipeline(header);
+    let mut windows = Windows::new(header, windowing.window_ns);
     let mut os = CodedOutputStream::new(&mut out);
     let mut w = Writer::new(&mut os);
-    let (mut ws, mut index, mut base) = (origin, 0u64, 0usize);
-    loop {
-        // Skip to the window of the next event.
-        buf.sort();
-        let Some(next) = buf.events.iter().map(|e| e.ts_ns).find(|&t| t >= ws) else {
-            if buf.eof {
-                break;
-            }
-            buf.read(reader, ws.saturating_sub(windowing.lookback_ns))?;
-            continue;
-        };
-        ws += (next - ws) / window * window;
-        let we = ws + window;
-        let from = ws.saturating_sub(windowing.lookback_ns);
-        let mut tail = windowing.lookback_ns.min(windowing.max_tail_ns);
-        let (stitched, lo, hi) = loop {
-            let until = we + tail;
-            while !buf.eof && buf.max_ts < until + DISORDER_NS {
-                buf.read(reader, from)?;
-            }
-            buf.sort();
-            let lo = buf.events.partition_point(|e| e.ts_ns < from);
-            let hi = buf.events.partition_point(|e| e.ts_ns <= until);
-            let mut st = layout::stitch(&buf.events[lo..hi], dropped);
-            // A request of this window not done at the tail's end, on a connection still
-            // open (it may be queued, silently, for a long time): a longer tail.
-            let tl = &st.timeline;
-            let streaming = tl.requests.iter().any(|r| {
-                (ws..we).contains(&r.start_ns)
-                    && r.truncated
-                    && r.connections
-                        .iter()
-                        .any(|c| tl.connections.get(c).is_some_and(|c| c.close_ns.is_none()))
-            });
-            let more = !buf.eof || buf.max_ts > until;
-            if streaming && more && tail < windowing.max_tail_ns {
-                tail = (tail * 2).min(windowing.max_tail_ns);
-                continue;
-            }
-            layout::renumber(&mut st, base);
-            break (st, lo, hi);
-        };
-        // The first window also takes what began before the recording (CUPTI spans), the
-        // last what ends after its last event (the recording's end).
-        let last = buf.eof && buf.max_ts < we;
-        let own = layout::Window {
-            own: if index == 0 { 0 } else { ws }..if last { u64::MAX } else { we },
-            index,
-        };
-        let plan = layout::plan(&header, &buf.events[lo..hi], &stitched, origin, &own);
-        base += stitched.timeline.requests.len();
-        drop(stitched);
-        w.window(&plan, index)?;
-        drop(plan);
-        index += 1;
-        ws = we;
-        buf.trim(ws.saturating_sub(windowing.lookback_ns));
+    while let Some(batch) = next()? {
+        for e in batch {
+            p.push(e);
+        }
+        windows.take(&mut p);
+        while let Some(trace) = windows.ready(&p) {
+            w.window(&layout::plan(&trace))?;
+        }
+    }
+    p.flush();
+    windows.take(&mut p);
+    while let Some(trace) = windows.rest() {
+        w.window(&layout::plan(&trace))?;
     }
     let summary = w.summary;
     let bytes = finish(os)?;
     out.flush()?;
     Ok(TraceSummary {
         bytes,
-        late_events: buf.late,
+        late_events: windows.late_events,
         ..summary
     })
 }
 
-/// Events read and not yet past every window that needs them.
-#[derive(Default)]
-struct Buffer {
-    events: Vec<Event>,
-    sorted: bool,
-    max_ts: u64,
-    eof: bool,
-    late: u64,
-}
-
-impl Buffer {
-    /// Reads a batch; events before `keep_from` come too late for their window and are
-    /// counted, not kept. False at the end of the file.
-    fn read(&mut self, reader: &mut RecordReader, keep_from: u64) -> Result<bool, PerfettoError> {
-        let Some(batch) = reader.next_batch()? else {
-            self.eof = true;
-            return Ok(false);
-        };
-        for e in batch {
-            if e.ts_ns < keep_from {
-                self.late += 1;
-                continue;
-            }
-            self.max_ts = self.max_ts.max(e.ts_ns);
-            self.events.push(e);
-        }
-        self.sorted = false;
-        Ok(true)
-    }
-
-    fn sort(&mut self) {
-        if !self.sorted {
-            // Nearly in order already: the stable sort runs over it in linear time.
-            self.events.sort_by_key(|e| e.ts_ns);
-            self.sorted = true;
-        }
-    }
-
-    /// Forgets the events before `t`.
-    fn trim(&mut self, t: u64) {
-        self.sort();
-        let n = self.events.partition_point(|e| e.ts_ns < t);
-        self.events.drain(..n);
-    }
+/// Flushes the encoder; the bytes it wrote.
+fn finish(mut os: CodedOutputStream) -> Result<u64, PerfettoError> {
+    os.flush()?;
+    Ok(os.total_bytes_written())
 }
 
 struct Writer<'a, 'b> {
@@ -269,10 +200,11 @@ impl<'a, 'b> Writer<'a, 'b> {
         }
     }
 
-    /// One window's plan as packet sequence `SEQUENCE_ID + index`: its own interning,
-    /// its tracks described (again, for those an earlier window described: same uuid),
-    /// then its events in time order.
-    fn window(&mut self, plan: &Plan, index: u64) -> Result<(), PerfettoError> {
+    /// One window's plan as the next packet sequence (`SEQUENCE_ID` first): its own
+    /// interning, its tracks described (again, for those an earlier window described:
+    /// same uuid), then its events in time order.
+    fn window(&mut self, plan: &Plan) -> Result<(), PerfettoError> {
+        let index = self.summary.windows;
         self.sequence = SEQUENCE_ID + u32::try_from(index).expect("fewer than 2^32 windows");
         self.names_defined = vec![false; plan.names.len()];
         self.cats_defined = [false; layout::CATEGORIES.len()];

@@ -324,11 +324,12 @@ impl Connection {
         self.exchange_base + self.exchanges.len()
     }
 
-    /// Releases retired exchanges from the front (later ones keep their numbers).
-    pub fn release_retired(&mut self) {
+    /// Releases retired exchanges from the front (later ones keep their numbers);
+    /// returns them.
+    pub fn release_retired(&mut self) -> Vec<Exchange> {
         let n = self.exchanges.iter().take_while(|x| x.retired).count();
-        self.exchanges.drain(..n);
         self.exchange_base += n;
+        self.exchanges.drain(..n).collect()
     }
 
     /// The direction requests travel at this end.

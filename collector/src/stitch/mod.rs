@@ -5,11 +5,13 @@ pub mod attribution;
 pub mod chain;
 pub mod conn;
 pub mod request;
+pub mod spans;
 pub mod stitcher;
 pub mod wire;
 
 pub use conn::{Connection, Conns, Exchange, Role};
 pub use request::{Point, PointKind, Request};
+pub use spans::{ChainSpans, ConnectionSpan, ExchangeSpan};
 pub use stitcher::{Settle, Settled, Stitcher};
 
 use crate::ingest::Event;
@@ -28,20 +30,6 @@ pub struct Timeline {
 /// Stitches events (any order; they are sorted by time here). `dropped` marks
 /// every request when the recording lost events.
 pub fn stitch(events: &[Event], dropped: bool) -> Timeline {
-    stitch_linked(events, dropped).timeline
-}
-
-/// A timeline with how it was linked: the hop chains behind each request, for
-/// views that lay out hops (the Perfetto exporter). Linking is the costly part of
-/// stitching, so callers that need both take this instead of linking twice.
-pub struct Linked {
-    pub timeline: Timeline,
-    pub links: chain::Links,
-    /// Per request (by id), its exchange ends from the client to the engine.
-    pub chains: Vec<Vec<chain::End>>,
-}
-
-pub fn stitch_linked(events: &[Event], dropped: bool) -> Linked {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.ts_ns);
     let connections = conn::connections(&sorted);
@@ -56,15 +44,11 @@ pub fn stitch_linked(events: &[Event], dropped: bool) -> Linked {
     let mut steps = crate::gpu::steps(events);
     attribution::attribute(&mut requests, &mut steps);
     let unparsed_ios = connections.values().map(|c| c.unparsed_ios).sum();
-    Linked {
-        timeline: Timeline {
-            connections,
-            requests,
-            steps,
-            unparsed_ios,
-        },
-        links,
-        chains,
+    Timeline {
+        connections,
+        requests,
+        steps,
+        unparsed_ios,
     }
 }
 

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::chain::End;
 use super::conn::{Connection, Conns, Exchange, Role};
+use super::spans::ChainSpans;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -133,6 +134,10 @@ pub struct Request {
     /// order requests are numbered in.
     #[serde(skip)]
     pub order: (u64, usize, usize),
+    /// Where its stages lay on the hops that carried it (None: built by hand, or its
+    /// chain's first exchange is not where it started).
+    #[serde(skip)]
+    pub spans: Option<ChainSpans>,
     /// GPU steps this request took part in, when the engine's libcuda was probed.
     pub gpu: Option<super::attribution::GpuShare>,
     /// Client side first, engine last.
@@ -171,6 +176,7 @@ impl Request {
             connection_close_ns: None,
             retransmit_ns: Vec::new(),
             order: (start, 0, 0),
+            spans: None,
             tls: false,
             encrypted: false,
             http2: false,
@@ -420,6 +426,8 @@ pub fn build(
         connections: chain.iter().map(|e| e.0).collect(),
         connection_close_ns: rc.close_ns,
         order: (rx.request_start_ns, root.0, root.1),
+        spans: (rx.request_start_ns == first_byte_ns)
+            .then(|| super::spans::chain_spans(new_connection, conns, chain, links)),
         retransmit_ns: chain
             .iter()
             .flat_map(|e| conns[&e.0].retransmits.iter().copied())

@@ -38,8 +38,12 @@ pub struct Settled {
     /// The requests still held, as they stand (a live view shows them): not final,
     /// and without the upstream exchanges whose hop is not decided yet.
     pub open: Vec<Request>,
-    /// Connections released (their exchanges gone): for tallies.
+    /// Connections released, with the exchanges still on them: for tallies, and
+    /// for views that draw connections (with `exchanges` let go before).
     pub connections: Vec<Connection>,
+    /// Finalised exchanges let go from connections still held (connection id,
+    /// exchange): their connection comes in a later `connections`.
+    pub exchanges: Vec<(usize, Exchange)>,
 }
 
 pub struct Stitcher {
@@ -76,6 +80,29 @@ impl Stitcher {
     /// `now_ns` can go at the next advance.
     pub fn pass_time(&mut self, now_ns: u64) {
         self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    /// The earliest a request still held (or about to begin on a connection just
+    /// opened) can start: a request starts at its first byte, or at connect() on the
+    /// connection it opened. None: nothing is held. Readers that write in time order
+    /// (the windowed export) wait for it to pass.
+    pub fn oldest_held_ns(&self) -> Option<u64> {
+        let fresh = self.now_ns.saturating_sub(self.settle.settle_ns);
+        self.conns
+            .conns
+            .values()
+            .filter_map(|c| {
+                let opened = c.connect_ns.unwrap_or(c.first_ns).min(c.first_ns);
+                let mut live = c.live_exchange_ids().peekable();
+                match live.peek() {
+                    Some(&0) => Some(opened),
+                    Some(_) => live.map(|i| c.exchange(i).request_start_ns).min(),
+                    // A connection that carried nothing yet may be about to (seen
+                    // lately); one that stays quiet, or is not HTTP, holds nothing back.
+                    None => (c.exchange_count() == 0 && c.first_ns >= fresh).then_some(opened),
+                }
+            })
+            .min()
     }
 
     /// Lets go what settled by the latest event's time.
@@ -152,7 +179,7 @@ impl Stitcher {
                 c.exchange_mut(i).retired = true;
             }
         }
-        out.connections = self.release(now, all, &in_chain);
+        self.release(now, all, &in_chain, &mut out);
         out
     }
 
@@ -172,8 +199,9 @@ impl Stitcher {
 
     /// Releases retired exchanges, then connections with nothing left that closed a
     /// settle ago or went idle; exchanges that joined no request go with them.
-    fn release(&mut self, now: u64, all: bool, in_chain: &HashSet<chain::End>) -> Vec<Connection> {
+    fn release(&mut self, now: u64, all: bool, in_chain: &HashSet<chain::End>, out: &mut Settled) {
         let settle = self.settle;
+        let exchanges = &mut out.exchanges;
         let gone: Vec<usize> = self
             .conns
             .conns
@@ -191,13 +219,15 @@ impl Stitcher {
                 {
                     return Some(c.id);
                 }
-                c.release_retired();
+                let id = c.id;
+                exchanges.extend(c.release_retired().into_iter().map(|x| (id, x)));
                 None
             })
             .collect();
-        gone.into_iter()
+        out.connections = gone
+            .into_iter()
             .filter_map(|id| self.conns.release(id))
-            .collect()
+            .collect();
     }
 }
 

@@ -1,21 +1,22 @@
-//! The stitched timeline -> tracks and time-ordered events (not yet encoded).
+//! One window of the pipeline's output -> tracks and time-ordered events (not yet
+//! encoded).
 //! Slices are nested per track here: a slice that would straddle its parent's
 //! end is cut at that end (its real length stays in its arguments), so begin/end
 //! always balance and nest whatever the data looks like.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
 
 mod connections;
 mod counters;
 mod diagnoses;
 mod gpu;
 mod requests;
+mod trace;
 
-use crate::diagnose;
 use crate::ingest::record::FileHeader;
-use crate::ingest::Event;
-use crate::stitch::{chain, Timeline};
+pub(crate) use counters::Running;
+pub(crate) use diagnoses::Cites;
+pub(crate) use trace::{Conn, Trace};
 
 /// Interned categories, by index (iid = index + 1).
 pub(crate) const CATEGORIES: [&str; 8] = [
@@ -198,59 +199,6 @@ struct Builder {
     plan: Plan,
     name_ids: HashMap<String, u32>,
     processes: BTreeMap<u32, u64>,
-    /// What this window writes: things that begin in it (see `Window`).
-    own: Range<u64>,
-    /// The window's index, which keeps its diagnosis rows apart from other windows'.
-    window: u64,
-}
-
-/// One export window: the stretch of time whose requests, exchanges, steps and samples
-/// this plan writes (each goes to the window it begins in), and the window's index.
-#[derive(Clone, Debug)]
-pub(crate) struct Window {
-    pub(crate) own: Range<u64>,
-    pub(crate) index: u64,
-}
-
-impl Window {
-    /// The whole recording in one window.
-    pub(crate) fn all() -> Window {
-        Window {
-            own: 0..u64::MAX,
-            index: 0,
-        }
-    }
-}
-
-/// The stitched timeline with the links and chains it was built from (the
-/// stages' positions need them).
-pub(crate) struct Stitched {
-    pub(crate) timeline: Timeline,
-    links: chain::Links,
-    chains: Vec<Vec<chain::End>>,
-}
-
-/// The stitched timeline with its links (see `stitch::stitch_linked`).
-pub(crate) fn stitch(events: &[Event], dropped: bool) -> Stitched {
-    let linked = crate::stitch::stitch_linked(events, dropped);
-    Stitched {
-        timeline: linked.timeline,
-        links: linked.links,
-        chains: linked.chains,
-    }
-}
-
-/// Numbers a window's requests past the `base` requests of earlier windows (stitching
-/// numbers them from 0 by chain; the chains stay indexed by position).
-pub(crate) fn renumber(st: &mut Stitched, base: usize) {
-    for r in &mut st.timeline.requests {
-        r.id += base;
-        for s in r.gpu.iter_mut().flat_map(|g| &mut g.stalled_by) {
-            for id in &mut s.requests {
-                *id += base;
-            }
-        }
-    }
 }
 
 /// The trace's time origin: the earliest of the recording's start and its first event.
@@ -261,44 +209,18 @@ pub(crate) fn start_ns(header: &FileHeader, first_event: Option<u64>) -> u64 {
     }
 }
 
-/// The plan of one window (`Window::all()`: the whole recording). `start_ns` is the
-/// trace's time origin (see `start_ns`); `st` was stitched from `events`, which cover
-/// the window and some time around it.
-pub(crate) fn plan(
-    header: &FileHeader,
-    events: &[Event],
-    st: &Stitched,
-    start_ns: u64,
-    window: &Window,
-) -> Plan {
-    let tl = &st.timeline;
-    let mut b = Builder::new(start_ns);
-    b.own = window.own.clone();
-    b.window = window.index;
-    b.plan.start_monotonic_ns = header.start_monotonic_ns;
-    b.plan.start_realtime_ns = header.start_realtime_ns;
-    // From the timeline the tracks show, so the annotations cite what is on screen: the
-    // window's own requests.
-    let nvml = diagnose::nvml_samples(events);
-    let owned: Vec<crate::stitch::Request>;
-    let mut input = diagnose::Input::new(tl, &nvml);
-    if window.own != Window::all().own {
-        owned = tl
-            .requests
-            .iter()
-            .filter(|r| window.own.contains(&r.start_ns))
-            .cloned()
-            .collect();
-        input.requests = &owned;
-    }
-    let diagnoses = diagnose::diagnose(&input);
-    let cites = b.diagnoses(&diagnoses);
-    b.requests(st, &cites);
-    b.connections(&tl.connections);
-    b.gpu_steps(tl);
-    b.cupti(events);
-    b.nvml(events);
-    b.derived_counters(header, tl, start_ns, events);
+/// The plan of one window (all of what `trace` holds).
+pub(crate) fn plan(trace: &Trace) -> Plan {
+    let mut b = Builder::new(trace.start_ns);
+    b.plan.start_monotonic_ns = trace.start_monotonic_ns;
+    b.plan.start_realtime_ns = trace.start_realtime_ns;
+    b.diagnoses(&trace.diagnoses, trace.window);
+    b.requests(&trace.requests, &trace.cites);
+    b.connections(&trace.connections);
+    b.gpu_steps(&trace.steps);
+    b.cupti(&trace.cupti);
+    b.nvml(&trace.nvml);
+    b.derived_counters(&trace.counters);
     // Stable: each track's events were pushed in begin/end order.
     b.plan.ops.sort_by_key(|op| op.ts);
     b.plan
@@ -323,13 +245,7 @@ impl Builder {
             },
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),
-            own: Window::all().own,
-            window: 0,
         }
-    }
-
-    fn owns(&self, ts: u64) -> bool {
-        self.own.contains(&ts)
     }
 }
 

@@ -279,16 +279,18 @@ fn the_written_trace_decodes_and_keeps_perfettos_invariants() {
     let counts = check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
 
     let report = crate::export::report::build(&header, &events);
-    let ours = layout::stitch(&events, true);
+    // What the export lays out: its own replay of the recording.
+    let mut replay = pipeline(&header);
+    for e in &events {
+        replay.push(e.clone());
+    }
+    let ours = replay.finish();
     assert_eq!(
-        serde_json::to_value(&ours.timeline.requests).expect("json"),
+        serde_json::to_value(&ours.requests).expect("json"),
         serde_json::to_value(&report.requests).expect("json"),
         "the exporter stitches exactly as the report does"
     );
-    assert_eq!(
-        ours.timeline.steps,
-        crate::stitch::stitch(&events, true).steps
-    );
+    assert_eq!(ours.steps, crate::stitch::stitch(&events, true).steps);
     let tokens: usize = report
         .requests
         .iter()
@@ -515,4 +517,77 @@ fn diagnoses_are_a_track_of_slices_over_their_evidence_cited_on_each_request() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[test]
+fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence() {
+    let (header, events) = synthetic();
+    let write = |windowing: Windowing| {
+        let mut buf = Vec::new();
+        let summary = write_events(&header, &events, &mut buf, windowing).expect("trace written");
+        let trace = Trace::parse_from_bytes(&buf).expect("the trace decodes");
+        (summary, trace)
+    };
+    let (whole_summary, whole) = write(Windowing::whole());
+    let whole = check(&whole).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+    let (summary, trace) = write(Windowing {
+        window_ns: 300 * MS,
+    });
+    assert!(
+        summary.windows >= 4,
+        "8 requests 310 ms apart span several 300 ms windows: {summary:?}"
+    );
+    let mut sequences: Vec<u32> = trace
+        .packet
+        .iter()
+        .map(|p| p.trusted_packet_sequence_id())
+        .collect();
+    sequences.dedup();
+    assert_eq!(
+        sequences.len() as u64,
+        summary.windows,
+        "a packet sequence per window, one after the other"
+    );
+    let mut sum = Counts::default();
+    for seq in sequences {
+        let mut one = Trace::new();
+        one.packet = trace
+            .packet
+            .iter()
+            .filter(|p| p.trusted_packet_sequence_id() == seq)
+            .cloned()
+            .collect();
+        let c = check(&one).unwrap_or_else(|e| panic!("window {seq}: invariant broken: {e}"));
+        sum.request_tracks += c.request_tracks;
+        sum.token_instants += c.token_instants;
+        sum.gpu_steps += c.gpu_steps;
+        sum.flows += c.flows;
+        sum.kernels += c.kernels;
+        sum.diagnoses += c.diagnoses;
+    }
+    assert_eq!(
+        (
+            sum.request_tracks,
+            sum.token_instants,
+            sum.gpu_steps,
+            sum.flows,
+            sum.kernels
+        ),
+        (
+            whole.request_tracks,
+            whole.token_instants,
+            whole.gpu_steps,
+            whole.flows,
+            whole.kernels
+        ),
+        "each request, token, step, flow and kernel once, as in one window"
+    );
+    // Diagnoses are each window's, over its requests: one request per 300 ms window
+    // is too few for the rule the whole recording's eight requests meet.
+    assert_eq!(
+        (summary.request_tracks, summary.diagnoses),
+        (whole_summary.request_tracks, sum.diagnoses),
+        "the summary counts what the windows hold"
+    );
+    assert!(whole.diagnoses > 0, "the whole recording has a diagnosis");
 }

@@ -1,107 +1,160 @@
-//! Counters computed from the timeline.
+//! Counters computed from the requests: in-flight requests, engine queue depth,
+//! tokens/s at each observation point, and the recording's ring-buffer drops. Run
+//! across the windows of an export: a request adds its changes when its window is
+//! written, and each window takes the samples that fall before its end.
 
 use std::collections::BTreeMap;
 
 use super::requests::request_end;
 use super::{Builder, TrackKind, RATE_WINDOW_NS};
-use crate::ingest::record::FileHeader;
-use crate::ingest::Event;
-use crate::stitch::{PointKind, Timeline};
+use crate::stitch::{PointKind, Request};
 
 impl Builder {
-    /// Counters computed from the timeline: in-flight requests, engine queue depth,
-    /// tokens/s at each observation point, and the recording's ring-buffer drops; the
-    /// samples in this window, from the requests stitched with it (a windowed export
-    /// misses requests that began before the window's lookback).
-    pub(super) fn derived_counters(
-        &mut self,
-        header: &FileHeader,
-        tl: &Timeline,
-        start: u64,
-        events: &[Event],
-    ) {
+    /// A window's samples of each series, under a "tokenscope" group.
+    pub(super) fn derived_counters(&mut self, series: &[(String, Vec<(u64, f64)>)]) {
         let group = self.track(None, "tokenscope".into(), TrackKind::Plain);
-        let steps = |b: &mut Self, name: &str, mut deltas: Vec<(u64, i64)>| {
-            if deltas.is_empty() {
-                return;
-            }
-            deltas.sort();
-            let t = b.track(Some(group), name.into(), TrackKind::Counter { unit: None });
-            let mut level = 0i64;
-            let mut i = 0;
-            while i < deltas.len() {
-                let ts = deltas[i].0;
-                while i < deltas.len() && deltas[i].0 == ts {
-                    level += deltas[i].1;
-                    i += 1;
-                }
-                if b.owns(ts) {
-                    b.counter(t, ts, level as f64);
-                }
-            }
-        };
-        let in_flight = tl
-            .requests
-            .iter()
-            .flat_map(|r| [(r.start_ns, 1), (request_end(r), -1)])
-            .collect();
-        steps(self, "in-flight requests", in_flight);
-        let queued = tl
-            .requests
-            .iter()
-            .filter_map(|r| {
-                let first = *r.point(PointKind::EngineWrite)?.token_ns.first()?;
-                Some([(r.engine_received_ns?, 1), (first, -1)])
-            })
-            .flatten()
-            .collect();
-        steps(self, "engine queue depth", queued);
-        for kind in [
-            PointKind::EngineWrite,
-            PointKind::ProxyRead,
-            PointKind::ProxyWrite,
-            PointKind::ClientRead,
-        ] {
-            let mut bins: BTreeMap<u64, u64> = BTreeMap::new();
-            for t in tl
-                .requests
-                .iter()
-                .filter_map(|r| r.point(kind))
-                .flat_map(|p| &p.token_ns)
-            {
-                *bins
-                    .entry(t.saturating_sub(start) / RATE_WINDOW_NS)
-                    .or_default() += 1;
-            }
-            let (Some(&lo), Some(&hi)) = (bins.keys().next(), bins.keys().next_back()) else {
+        for (name, samples) in series {
+            if samples.is_empty() {
                 continue;
-            };
-            let name = format!("tokens/s at {}", kind.label());
-            let t = self.track(Some(group), name, TrackKind::Counter { unit: None });
-            for w in lo..=hi + 1 {
-                let ts = start + w * RATE_WINDOW_NS;
-                if !self.owns(ts) {
-                    continue;
-                }
-                let n = bins.get(&w).copied().unwrap_or(0);
-                let per_s = n as f64 * 1e9 / RATE_WINDOW_NS as f64;
-                self.counter(t, ts, per_s);
             }
-        }
-        // The ring buffer's drops are counted per recording, not per moment: the
-        // total is shown from the end of the recording.
-        let dropped = header.counters.map_or(0, |c| c.dropped);
-        let last = events.iter().map(|e| e.ts_ns).max().unwrap_or(start);
-        let end = header.end_monotonic_ns.max(last).max(start);
-        let t = self.track(
-            Some(group),
-            "ring-buffer drops".into(),
-            TrackKind::Counter { unit: None },
-        );
-        for (ts, v) in [(start, 0.0), (end, dropped as f64)] {
-            if self.owns(ts) {
+            let t = self.track(Some(group), name.clone(), TrackKind::Counter { unit: None });
+            for &(ts, v) in samples {
                 self.counter(t, ts, v);
             }
         }
+    }
+}
+
+/// The derived series as they run across windows.
+pub(crate) struct Running {
+    start: u64,
+    in_flight: Levels,
+    queued: Levels,
+    /// Tokens/s per observation point.
+    rates: [Rate; 4],
+    started: bool,
+}
+
+const RATE_POINTS: [PointKind; 4] = [
+    PointKind::EngineWrite,
+    PointKind::ProxyRead,
+    PointKind::ProxyWrite,
+    PointKind::ClientRead,
+];
+
+/// Tokens per `RATE_WINDOW_NS` bin (by bin number from the origin), sampled every
+/// bin from the first token's through the one after the last token's.
+#[derive(Default)]
+struct Rate {
+    bins: BTreeMap<u64, u64>,
+    /// The last bin with a token (None: no token yet), and the next bin to sample
+    /// (None: none sampled yet, the first token's bin).
+    hi: Option<u64>,
+    next: Option<u64>,
+}
+
+/// A level that steps at times (requests begin and end), sampled at each step.
+#[derive(Default)]
+struct Levels {
+    deltas: BTreeMap<u64, i64>,
+    level: i64,
+}
+
+impl Levels {
+    fn add(&mut self, ts: u64, delta: i64) {
+        *self.deltas.entry(ts).or_default() += delta;
+    }
+
+    /// The samples before `until`.
+    fn take(&mut self, until: u64) -> Vec<(u64, f64)> {
+        let later = self.deltas.split_off(&until);
+        let now = std::mem::replace(&mut self.deltas, later);
+        now.into_iter()
+            .map(|(ts, d)| {
+                self.level += d;
+                (ts, self.level as f64)
+            })
+            .collect()
+    }
+}
+
+impl Running {
+    /// `start`: the trace's origin (rate bins are counted from it).
+    pub(crate) fn new(start: u64) -> Running {
+        Running {
+            start,
+            in_flight: Levels::default(),
+            queued: Levels::default(),
+            rates: Default::default(),
+            started: false,
+        }
+    }
+
+    /// A window's requests (none begins before an earlier window's end).
+    pub(crate) fn add(&mut self, requests: &[Request]) {
+        for r in requests {
+            self.in_flight.add(r.start_ns, 1);
+            self.in_flight.add(request_end(r), -1);
+            let first = r
+                .point(PointKind::EngineWrite)
+                .and_then(|p| p.token_ns.first());
+            if let (Some(received), Some(&first)) = (r.engine_received_ns, first) {
+                self.queued.add(received, 1);
+                self.queued.add(first, -1);
+            }
+            for (kind, rate) in RATE_POINTS.iter().zip(&mut self.rates) {
+                for t in r.point(*kind).iter().flat_map(|p| &p.token_ns) {
+                    let bin = t.saturating_sub(self.start) / RATE_WINDOW_NS;
+                    *rate.bins.entry(bin).or_default() += 1;
+                    rate.hi = rate.hi.max(Some(bin));
+                }
+            }
+        }
+    }
+
+    /// The samples before `until` (all of them when `last`, the recording's `end`
+    /// included). Tokens/s is sampled every bin from the first token on, through the
+    /// bin after the last (at the last window).
+    pub(crate) fn take(
+        &mut self,
+        until: u64,
+        last: Option<(u64, u64)>,
+    ) -> Vec<(String, Vec<(u64, f64)>)> {
+        let until = if last.is_some() { u64::MAX } else { until };
+        let mut series = vec![
+            ("in-flight requests".to_string(), self.in_flight.take(until)),
+            ("engine queue depth".to_string(), self.queued.take(until)),
+        ];
+        let start = self.start;
+        let at = |bin: u64| start.saturating_add(bin.saturating_mul(RATE_WINDOW_NS));
+        for (kind, rate) in RATE_POINTS.iter().zip(&mut self.rates) {
+            let Some(hi) = rate.hi else { continue };
+            let to = if last.is_some() { hi + 1 } else { u64::MAX };
+            let first = rate.bins.keys().next().copied();
+            let mut bin = rate.next.or(first).unwrap_or(hi);
+            // A token later than a bin already sampled counts in the next one.
+            let mut late: u64 = rate.bins.range(..bin).map(|(_, n)| n).sum();
+            rate.bins = rate.bins.split_off(&bin);
+            let mut samples = Vec::new();
+            while bin <= to && at(bin) < until {
+                let n = rate.bins.remove(&bin).unwrap_or(0) + std::mem::take(&mut late);
+                samples.push((at(bin), n as f64 * 1e9 / RATE_WINDOW_NS as f64));
+                bin += 1;
+            }
+            rate.next = Some(bin);
+            series.push((format!("tokens/s at {}", kind.label()), samples));
+        }
+        // The ring buffer's drops are counted per recording, not per moment: the
+        // total is shown from the end of the recording.
+        let mut drops = Vec::new();
+        if !self.started {
+            self.started = true;
+            drops.push((start, 0.0));
+        }
+        if let Some((end, dropped)) = last {
+            drops.push((end, dropped as f64));
+        }
+        series.push(("ring-buffer drops".to_string(), drops));
+        series
     }
 }

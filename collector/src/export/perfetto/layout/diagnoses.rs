@@ -12,7 +12,7 @@ use crate::export::report::saving_line;
 
 /// What the request tracks show of the diagnoses that cite them.
 #[derive(Default)]
-pub(super) struct Cites {
+pub(crate) struct Cites {
     /// Per request id, the diagnoses (indices, largest saving first) citing it.
     by_request: HashMap<usize, Vec<usize>>,
     /// Per diagnosis: "[2] turn proxy buffering off", its slice's name, its finding.
@@ -22,6 +22,21 @@ pub(super) struct Cites {
 }
 
 impl Cites {
+    /// What `diagnoses` (the largest saving first) cite.
+    pub(crate) fn of(diagnoses: &[Diagnosis]) -> Cites {
+        let mut cites = Cites::default();
+        for (rank, d) in diagnoses.iter().enumerate() {
+            let label = format!("[{}] {}", d.rule, d.title);
+            for &id in &d.evidence.request_ids {
+                cites.by_request.entry(id).or_default().push(rank);
+            }
+            cites.names.push(format!("{label}: {}", saving_line(d)));
+            cites.labels.push(label);
+            cites.findings.push(d.finding.clone());
+        }
+        cites
+    }
+
     /// "[2] turn proxy buffering off" for each diagnosis citing request `id`.
     pub(super) fn labels(&self, id: usize) -> Vec<String> {
         let of = self.by_request.get(&id).map_or(&[][..], |v| v.as_slice());
@@ -30,32 +45,27 @@ impl Cites {
 }
 
 impl Builder {
-    pub(super) fn diagnoses(&mut self, diagnoses: &[Diagnosis]) -> Cites {
-        let mut cites = Cites::default();
-        if diagnoses.is_empty() {
-            return cites;
-        }
-        let root = self.track(None, DIAGNOSES_TRACK.into(), TrackKind::Plain);
-        self.plan.tracks[root as usize - 1].children = ChildOrder::Explicit;
+    /// The rows of a window's diagnoses (the largest saving first). A row per window:
+    /// the same rule found in the next window has evidence that may overlap this one's,
+    /// and a track's slices must not go back in time.
+    pub(super) fn diagnoses(&mut self, diagnoses: &[Diagnosis], window: u64) {
+        let mut root = None;
         for (rank, d) in diagnoses.iter().enumerate() {
+            let ev = &d.evidence;
+            let root = *root.get_or_insert_with(|| {
+                let t = self.track(None, DIAGNOSES_TRACK.into(), TrackKind::Plain);
+                self.plan.tracks[t as usize - 1].children = ChildOrder::Explicit;
+                t
+            });
             let label = format!("[{}] {}", d.rule, d.title);
-            // Rows of other windows are other tracks: one diagnosis per row.
-            let track = self.track_salted(Some(root), label.clone(), TrackKind::Plain, self.window);
+            let track = self.track_salted(Some(root), label.clone(), TrackKind::Plain, window);
             self.plan.tracks[track as usize - 1].rank = Some(rank as i32);
             let name = format!("{label}: {}", saving_line(d));
             let args = self.args(diagnosis_args(d));
-            let ev = &d.evidence;
             let slice = self.slice(ev.start_ns, ev.end_ns, &name, Cat::Diagnosis, args);
             self.nest(track, vec![slice]);
             self.plan.diagnoses += 1;
-            for &id in &ev.request_ids {
-                cites.by_request.entry(id).or_default().push(rank);
-            }
-            cites.labels.push(label);
-            cites.names.push(name);
-            cites.findings.push(d.finding.clone());
         }
-        cites
     }
 
     /// One instant at `ts` naming every diagnosis that cites request `id` (one,

@@ -3,15 +3,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{Arg, Builder, Cat, Item, TrackKind};
+use crate::gpu::GpuStep;
 use crate::gpu::StepKind;
-use crate::ingest::model::{event::Body, GpuActivityKind, NvmlSample};
-use crate::ingest::Event;
-use crate::stitch::Timeline;
+use crate::ingest::model::{GpuActivityKind, NvmlSample};
+use crate::pipeline::CuptiSpan;
 
 impl Builder {
-    pub(super) fn gpu_steps(&mut self, tl: &Timeline) {
-        let mut by_thread: BTreeMap<(u32, u32), Vec<&crate::gpu::GpuStep>> = BTreeMap::new();
-        for s in tl.steps.iter().filter(|s| self.owns(s.start_ns)) {
+    /// `steps`: those that begin in this window.
+    pub(super) fn gpu_steps(&mut self, steps: &[GpuStep]) {
+        let mut by_thread: BTreeMap<(u32, u32), Vec<&GpuStep>> = BTreeMap::new();
+        for s in steps {
             by_thread.entry((s.pid, s.tid)).or_default().push(s);
         }
         for ((pid, tid), steps) in by_thread {
@@ -39,19 +40,14 @@ impl Builder {
         }
     }
 
-    /// CUPTI spans: a track per (process, device, stream), NVTX ranges on their own.
-    pub(super) fn cupti(&mut self, events: &[Event]) {
+    /// CUPTI spans (those that begin in this window): a track per (process, device,
+    /// stream), NVTX ranges on their own.
+    pub(super) fn cupti(&mut self, spans: &[CuptiSpan]) {
         let mut by_stream: BTreeMap<(u32, u32, u32, bool), Vec<Item>> = BTreeMap::new();
         let mut comms: HashMap<u32, &str> = HashMap::new();
-        for ev in events {
-            let Some(Body::Gpu(a)) = &ev.body else {
-                continue;
-            };
-            if !self.owns(a.start_ns) {
-                continue;
-            }
-            comms.entry(ev.pid).or_insert(&ev.comm);
-            let kind = a.kind();
+        for a in spans {
+            comms.entry(a.pid).or_insert(&a.comm);
+            let kind = a.kind;
             let (label, cat) = match kind {
                 GpuActivityKind::Kernel => ("kernel", Cat::Kernel),
                 GpuActivityKind::Memcpy => ("memcpy", Cat::Kernel),
@@ -63,7 +59,7 @@ impl Builder {
             let marker = kind == GpuActivityKind::Marker;
             let item = self.slice(a.start_ns, a.end_ns, name, cat, 0);
             by_stream
-                .entry((ev.pid, a.device, if marker { 0 } else { a.stream }, marker))
+                .entry((a.pid, a.device, if marker { 0 } else { a.stream }, marker))
                 .or_default()
                 .push(item);
         }
@@ -79,8 +75,9 @@ impl Builder {
         }
     }
 
-    /// NVML series: a counter track per device and field, grouped per device.
-    pub(super) fn nvml(&mut self, events: &[Event]) {
+    /// NVML samples (those of this window, in time order): a counter track per
+    /// device and field, grouped per device.
+    pub(super) fn nvml(&mut self, samples: &[(u64, NvmlSample)]) {
         type Field = (
             &'static str,
             Option<&'static str>,
@@ -108,17 +105,9 @@ impl Builder {
             ("PCIe tx", Some("KB/s"), |s| s.pcie_tx_kbps.map(f64::from)),
             ("PCIe rx", Some("KB/s"), |s| s.pcie_rx_kbps.map(f64::from)),
         ];
-        let mut samples: Vec<(u64, &NvmlSample)> = events
-            .iter()
-            .filter_map(|e| match &e.body {
-                Some(Body::Nvml(s)) if self.owns(e.ts_ns) => Some((e.ts_ns, s)),
-                _ => None,
-            })
-            .collect();
-        samples.sort_by_key(|(ts, _)| *ts);
         let mut tracks: HashMap<(u32, usize), u64> = HashMap::new();
         let mut groups: BTreeMap<u32, u64> = BTreeMap::new();
-        for (ts, s) in samples {
+        for &(ts, ref s) in samples {
             for (f, (name, unit, get)) in FIELDS.iter().enumerate() {
                 let Some(v) = get(s) else { continue };
                 let track = match tracks.get(&(s.device, f)) {

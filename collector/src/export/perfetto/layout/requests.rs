@@ -3,20 +3,13 @@
 //! instant per diagnosis that cites the request.
 
 use super::diagnoses::Cites;
-use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, Stitched, TrackKind};
-use crate::stitch::chain::{self, End};
-use crate::stitch::conn::{Conns, Exchange, Role};
+use super::{Arg, Builder, Cat, ChildOrder, Flow, Item, TrackKind};
 use crate::stitch::{PointKind, Request};
 
 impl Builder {
-    pub(super) fn requests(&mut self, st: &Stitched, cites: &Cites) {
-        let (tl, links, chains) = (&st.timeline, &st.links, &st.chains);
-        // Requests are numbered by the chain they were built from (see `stitch_linked`);
-        // a windowed export then renumbers them past earlier windows' (`id` only).
-        for (i, r) in tl.requests.iter().enumerate() {
-            if !self.owns(r.start_ns) {
-                continue;
-            }
+    /// `requests`: those that begin in this window.
+    pub(super) fn requests(&mut self, requests: &[Request], cites: &Cites) {
+        for r in requests {
             let parent = self.process(r.client_pid, &r.client_comm);
             let title = format!("{} {}", r.method, r.route());
             let track = self.track(
@@ -25,10 +18,7 @@ impl Builder {
                 TrackKind::Plain,
             );
             self.plan.request_tracks += 1;
-            let ch = chains.get(i).filter(|ch| {
-                tl.connections[&ch[0].0].exchange(ch[0].1).request_start_ns == r.first_byte_ns
-            });
-            let mut items = self.stages(r, ch.map(|c| c.as_slice()), &tl.connections, links);
+            let mut items = self.stages(r);
             let end = request_end(r).max(items.iter().filter_map(|i| i.end).max().unwrap_or(0));
             let mut a = vec![("request_id", Arg::Int(r.id as i64))];
             if let Some(s) = r.status {
@@ -59,52 +49,28 @@ impl Builder {
         }
     }
 
-    /// Stages as slices on the request's own track.
-    fn stages(
-        &mut self,
-        r: &Request,
-        ch: Option<&[End]>,
-        conns: &Conns,
-        links: &chain::Links,
-    ) -> Vec<Item> {
+    /// Stages as slices on the request's own track: where the stitcher placed them on
+    /// the hops (`Request::spans`), else from their lengths.
+    fn stages(&mut self, r: &Request) -> Vec<Item> {
         let mut items = Vec::new();
         let st = &r.stages;
-        let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
-        match ch {
-            Some(ch) => {
-                let rc = &conns[&ch[0].0];
-                let rx = x(ch[0]);
-                if r.new_connection {
-                    if let Some((a, b)) = rc.handshake() {
-                        items.push(self.slice(a, b, "connect", Cat::Stage, 0));
-                    }
-                    if let Some(t) = &rc.tls {
-                        if let (Some(a), Some(b)) = (t.client_hello_ns, t.client_first_app_ns) {
-                            items.push(self.slice(a, b, "tls", Cat::Stage, 0));
-                        }
+        match &r.spans {
+            Some(sp) => {
+                for (span, name) in [
+                    (sp.connect, "connect"),
+                    (sp.tls, "tls"),
+                    (sp.upload, "upload"),
+                    (sp.gateway, "gateway"),
+                ] {
+                    if let Some((a, b)) = span {
+                        items.push(self.slice(a, b, name, Cat::Stage, 0));
                     }
                 }
-                if rc.role == Role::Client {
-                    if let Some(e) = rx.request_end_ns {
-                        items.push(self.slice(rx.request_start_ns, e, "upload", Cat::Stage, 0));
-                    }
-                }
-                if let Some((i, &inbound)) = ch
-                    .iter()
-                    .enumerate()
-                    .find(|(_, e)| links.upstream.contains_key(e))
-                {
-                    let out = ch.get(i + 1).copied().unwrap_or(links.upstream[&inbound]);
-                    let (a, b) = (x(inbound).request_start_ns, x(out).request_start_ns);
-                    items.push(self.slice(a, b, "gateway", Cat::Stage, 0));
-                    for &s in links.subrequests.get(&inbound).into_iter().flatten() {
-                        let sx = x(s);
-                        let end = sx.response_end_ns.unwrap_or(sx.request_start_ns);
-                        let name = format!("subrequest {}", sx.path);
-                        let mut sub = self.slice(sx.request_start_ns, end, &name, Cat::Stage, 0);
-                        sub.depth = 2;
-                        items.push(sub);
-                    }
+                for (path, a, b) in &sp.subrequests {
+                    let name = format!("subrequest {path}");
+                    let mut sub = self.slice(*a, *b, &name, Cat::Stage, 0);
+                    sub.depth = 2;
+                    items.push(sub);
                 }
             }
             None => {

@@ -1,0 +1,296 @@
+//! Cuts what the pipeline hands over into export windows as the replay goes, so that
+//! what is held is what is still in flight, not the recording. Window W = [ws, we) is
+//! written once the pipeline's event time is `LATENESS_NS` past we and no request
+//! the stitcher still holds can start before we (a long stream holds its window
+//! back, up to `MAX_HOLD_NS`). Its requests (those that began before we) are then
+//! numbered in the order their chains start, continuing the windows before, and
+//! joined to the GPU steps around them; its diagnoses are its own.
+
+use super::layout::{self, Conn, Running, Trace};
+use crate::diagnose;
+use crate::gpu::GpuStep;
+use crate::ingest::model::NvmlSample;
+use crate::ingest::record::FileHeader;
+use crate::pipeline::{self, CuptiSpan, Output, Pipeline};
+use crate::stitch::{attribution, Request};
+
+/// How far event time runs past a window's end before it is written: a step, a
+/// connection's release (a settle after its close, at the next advance) and a CUPTI
+/// buffer come this much after what they show.
+const LATENESS_NS: u64 = 5_000_000_000;
+/// A request held longer than this past its window's end no longer holds the window:
+/// it is written with a later one (a runaway stream, or an exchange that never
+/// joins a chain, must not make the export hold the recording).
+const MAX_HOLD_NS: u64 = 300_000_000_000;
+/// Steps this long before a request's start are kept for its attribution (the step
+/// its engine was in when it arrived).
+const STEP_SLACK_NS: u64 = 1_000_000_000;
+
+pub(super) struct Windows {
+    width: u64,
+    start_monotonic_ns: u64,
+    start_realtime_ns: u64,
+    header_end_ns: u64,
+    dropped: u64,
+    /// The trace's origin, fixed when the first window is written.
+    origin: Option<u64>,
+    first_event_ns: Option<u64>,
+    last_event_ns: u64,
+    /// Handed over, not yet written.
+    requests: Vec<Request>,
+    /// In start order; those before `steps_written` were written and stay for the
+    /// attribution of requests not yet written.
+    steps: Vec<GpuStep>,
+    steps_written: usize,
+    cupti: Vec<CuptiSpan>,
+    nvml: Vec<(u64, NvmlSample)>,
+    connections: Vec<Conn>,
+    counters: Option<Running>,
+    next_id: usize,
+    /// Windows before this one (by number from the origin) are written.
+    next_window: u64,
+    pub(super) late_events: u64,
+}
+
+impl Windows {
+    pub(super) fn new(header: &FileHeader, width: u64) -> Windows {
+        Windows {
+            width: width.max(1),
+            start_monotonic_ns: header.start_monotonic_ns,
+            start_realtime_ns: header.start_realtime_ns,
+            header_end_ns: header.end_monotonic_ns,
+            dropped: header.counters.map_or(0, |c| c.dropped),
+            origin: None,
+            first_event_ns: None,
+            last_event_ns: 0,
+            requests: Vec::new(),
+            steps: Vec::new(),
+            steps_written: 0,
+            cupti: Vec::new(),
+            nvml: Vec::new(),
+            connections: Vec::new(),
+            counters: None,
+            next_id: 0,
+            next_window: 0,
+            late_events: 0,
+        }
+    }
+
+    /// Takes what the pipeline finished since the last take.
+    pub(super) fn take(&mut self, p: &mut Pipeline) {
+        let out: Output = p.take();
+        self.first_event_ns = out.first_event_ns;
+        self.last_event_ns = out.last_event_ns;
+        self.late_events = out.late_events;
+        self.requests.extend(out.requests);
+        if !out.steps.is_empty() {
+            self.steps.extend(out.steps);
+            // Stable, and cheap: the new steps are nearly in order, after the old.
+            self.steps[self.steps_written..].sort_by_key(|s| s.start_ns);
+        }
+        self.cupti.extend(out.cupti);
+        self.nvml.extend(out.nvml);
+        self.connections
+            .extend(out.connections.into_iter().map(Conn::new));
+    }
+
+    fn origin(&self) -> u64 {
+        let header = FileHeader {
+            start_monotonic_ns: self.start_monotonic_ns,
+            ..Default::default()
+        };
+        self.origin
+            .unwrap_or_else(|| layout::start_ns(&header, self.first_event_ns))
+    }
+
+    fn window_of(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.origin()) / self.width
+    }
+
+    /// The first window with something not yet written (None: nothing is pending).
+    fn next_busy(&self) -> Option<u64> {
+        let at = |ts: u64| self.window_of(ts);
+        let first = [
+            self.requests.iter().map(|r| at(r.start_ns)).min(),
+            self.steps.get(self.steps_written).map(|s| at(s.start_ns)),
+            self.cupti.iter().map(|s| at(s.start_ns)).min(),
+            self.nvml.first().map(|(ts, _)| at(*ts)),
+            self.connections.iter().map(|c| at(c.end_ns)).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
+        Some(first.max(self.next_window))
+    }
+
+    /// The next window that can be written now (see the module doc), if any.
+    pub(super) fn ready(&mut self, p: &Pipeline) -> Option<Trace> {
+        let k = self.next_busy()?;
+        let end = self
+            .origin()
+            .saturating_add((k + 1).saturating_mul(self.width));
+        let released = p.released_ns();
+        if released < end.saturating_add(LATENESS_NS) {
+            return None;
+        }
+        let held = p.oldest_held_ns().unwrap_or(u64::MAX);
+        if held < end && released < end.saturating_add(MAX_HOLD_NS) {
+            return None;
+        }
+        Some(self.cut(k, end, false))
+    }
+
+    /// The replay ended (`Pipeline::flush`ed and taken): the next window, the last
+    /// one taking everything left; None once it is written.
+    pub(super) fn rest(&mut self) -> Option<Trace> {
+        if self.next_window == u64::MAX {
+            return None;
+        }
+        let end_ns = self.header_end_ns.max(self.last_event_ns);
+        let last = self.window_of(end_ns).max(self.next_window);
+        let k = self.next_busy().unwrap_or(last);
+        if k >= last {
+            return Some(self.cut(k, u64::MAX, true));
+        }
+        let end = self
+            .origin()
+            .saturating_add((k + 1).saturating_mul(self.width));
+        Some(self.cut(k, end, false))
+    }
+
+    /// Window `k`: what begins before `end` (connections: what ends before it).
+    fn cut(&mut self, k: u64, end: u64, last: bool) -> Trace {
+        let origin = self.origin();
+        self.origin = Some(origin);
+        let before = |ts: u64| ts < end;
+        let (mut requests, later): (Vec<Request>, Vec<Request>) =
+            std::mem::take(&mut self.requests)
+                .into_iter()
+                .partition(|r| before(r.start_ns));
+        self.requests = later;
+        pipeline::renumber(&mut requests);
+        for r in &mut requests {
+            r.id += self.next_id;
+        }
+        self.next_id += requests.len();
+        // Joined to the steps held: those around them, written or not (all of the
+        // recording's in one window, as the report joins them).
+        attribution::attribute(&mut requests, &mut self.steps);
+        let n = self.steps[self.steps_written..].partition_point(|s| before(s.start_ns));
+        let steps = self.steps[self.steps_written..self.steps_written + n].to_vec();
+        self.steps_written += n;
+        let mut nvml = std::mem::take(&mut self.nvml);
+        self.nvml = nvml.split_off(nvml.partition_point(|(ts, _)| before(*ts)));
+        let diagnoses = diagnose::diagnose(&diagnose::Input {
+            requests: &requests,
+            steps: &self.steps,
+            nvml: &nvml,
+        });
+        let (mut cupti, later): (Vec<CuptiSpan>, Vec<CuptiSpan>) = std::mem::take(&mut self.cupti)
+            .into_iter()
+            .partition(|s| before(s.start_ns));
+        self.cupti = later;
+        cupti.sort_by_key(|s| s.start_ns);
+        let (mut connections, later): (Vec<Conn>, Vec<Conn>) =
+            std::mem::take(&mut self.connections)
+                .into_iter()
+                .partition(|c| before(c.end_ns));
+        self.connections = later;
+        connections.sort_by_key(|c| c.span.first_ns);
+        let counters = self.counters.get_or_insert_with(|| Running::new(origin));
+        counters.add(&requests);
+        let end_ns = self.header_end_ns.max(self.last_event_ns).max(origin);
+        let counters = counters.take(end, last.then_some((end_ns, self.dropped)));
+        // Stable: ties keep the order of ids.
+        requests.sort_by_key(|r| r.start_ns);
+        self.forget_steps(end);
+        self.next_window = if last { u64::MAX } else { k + 1 };
+        Trace {
+            start_ns: origin,
+            start_monotonic_ns: self.start_monotonic_ns,
+            start_realtime_ns: self.start_realtime_ns,
+            window: k,
+            cites: layout::Cites::of(&diagnoses),
+            requests,
+            steps,
+            cupti,
+            nvml,
+            connections,
+            diagnoses,
+            counters,
+        }
+    }
+
+    /// Lets go of written steps that no request still to be written can be joined to.
+    fn forget_steps(&mut self, end: u64) {
+        let keep_from = self
+            .requests
+            .iter()
+            .map(|r| r.start_ns)
+            .fold(end, u64::min)
+            .saturating_sub(STEP_SLACK_NS);
+        let n = self.steps[..self.steps_written]
+            .iter()
+            .take_while(|s| s.end_ns < keep_from)
+            .count();
+        self.steps.drain(..n);
+        self.steps_written -= n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stitch::testnet::{proxied, Net, MS};
+
+    #[test]
+    fn windows_are_written_as_the_replay_goes_with_ids_running_across_them() {
+        // A request every 310 ms for 37 s, in 1 s windows.
+        let mut net = Net::default();
+        for k in 0..120u16 {
+            proxied(
+                &mut net,
+                1_000 * MS + u64::from(k) * 310 * MS,
+                20000 + k,
+                30000 + k,
+                "r",
+            );
+        }
+        let mut events = net.events;
+        events.sort_by_key(|e| e.ts_ns);
+        let header = FileHeader::default();
+        let mut p = super::super::pipeline(&header);
+        let mut windows = Windows::new(&header, 1_000 * MS);
+        let (mut ids, mut early, mut held) = (Vec::new(), 0, 0);
+        for batch in events.chunks(64) {
+            for e in batch {
+                p.push(e.clone());
+            }
+            windows.take(&mut p);
+            held = held.max(windows.requests.len());
+            while let Some(t) = windows.ready(&p) {
+                early += 1;
+                ids.extend(t.requests.iter().map(|r| r.id));
+            }
+        }
+        p.flush();
+        windows.take(&mut p);
+        while let Some(t) = windows.rest() {
+            ids.extend(t.requests.iter().map(|r| r.id));
+        }
+        println!("{early} windows written as the replay went, at most {held} requests held");
+        assert!(
+            early >= 25,
+            "most windows are written before the replay ends: {early}"
+        );
+        assert!(
+            held <= 20,
+            "what is held is what the last seconds finished, not the recording: {held}"
+        );
+        assert_eq!(
+            ids,
+            (0..120).collect::<Vec<_>>(),
+            "ids in start order, across windows"
+        );
+    }
+}
