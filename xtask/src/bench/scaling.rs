@@ -1,9 +1,11 @@
-//! `cargo xtask bench scaling`: `tokenscope report` on one lab recording
-//! replicated 1x, 10x and 100x (`tokenscope-lab replicate`: each copy later in
-//! time, on its own sockets). Per-event cost against 1x says whether replay time
-//! grows linearly; the report child's peak RSS whether memory stays flat once
-//! requests end. Printed rows, not assertions; the one assertion is that N copies
-//! give N times the requests (else the figures compare different work).
+//! `cargo xtask bench scaling`: `tokenscope report` and `tokenscope export` on one
+//! lab recording replicated 1x, 10x and 100x (`tokenscope-lab replicate`: each copy
+//! later in time, on its own sockets). Per-event cost against 1x says whether replay
+//! time grows linearly; peak RSS whether memory stays flat once requests end. The
+//! report keeps every request (it prints them all, token times included); the export
+//! writes each window once nothing in flight began in it, so its memory follows what
+//! is in flight. Printed rows, not assertions; the one assertion is that N copies give
+//! N times the requests (else the figures compare different work).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -32,6 +34,8 @@ struct Row {
     requests: u64,
     wall: Duration,
     max_rss_kib: i64,
+    export_wall: Duration,
+    export_rss_kib: i64,
 }
 
 fn measure(bin: &Path, dir: &Path) -> Result<()> {
@@ -53,6 +57,24 @@ fn measure(bin: &Path, dir: &Path) -> Result<()> {
         runs.sort();
         let wall = runs[ROUNDS / 2].0;
         let max_rss_kib = runs.iter().map(|r| r.1).max().unwrap_or(0);
+        let trace = dir.join(format!("x{factor}.pftrace"));
+        let mut exports = (0..ROUNDS)
+            .map(|_| {
+                timed(
+                    bin,
+                    &[
+                        "export".as_ref(),
+                        replica.as_os_str(),
+                        "-o".as_ref(),
+                        trace.as_os_str(),
+                    ],
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let _ = std::fs::remove_file(&trace);
+        exports.sort();
+        let export_wall = exports[ROUNDS / 2].0;
+        let export_rss_kib = exports.iter().map(|r| r.1).max().unwrap_or(0);
         let requests = request_count(bin, &replica)?;
         let _ = std::fs::remove_file(&replica);
         match rows.first() {
@@ -69,6 +91,8 @@ fn measure(bin: &Path, dir: &Path) -> Result<()> {
             requests,
             wall,
             max_rss_kib,
+            export_wall,
+            export_rss_kib,
         });
     }
     print_rows(&rows);
@@ -77,20 +101,24 @@ fn measure(bin: &Path, dir: &Path) -> Result<()> {
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "replay scaling: `tokenscope report --json` (to /dev/null) on {FIXTURE} replicated, each copy later in time on its own sockets; median of {ROUNDS} runs (process start included)"
+        "replay scaling: `tokenscope report --json` (to /dev/null) and `tokenscope export` (60 s windows) on {FIXTURE} replicated, each copy later in time on its own sockets; median of {ROUNDS} runs (process start included)"
     );
-    println!("  factor     events  requests     wall     events/s  per-event vs 1x  peak RSS");
-    let per_event = |r: &Row| r.wall.as_secs_f64() / r.events as f64;
+    println!("  factor     events  requests | report: wall     events/s  per-event vs 1x  peak RSS | export: wall  per-event vs 1x  peak RSS");
+    let per_event = |wall: Duration, r: &Row| wall.as_secs_f64() / r.events as f64;
+    let one = &rows[0];
     for r in rows {
         println!(
-            "  {:>5}x {:>10} {:>9} {:>8.2?} {:>12.0}  {:>14.2}x  {:>6} MiB",
+            "  {:>5}x {:>10} {:>9} | {:>12.2?} {:>12.0}  {:>14.2}x  {:>4} MiB | {:>12.2?}  {:>14.2}x  {:>4} MiB",
             r.factor,
             r.events,
             r.requests,
             r.wall,
             r.events as f64 / r.wall.as_secs_f64(),
-            per_event(r) / per_event(&rows[0]),
-            r.max_rss_kib / 1024
+            per_event(r.wall, r) / per_event(one.wall, one),
+            r.max_rss_kib / 1024,
+            r.export_wall,
+            per_event(r.export_wall, r) / per_event(one.export_wall, one),
+            r.export_rss_kib / 1024
         );
     }
 }
@@ -116,16 +144,24 @@ fn replicate(bin: &Path, input: &Path, factor: u32, output: &Path) -> Result<u64
 }
 
 /// Wall time and peak RSS (KiB) of `tokenscope report --json FILE > /dev/null`.
-/// wait4, not getrusage(RUSAGE_CHILDREN): that is the largest child so far, not this one.
 pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i64)> {
+    timed(
+        bin,
+        &["report".as_ref(), recording.as_os_str(), "--json".as_ref()],
+    )
+}
+
+/// Wall time and peak RSS (KiB) of `tokenscope ARGS > /dev/null` (`stderr`: where its
+/// summary line goes). wait4, not getrusage(RUSAGE_CHILDREN): that is the largest child
+/// so far, not this one.
+fn timed(bin: &Path, args: &[&std::ffi::OsStr], stderr: Stdio) -> Result<(Duration, i64)> {
     let start = Instant::now();
     let child = Command::new(bin)
-        .arg("report")
-        .arg(recording)
-        .arg("--json")
+        .args(args)
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
-        .context("start tokenscope report")?;
+        .context("start tokenscope")?;
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: a zeroed rusage is valid; wait4 fills it.
@@ -137,8 +173,11 @@ pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i6
     let status = ExitStatus::from_raw(status);
     ensure!(
         status.success(),
-        "tokenscope report {} failed with {status}",
-        recording.display()
+        "tokenscope {} failed with {status}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     Ok((wall, usage.ru_maxrss))
 }
