@@ -68,6 +68,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<()> {
                         "-o".as_ref(),
                         trace.as_os_str(),
                     ],
+                    Stdio::null(),
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -148,6 +149,7 @@ pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i6
     timed(
         bin,
         &["report".as_ref(), recording.as_os_str(), "--json".as_ref()],
+        Stdio::inherit(),
     )
 }
 
