@@ -251,37 +251,12 @@ pub fn build(
     let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
     let root = chain[0];
     let (rc, rx) = (&conns[&root.0], x(root));
-    let new_connection = root.1 == 0
-        && (rc.connect_ns.is_some() || rc.accept_ns.is_some() || rc.established_ns.is_some());
-    // A server end whose client was traced only as TLS records (no plaintext there):
-    // the client's own socket still tells when it connected.
-    let connector = links
-        .peer
-        .get(&root.0)
-        .and_then(|p| conns.get(p))
-        .filter(|p| rc.role == Role::Server && p.role == Role::Client && p.connect_ns.is_some());
-    let start_ns = match (new_connection, rc.role) {
-        (true, Role::Client) => rc.connect_ns.unwrap_or(rx.request_start_ns),
-        (true, _) if connector.is_some() => connector
-            .and_then(|c| c.connect_ns)
-            .unwrap_or(rx.request_start_ns)
-            .min(rx.request_start_ns),
-        (true, _) => rc
-            .established_ns
-            .or(rc.accept_ns)
-            .unwrap_or(rx.request_start_ns)
-            .min(rx.request_start_ns),
-        (false, _) => rx.request_start_ns,
-    };
-    // That client's socket also tells, through the connection's byte stream, when it
-    // sent this request and when it read each token (see stitch::wire).
-    let client_sent = connector.and_then(|c| super::wire::peer_send_ns(rc, c, rx.request_start_ns));
-    let first_byte_ns = client_sent.map_or(rx.request_start_ns, |t| t.min(rx.request_start_ns));
-    let start_ns = if new_connection {
-        start_ns
-    } else {
-        first_byte_ns
-    };
+    let Start {
+        new_connection,
+        connector,
+        start_ns,
+        first_byte_ns,
+    } = start(conns, root, links);
     let last = chain.len() - 1;
     let mut points: Vec<Point> = chain
         .iter()
@@ -303,78 +278,11 @@ pub fn build(
         points.insert(0, client);
     }
 
-    let mut stages = Stages::default();
-    if new_connection {
-        stages.connect_ns = connector
-            .unwrap_or(rc)
-            .handshake()
-            .map(|(a, b)| b.saturating_sub(a));
-        stages.tls_ns = rc
-            .tls
-            .as_ref()
-            .and_then(|t| Some(t.client_first_app_ns?.saturating_sub(t.client_hello_ns?)));
-    }
-    if rc.role == Role::Client {
-        stages.upload_ns = rx
-            .request_end_ns
-            .map(|e| e.saturating_sub(rx.request_start_ns));
-    }
-    if let Some((i, &inbound)) = chain
-        .iter()
-        .enumerate()
-        .find(|(_, e)| links.upstream.contains_key(e))
-    {
-        let out = chain
-            .get(i + 1)
-            .copied()
-            .unwrap_or(links.upstream[&inbound]);
-        stages.gateway_ns = Some(
-            x(out)
-                .request_start_ns
-                .saturating_sub(x(inbound).request_start_ns),
-        );
-        stages.subrequest_ns = links.subrequests.get(&inbound).map(|subs| {
-            subs.iter()
-                .map(|&s| {
-                    x(s).response_end_ns
-                        .unwrap_or(x(s).request_start_ns)
-                        .saturating_sub(x(s).request_start_ns)
-                })
-                .sum()
-        });
-    }
+    let stages = stages(conns, chain, links, new_connection, connector);
     let engine = x(chain[last]);
-    if conns[&chain[last].0].role == Role::Server {
-        let received = engine.request_end_ns.unwrap_or(engine.request_start_ns);
-        stages.upstream_wait_ns = engine
-            .tokens()
-            .next()
-            .map(|t| t.ts_ns.saturating_sub(received));
-    }
 
-    let forward = points
-        .windows(2)
-        .rev()
-        .map(|w| Forward {
-            from: w[1].kind,
-            to: w[0].kind,
-            delay_ns: w[0]
-                .token_ns
-                .iter()
-                .zip(&w[1].token_ns)
-                .map(|(d, u)| d.saturating_sub(*u))
-                .collect(),
-        })
-        .collect();
-    let mut chunk_mismatches = 0;
-    for w in chain.windows(2) {
-        let (a, b) = (x(w[0]), x(w[1]));
-        chunk_mismatches += a
-            .tokens()
-            .zip(b.tokens())
-            .filter(|(p, q)| p.fingerprint != q.fingerprint)
-            .count() as u32;
-    }
+    let forward = forwards(&points);
+    let chunk_mismatches = chunk_mismatches(conns, chain);
 
     let end_ns = rx.response_end_ns.or(rx.sse.last().map(|e| e.ts_ns));
     // The head as the first end that saw it: a client whose request bytes went untied
@@ -451,6 +359,154 @@ pub fn build(
         points,
         forward,
     }
+}
+
+/// When a request started: its connect() when it opened its connection, else its first
+/// request byte (at the client's socket when only the server end had plaintext).
+struct Start<'a> {
+    new_connection: bool,
+    /// A server end's client traced only as TLS records: its socket still tells when it
+    /// connected and sent.
+    connector: Option<&'a Connection>,
+    start_ns: u64,
+    first_byte_ns: u64,
+}
+
+fn start<'a>(conns: &'a Conns, root: End, links: &super::chain::Links) -> Start<'a> {
+    let (rc, rx) = (&conns[&root.0], conns[&root.0].exchange(root.1));
+    let new_connection = root.1 == 0
+        && (rc.connect_ns.is_some() || rc.accept_ns.is_some() || rc.established_ns.is_some());
+    // A server end whose client was traced only as TLS records (no plaintext there):
+    // the client's own socket still tells when it connected.
+    let connector = links
+        .peer
+        .get(&root.0)
+        .and_then(|p| conns.get(p))
+        .filter(|p| rc.role == Role::Server && p.role == Role::Client && p.connect_ns.is_some());
+    let start_ns = match (new_connection, rc.role) {
+        (true, Role::Client) => rc.connect_ns.unwrap_or(rx.request_start_ns),
+        (true, _) if connector.is_some() => connector
+            .and_then(|c| c.connect_ns)
+            .unwrap_or(rx.request_start_ns)
+            .min(rx.request_start_ns),
+        (true, _) => rc
+            .established_ns
+            .or(rc.accept_ns)
+            .unwrap_or(rx.request_start_ns)
+            .min(rx.request_start_ns),
+        (false, _) => rx.request_start_ns,
+    };
+    // That client's socket also tells, through the connection's byte stream, when it
+    // sent this request and when it read each token (see stitch::wire).
+    let client_sent = connector.and_then(|c| super::wire::peer_send_ns(rc, c, rx.request_start_ns));
+    let first_byte_ns = client_sent.map_or(rx.request_start_ns, |t| t.min(rx.request_start_ns));
+    let start_ns = if new_connection {
+        start_ns
+    } else {
+        first_byte_ns
+    };
+    Start {
+        new_connection,
+        connector,
+        start_ns,
+        first_byte_ns,
+    }
+}
+
+/// Where a request's time went before its first token: handshakes, upload, the proxy's
+/// hold and its sub-requests, the engine's wait.
+fn stages(
+    conns: &Conns,
+    chain: &[End],
+    links: &super::chain::Links,
+    new_connection: bool,
+    connector: Option<&Connection>,
+) -> Stages {
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+    let (rc, rx) = (&conns[&chain[0].0], x(chain[0]));
+    let mut stages = Stages::default();
+    if new_connection {
+        stages.connect_ns = connector
+            .unwrap_or(rc)
+            .handshake()
+            .map(|(a, b)| b.saturating_sub(a));
+        stages.tls_ns = rc
+            .tls
+            .as_ref()
+            .and_then(|t| Some(t.client_first_app_ns?.saturating_sub(t.client_hello_ns?)));
+    }
+    if rc.role == Role::Client {
+        stages.upload_ns = rx
+            .request_end_ns
+            .map(|e| e.saturating_sub(rx.request_start_ns));
+    }
+    if let Some((i, &inbound)) = chain
+        .iter()
+        .enumerate()
+        .find(|(_, e)| links.upstream.contains_key(e))
+    {
+        let out = chain
+            .get(i + 1)
+            .copied()
+            .unwrap_or(links.upstream[&inbound]);
+        stages.gateway_ns = Some(
+            x(out)
+                .request_start_ns
+                .saturating_sub(x(inbound).request_start_ns),
+        );
+        stages.subrequest_ns = links.subrequests.get(&inbound).map(|subs| {
+            subs.iter()
+                .map(|&s| {
+                    x(s).response_end_ns
+                        .unwrap_or(x(s).request_start_ns)
+                        .saturating_sub(x(s).request_start_ns)
+                })
+                .sum()
+        });
+    }
+    let last = chain.len() - 1;
+    let engine = x(chain[last]);
+    if conns[&chain[last].0].role == Role::Server {
+        let received = engine.request_end_ns.unwrap_or(engine.request_start_ns);
+        stages.upstream_wait_ns = engine
+            .tokens()
+            .next()
+            .map(|t| t.ts_ns.saturating_sub(received));
+    }
+    stages
+}
+
+/// Per hop, how long each token took from the end nearer the engine to the one before.
+fn forwards(points: &[Point]) -> Vec<Forward> {
+    points
+        .windows(2)
+        .rev()
+        .map(|w| Forward {
+            from: w[1].kind,
+            to: w[0].kind,
+            delay_ns: w[0]
+                .token_ns
+                .iter()
+                .zip(&w[1].token_ns)
+                .map(|(d, u)| d.saturating_sub(*u))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Tokens whose chunk differs from one hop to the next (a proxy re-chunked the stream).
+fn chunk_mismatches(conns: &Conns, chain: &[End]) -> u32 {
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+    let mut chunk_mismatches = 0;
+    for w in chain.windows(2) {
+        let (a, b) = (x(w[0]), x(w[1]));
+        chunk_mismatches += a
+            .tokens()
+            .zip(b.tokens())
+            .filter(|(p, q)| p.fingerprint != q.fingerprint)
+            .count() as u32;
+    }
+    chunk_mismatches
 }
 
 /// The client-read point of a client seen only as TLS records: each token the server
