@@ -278,7 +278,8 @@ pub fn build(
         points.insert(0, client);
     }
 
-    let stages = stages(conns, chain, links, new_connection, connector);
+    let spans = super::spans::chain_spans(new_connection, conns, chain, links);
+    let stages = stages(&spans, conns, chain, new_connection, connector);
     let engine = x(chain[last]);
 
     let forward = forwards(&points);
@@ -334,8 +335,7 @@ pub fn build(
         connections: chain.iter().map(|e| e.0).collect(),
         connection_close_ns: rc.close_ns,
         order: (rx.request_start_ns, root.0, root.1),
-        spans: (rx.request_start_ns == first_byte_ns)
-            .then(|| super::spans::chain_spans(new_connection, conns, chain, links)),
+        spans: (rx.request_start_ns == first_byte_ns).then_some(spans),
         retransmit_ns: chain
             .iter()
             .flat_map(|e| conns[&e.0].retransmits.iter().copied())
@@ -413,67 +413,44 @@ fn start<'a>(conns: &'a Conns, root: End, links: &super::chain::Links) -> Start<
     }
 }
 
-/// Where a request's time went before its first token: handshakes, upload, the proxy's
-/// hold and its sub-requests, the engine's wait.
+/// Where a request's time went before its first token: the lengths of its chain's
+/// spans (handshakes, upload, the proxy's hold and its sub-requests), and the engine's
+/// wait.
 fn stages(
+    spans: &ChainSpans,
     conns: &Conns,
     chain: &[End],
-    links: &super::chain::Links,
     new_connection: bool,
     connector: Option<&Connection>,
 ) -> Stages {
-    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
-    let (rc, rx) = (&conns[&chain[0].0], x(chain[0]));
-    let mut stages = Stages::default();
-    if new_connection {
-        stages.connect_ns = connector
-            .unwrap_or(rc)
-            .handshake()
-            .map(|(a, b)| b.saturating_sub(a));
-        stages.tls_ns = rc
-            .tls
-            .as_ref()
-            .and_then(|t| Some(t.client_first_app_ns?.saturating_sub(t.client_hello_ns?)));
-    }
-    if rc.role == Role::Client {
-        stages.upload_ns = rx
-            .request_end_ns
-            .map(|e| e.saturating_sub(rx.request_start_ns));
-    }
-    if let Some((i, &inbound)) = chain
-        .iter()
-        .enumerate()
-        .find(|(_, e)| links.upstream.contains_key(e))
-    {
-        let out = chain
-            .get(i + 1)
-            .copied()
-            .unwrap_or(links.upstream[&inbound]);
-        stages.gateway_ns = Some(
-            x(out)
-                .request_start_ns
-                .saturating_sub(x(inbound).request_start_ns),
-        );
-        stages.subrequest_ns = links.subrequests.get(&inbound).map(|subs| {
-            subs.iter()
-                .map(|&s| {
-                    x(s).response_end_ns
-                        .unwrap_or(x(s).request_start_ns)
-                        .saturating_sub(x(s).request_start_ns)
-                })
+    let len = |s: Option<(u64, u64)>| s.map(|(a, b)| b.saturating_sub(a));
+    // The client's own socket, when only it saw the handshake.
+    let connect = match connector {
+        Some(c) if new_connection => c.handshake(),
+        _ => spans.connect,
+    };
+    let last = chain[chain.len() - 1];
+    let engine = conns[&last.0].exchange(last.1);
+    Stages {
+        connect_ns: len(connect),
+        tls_ns: len(spans.tls),
+        upload_ns: len(spans.upload),
+        gateway_ns: len(spans.gateway),
+        subrequest_ns: (!spans.subrequests.is_empty()).then(|| {
+            spans
+                .subrequests
+                .iter()
+                .map(|(_, a, b)| b.saturating_sub(*a))
                 .sum()
-        });
+        }),
+        upstream_wait_ns: (conns[&last.0].role == Role::Server)
+            .then(|| {
+                let received = engine.request_end_ns.unwrap_or(engine.request_start_ns);
+                let first = engine.tokens().next()?;
+                Some(first.ts_ns.saturating_sub(received))
+            })
+            .flatten(),
     }
-    let last = chain.len() - 1;
-    let engine = x(chain[last]);
-    if conns[&chain[last].0].role == Role::Server {
-        let received = engine.request_end_ns.unwrap_or(engine.request_start_ns);
-        stages.upstream_wait_ns = engine
-            .tokens()
-            .next()
-            .map(|t| t.ts_ns.saturating_sub(received));
-    }
-    stages
 }
 
 /// Per hop, how long each token took from the end nearer the engine to the one before.
