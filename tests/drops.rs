@@ -54,9 +54,30 @@ fn forced_drops_are_counted_exactly() {
         "submitted = delivered + dropped: {c:?}"
     );
     assert_eq!(
-        c.delivered + c.gpu_samples,
+        c.delivered + c.gpu_samples + c.ring_readings,
         c.written + c.decode_errors,
-        "every delivered record (and NVML sample) is written or counted: {c:?}"
+        "every delivered record (and NVML sample, and ring reading) is written or counted: {c:?}"
+    );
+    // When the drops happened: readings written as they moved, running totals.
+    let readings: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            Some(collector::ingest::model::event::Body::Ring(r)) => Some((e.ts_ns, r.dropped)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(readings.len() as u64, c.ring_readings, "readings counted");
+    assert!(
+        !readings.is_empty()
+            && readings
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1),
+        "drops over time: rising readings in time order: {readings:?}"
+    );
+    assert_eq!(
+        readings.last().map(|r| r.1),
+        Some(c.dropped),
+        "the last reading is the recording's total"
     );
     assert_eq!(
         c.written,

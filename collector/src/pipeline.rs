@@ -95,6 +95,9 @@ pub struct Output {
     /// NVML samples with their time, in time order.
     pub nvml: Vec<(u64, NvmlSample)>,
     pub cupti: Vec<CuptiSpan>,
+    /// The ring buffer's drops so far, at the times the recorder read them (written
+    /// when they moved; empty when nothing was dropped or the recording predates it).
+    pub drops: Vec<(u64, u64)>,
     /// Released connections with their exchanges, in the order they were released
     /// (with `Config::connections` only).
     pub connections: Vec<ConnectionSpan>,
@@ -228,6 +231,7 @@ impl Pipeline {
             steps: std::mem::take(&mut self.out.steps),
             nvml: std::mem::take(&mut self.out.nvml),
             cupti: std::mem::take(&mut self.out.cupti),
+            drops: std::mem::take(&mut self.out.drops),
             connections: std::mem::take(&mut self.out.connections),
             first_event_ns: self.out.first_event_ns,
             last_event_ns: self.out.last_event_ns,
@@ -301,6 +305,7 @@ impl Pipeline {
                 };
                 self.out.cupti.push(span);
             }
+            Some(Body::Ring(r)) => self.out.drops.push((event.ts_ns, r.dropped)),
             Some(Body::Cuda(_)) => self.out.steps.extend(self.calls.push(&event)),
             _ => self.stitcher.push(&event),
         }

@@ -97,6 +97,8 @@ pub fn run(
 
     let started = Instant::now();
     let mut counters = Counters::default();
+    // Drops in the last ring reading written.
+    let mut ring_dropped = 0;
     let mut decoder = Decoder::new();
     let mut last_flush = Instant::now();
     let mut failure = None;
@@ -123,6 +125,13 @@ pub fn run(
         if last_flush.elapsed() >= FLUSH_INTERVAL {
             if let Ok((submitted, dropped)) = probes.counters() {
                 observer.counters(submitted, dropped);
+                let reading = (submitted, dropped);
+                if let Err(e) =
+                    write_ring_reading(&mut writer, &mut counters, &mut ring_dropped, reading)
+                {
+                    failure = Some(e);
+                    break;
+                }
             }
             if let Err(e) = writer.flush() {
                 failure = Some(e);
@@ -154,6 +163,9 @@ pub fn run(
         }
         probes.wait(Duration::from_millis(1));
     }
+    // The last reading: drops after the last one written, while the probes detached.
+    let reading = (counters.submitted, counters.dropped);
+    write_ring_reading(&mut writer, &mut counters, &mut ring_dropped, reading)?;
     let tls_untied = probes.tls_untied()?;
     writer.update_header(|h| h.tls_untied = tls_untied)?;
     drop(probes);
@@ -308,6 +320,31 @@ fn drain_cupti(
         })?;
     }
     Ok(())
+}
+
+/// Writes the ring buffer's counters when its drops moved since the last reading
+/// written: the recording then tells when events were lost, not only how many.
+fn write_ring_reading(
+    writer: &mut RecordWriter,
+    counters: &mut Counters,
+    last_dropped: &mut u64,
+    (submitted, dropped): (u64, u64),
+) -> Result<(), RecordError> {
+    if dropped <= *last_dropped {
+        return Ok(());
+    }
+    *last_dropped = dropped;
+    counters.ring_readings += 1;
+    writer.push(Event {
+        ts_ns: monotonic_ns(),
+        pid: 0,
+        tid: 0,
+        cpu: 0,
+        comm: String::new(),
+        body: Some(crate::ingest::model::event::Body::Ring(
+            crate::ingest::model::RingCounters { submitted, dropped },
+        )),
+    })
 }
 
 fn drain_nvml(

@@ -65,7 +65,11 @@ pub fn replicate(input: &Path, output: &Path, times: u32, gap: Duration) -> Resu
     let mut writer = RecordWriter::create(output, header)?;
     for copy in 0..times {
         let mut reader = RecordReader::open(input)?;
-        let copy = Copy::new(copy, stride);
+        let copy = Copy {
+            // Ring readings are running totals: each copy's count on from those before.
+            ring_before: (counters.submitted, counters.dropped),
+            ..Copy::new(copy, stride)
+        };
         while let Some(batch) = reader.next_batch()? {
             for mut event in batch {
                 copy.apply(&mut event);
@@ -81,6 +85,7 @@ pub fn replicate(input: &Path, output: &Path, times: u32, gap: Duration) -> Resu
         decode_errors: counters.decode_errors * n,
         written: 0, // set by finish
         gpu_samples: counters.gpu_samples * n,
+        ring_readings: counters.ring_readings * n,
     };
     let events = writer.written();
     writer.finish(scaled, end + (n - 1) * stride)?;
@@ -112,6 +117,8 @@ struct Copy {
     index: u16,
     shift_ns: u64,
     salt: u64,
+    /// One copy's (submitted, dropped), times this copy's index, goes onto its readings.
+    ring_before: (u64, u64),
 }
 
 impl Copy {
@@ -121,6 +128,7 @@ impl Copy {
             index,
             shift_ns: u64::from(index) * stride_ns,
             salt: u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ring_before: (0, 0),
         }
     }
 
@@ -139,6 +147,11 @@ impl Copy {
             Some(Body::Gpu(g)) => {
                 g.start_ns += self.shift_ns;
                 g.end_ns += self.shift_ns;
+            }
+            Some(Body::Ring(r)) => {
+                let k = u64::from(self.index);
+                r.submitted += self.ring_before.0 * k;
+                r.dropped += self.ring_before.1 * k;
             }
             Some(Body::Cuda(_) | Body::Nvml(_)) | None => {}
         }

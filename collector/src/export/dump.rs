@@ -216,6 +216,13 @@ pub fn event_line(ev: &Event) -> String {
                 let _ = write!(s, " {} B", g.bytes);
             }
         }
+        Some(Body::Ring(r)) => {
+            let _ = write!(
+                s,
+                "ring submitted {} dropped {} so far",
+                r.submitted, r.dropped
+            );
+        }
         None => s.push_str("(empty event)"),
     }
     s

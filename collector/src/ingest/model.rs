@@ -23,7 +23,7 @@ pub struct Event {
     pub cpu: u32,
     #[prost(string, tag = "5")]
     pub comm: String,
-    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14, 15, 16")]
+    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14, 15, 16, 17")]
     pub body: Option<event::Body>,
 }
 
@@ -47,7 +47,21 @@ pub mod event {
         Nvml(super::NvmlSample),
         #[prost(message, tag = "16")]
         Gpu(super::GpuActivity),
+        #[prost(message, tag = "17")]
+        Ring(super::RingCounters),
     }
+}
+
+/// The ring buffer's counters as the recorder read them at the event's time, written
+/// when the drops moved: the recording's drops over time.
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct RingCounters {
+    /// Records the probes tried to put in the ring buffer so far.
+    #[prost(uint64, tag = "1")]
+    pub submitted: u64,
+    /// Of those, records the ring buffer had no room for so far.
+    #[prost(uint64, tag = "2")]
+    pub dropped: u64,
 }
 
 /// A TCP socket: kernel address (its identity for its lifetime) and 4-tuple.
@@ -532,7 +546,10 @@ impl Event {
             event::Body::Io(s) => s.sock.as_ref(),
             event::Body::Accept(s) => s.sock.as_ref(),
             event::Body::Retransmit(s) => s.sock.as_ref(),
-            event::Body::Cuda(_) | event::Body::Nvml(_) | event::Body::Gpu(_) => None,
+            event::Body::Cuda(_)
+            | event::Body::Nvml(_)
+            | event::Body::Gpu(_)
+            | event::Body::Ring(_) => None,
         }
     }
     pub fn io(&self) -> Option<&SockIo> {

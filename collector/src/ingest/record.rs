@@ -100,12 +100,16 @@ pub struct Counters {
     /// Delivered records that failed to decode (counted, not written).
     #[prost(uint64, tag = "4")]
     pub decode_errors: u64,
-    /// Events written to the file: delivered - decode_errors + gpu_samples.
+    /// Events written to the file: delivered - decode_errors + gpu_samples +
+    /// ring_readings.
     #[prost(uint64, tag = "5")]
     pub written: u64,
     /// NVML samples and CUPTI records written (they do not come through the ring buffer).
     #[prost(uint64, tag = "6")]
     pub gpu_samples: u64,
+    /// Ring-buffer counter readings written (`RingCounters`, when the drops moved).
+    #[prost(uint64, tag = "7")]
+    pub ring_readings: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -248,7 +248,7 @@ impl ConnTracker {
             }
             Some(Body::Retransmit(_)) => c.retransmits.push(ev.ts_ns),
             Some(Body::Io(_)) => c.io(ev),
-            Some(Body::Cuda(_) | Body::Nvml(_) | Body::Gpu(_)) | None => {} // no socket: never reaches here
+            Some(Body::Cuda(_) | Body::Nvml(_) | Body::Gpu(_) | Body::Ring(_)) | None => {} // no socket: never reaches here
         }
     }
 

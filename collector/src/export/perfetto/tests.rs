@@ -591,3 +591,49 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
     );
     assert!(whole.diagnoses > 0, "the whole recording has a diagnosis");
 }
+
+#[test]
+fn ring_buffer_drops_are_drawn_as_the_recorder_read_them() {
+    let (header, mut events) = synthetic();
+    // Readings the recorder wrote when the drops moved: 1 by 1.2 s, 3 by 1.6 s.
+    for (t, dropped) in [(1_200 * MS, 1), (1_600 * MS, 3)] {
+        events.push(Event {
+            ts_ns: t,
+            pid: 0,
+            tid: 0,
+            cpu: 0,
+            comm: String::new(),
+            body: Some(Body::Ring(crate::ingest::model::RingCounters {
+                submitted: 1000,
+                dropped,
+            })),
+        });
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    let mut buf = Vec::new();
+    write_trace(&header, &events, &mut buf).expect("trace written");
+    let trace = Trace::parse_from_bytes(&buf).expect("decodes");
+    check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+    let uuid = trace
+        .packet
+        .iter()
+        .filter(|p| p.has_track_descriptor())
+        .map(|p| p.track_descriptor())
+        .find(|d| d.name() == "ring-buffer drops")
+        .map(|d| d.uuid())
+        .expect("a ring-buffer drops track");
+    let drops: Vec<(u64, f64)> = trace
+        .packet
+        .iter()
+        .filter(|p| p.has_track_event() && p.track_event().track_uuid() == uuid)
+        .map(|p| (p.timestamp(), p.track_event().double_counter_value()))
+        .collect();
+    let values: Vec<f64> = drops.iter().map(|d| d.1).collect();
+    assert_eq!(
+        values,
+        [0.0, 1.0, 3.0, 3.0],
+        "0 at the start, each reading, the header's total at the end: {drops:?}"
+    );
+    assert_eq!(drops[1].0, 1_200 * MS, "a reading at its own time");
+    assert!(drops.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
+}

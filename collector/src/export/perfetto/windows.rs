@@ -44,6 +44,8 @@ pub(super) struct Windows {
     steps_written: usize,
     cupti: Vec<CuptiSpan>,
     nvml: Vec<(u64, NvmlSample)>,
+    /// Ring-buffer drop readings (time, drops so far) not written yet.
+    drops: Vec<(u64, u64)>,
     connections: Vec<Conn>,
     counters: Option<Running>,
     next_id: usize,
@@ -68,6 +70,7 @@ impl Windows {
             steps_written: 0,
             cupti: Vec::new(),
             nvml: Vec::new(),
+            drops: Vec::new(),
             connections: Vec::new(),
             counters: None,
             next_id: 0,
@@ -90,6 +93,7 @@ impl Windows {
         }
         self.cupti.extend(out.cupti);
         self.nvml.extend(out.nvml);
+        self.drops.extend(out.drops);
         self.connections
             .extend(out.connections.into_iter().map(Conn::new));
     }
@@ -197,10 +201,14 @@ impl Windows {
                 .partition(|c| before(c.end_ns));
         self.connections = later;
         connections.sort_by_key(|c| c.span.first_ns);
+        let mut drops = std::mem::take(&mut self.drops);
+        // Readings come through the pipeline in time order.
+        let keep = drops.partition_point(|&(t, _)| last || before(t));
+        self.drops = drops.split_off(keep);
         let counters = self.counters.get_or_insert_with(|| Running::new(origin));
         counters.add(&requests);
         let end_ns = self.header_end_ns.max(self.last_event_ns).max(origin);
-        let counters = counters.take(end, last.then_some((end_ns, self.dropped)));
+        let counters = counters.take(end, last.then_some((end_ns, self.dropped)), &drops);
         // Stable: ties keep the order of ids.
         requests.sort_by_key(|r| r.start_ns);
         self.forget_steps(end);

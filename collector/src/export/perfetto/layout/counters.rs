@@ -112,13 +112,15 @@ impl Running {
         }
     }
 
-    /// The samples before `until` (all of them when `last`, the recording's `end`
-    /// included). Tokens/s is sampled every bin from the first token on, through the
-    /// bin after the last (at the last window).
+    /// The samples before `until` (all of them when `last`, the recording's `end` and
+    /// its drops in all included). Tokens/s is sampled every bin from the first token
+    /// on, through the bin after the last (at the last window). `drops`: the window's
+    /// ring-buffer readings (time, drops so far).
     pub(crate) fn take(
         &mut self,
         until: u64,
         last: Option<(u64, u64)>,
+        drops: &[(u64, u64)],
     ) -> Vec<(String, Vec<(u64, f64)>)> {
         let until = if last.is_some() { u64::MAX } else { until };
         let mut series = vec![
@@ -144,17 +146,18 @@ impl Running {
             rate.next = Some(bin);
             series.push((format!("tokens/s at {}", kind.label()), samples));
         }
-        // The ring buffer's drops are counted per recording, not per moment: the
-        // total is shown from the end of the recording.
-        let mut drops = Vec::new();
+        // Drops so far: 0 from the start, each reading the recorder wrote when they
+        // moved (recordings before those readings have none), the total at the end.
+        let mut samples = Vec::new();
         if !self.started {
             self.started = true;
-            drops.push((start, 0.0));
+            samples.push((start, 0.0));
         }
+        samples.extend(drops.iter().map(|&(t, d)| (t, d as f64)));
         if let Some((end, dropped)) = last {
-            drops.push((end, dropped as f64));
+            samples.push((end, dropped as f64));
         }
-        series.push(("ring-buffer drops".to_string(), drops));
+        series.push(("ring-buffer drops".to_string(), samples));
         series
     }
 }
