@@ -111,6 +111,81 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
+/// What the steps tell of each engine: the size of one copied row (the gcd of all
+/// copies), whether it mixes prefill and decode in a step (chunked prefill), and
+/// whether its copies count every scheduled request.
+#[derive(Default)]
+struct Habits {
+    row: HashMap<u32, u64>,
+    chunking: HashSet<u32>,
+    /// Engines whose copies count every scheduled request: some step copied more rows
+    /// than it sampled tokens (its decodes and the prompts whose prefill ended in it);
+    /// engines that copy just the sampled tokens (vLLM V0) say nothing about prompts in
+    /// prefill.
+    counted: HashSet<u32>,
+}
+
+impl Habits {
+    fn learn(steps: &[GpuStep], decoders: &[u64], ending: &HashMap<usize, Vec<usize>>) -> Habits {
+        let mut h = Habits::default();
+        for s in steps {
+            let r = h.row.entry(s.pid).or_default();
+            *r = gcd(*r, s.copied_bytes);
+            if s.kind == StepKind::Mixed {
+                h.chunking.insert(s.pid);
+            }
+        }
+        for (k, s) in steps.iter().enumerate() {
+            let r = h.row.get(&s.pid).copied().unwrap_or(0);
+            let sampled = decoders[k] + ending.get(&k).map_or(0, |v| v.len() as u64);
+            if r > 0 && s.copied_bytes / r > sampled {
+                h.counted.insert(s.pid);
+            }
+        }
+        h
+    }
+
+    /// Rows step `s` copied, when its engine's copies count every scheduled request.
+    fn rows(&self, s: &GpuStep) -> Option<u64> {
+        self.row
+            .get(&s.pid)
+            .filter(|&&r| r > 0 && self.counted.contains(&s.pid))
+            .map(|r| s.copied_bytes / r)
+    }
+}
+
+/// Per step, how many requests of its engine were decoding in it (from each request's
+/// prefill end to its last token, summed as a difference array per engine).
+fn decoders_per_step(
+    windows: &[Option<Window>],
+    ended_in: &[Option<usize>],
+    last_in: &[Option<usize>],
+    steps: &[GpuStep],
+) -> Vec<u64> {
+    let n = steps.len();
+    let mut decoding: HashMap<u32, Vec<i64>> = HashMap::new();
+    for (i, w) in windows.iter().enumerate() {
+        let (Some(w), Some(e)) = (w, ended_in[i]) else {
+            continue;
+        };
+        if let Some(l) = last_in[i].filter(|&l| l > e) {
+            let d = decoding.entry(w.pid).or_insert_with(|| vec![0; n + 1]);
+            d[e + 1] += 1;
+            d[l + 1] -= 1;
+        }
+    }
+    let mut level: HashMap<u32, i64> = HashMap::new();
+    steps
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let l = level.entry(s.pid).or_default();
+            *l += decoding.get(&s.pid).map_or(0, |d| d[k]);
+            (*l).max(0) as u64
+        })
+        .collect()
+}
+
 /// The step each request's prefill began in. Its prefill ended in the engine's last step
 /// that ended before its first token was written (the write lags the step's end, and may
 /// land after the next step started); `last_in` is the step that sampled its last token.
@@ -134,24 +209,11 @@ fn prefill_starts(
     last_in: &[Option<usize>],
     steps: &[GpuStep],
 ) -> Vec<Option<usize>> {
-    let n = steps.len();
     let mut started: Vec<Option<usize>> = vec![None; windows.len()];
+    // The requests whose prefill ended in each step, and per engine the requests yet to
+    // start in the order their prefills end (first come, first served: arrivals
+    // microseconds apart may reach the scheduler in either order).
     let mut ending: HashMap<usize, Vec<usize>> = HashMap::new();
-    // Per engine: the requests yet to start in the order their prefills end (first come,
-    // first served: arrivals microseconds apart may reach the scheduler in either order),
-    // the size of one copied row, the change in the number decoding at each step (a
-    // difference array), whether it mixes prefill and decode in a step.
-    let mut queues: HashMap<u32, VecDeque<usize>> = HashMap::new();
-    let mut row: HashMap<u32, u64> = HashMap::new();
-    let mut decoding: HashMap<u32, Vec<i64>> = HashMap::new();
-    let mut chunking: HashSet<u32> = HashSet::new();
-    for s in steps {
-        let r = row.entry(s.pid).or_default();
-        *r = gcd(*r, s.copied_bytes);
-        if s.kind == StepKind::Mixed {
-            chunking.insert(s.pid);
-        }
-    }
     let mut in_order: Vec<(usize, u64, usize)> = Vec::new();
     for (i, w) in windows.iter().enumerate() {
         let (Some(w), Some(e)) = (w, ended_in[i]) else {
@@ -159,39 +221,15 @@ fn prefill_starts(
         };
         ending.entry(e).or_default().push(i);
         in_order.push((e, w.arrived, i));
-        if let Some(l) = last_in[i].filter(|&l| l > e) {
-            let d = decoding.entry(w.pid).or_insert_with(|| vec![0; n + 1]);
-            d[e + 1] += 1;
-            d[l + 1] -= 1;
-        }
     }
     in_order.sort_unstable();
+    let mut queues: HashMap<u32, VecDeque<usize>> = HashMap::new();
     for (_, _, i) in in_order {
         let pid = windows[i].as_ref().map_or(0, |w| w.pid);
         queues.entry(pid).or_default().push_back(i);
     }
-    // How many requests of its engine decode in each step.
-    let mut level: HashMap<u32, i64> = HashMap::new();
-    let decoders: Vec<u64> = steps
-        .iter()
-        .enumerate()
-        .map(|(k, s)| {
-            let l = level.entry(s.pid).or_default();
-            *l += decoding.get(&s.pid).map_or(0, |d| d[k]);
-            (*l).max(0) as u64
-        })
-        .collect();
-    // Copies count every scheduled request only if some step copied more rows than it
-    // sampled tokens (its decodes and the prompts whose prefill ended in it); engines that
-    // copy just the sampled tokens (vLLM V0) say nothing about prompts in prefill.
-    let mut counted: HashSet<u32> = HashSet::new();
-    for (k, s) in steps.iter().enumerate() {
-        let r = row.get(&s.pid).copied().unwrap_or(0);
-        let sampled = decoders[k] + ending.get(&k).map_or(0, |v| v.len() as u64);
-        if r > 0 && s.copied_bytes / r > sampled {
-            counted.insert(s.pid);
-        }
-    }
+    let decoders = decoders_per_step(windows, ended_in, last_in, steps);
+    let habits = Habits::learn(steps, &decoders, &ending);
     // Per engine, the steps in which the prompts in prefill end.
     let mut active: HashMap<u32, BinaryHeap<Reverse<usize>>> = HashMap::new();
     for (k, s) in steps.iter().enumerate() {
@@ -199,10 +237,7 @@ fn prefill_starts(
         while active.peek().is_some_and(|Reverse(e)| *e < k) {
             active.pop();
         }
-        let rows = row
-            .get(&s.pid)
-            .filter(|&&r| r > 0 && counted.contains(&s.pid))
-            .map(|r| s.copied_bytes / r);
+        let rows = habits.rows(s);
         let mut any = false;
         for &i in ending.get(&k).into_iter().flatten() {
             if started[i].is_none() && (rows.is_some() || s.kind != StepKind::Decode) {
@@ -219,7 +254,9 @@ fn prefill_starts(
         let starts = match rows {
             Some(rows) => rows.saturating_sub(decoders[k] + active.len() as u64),
             None if s.kind == StepKind::Decode => 0,
-            None if chunking.contains(&s.pid) => u64::from(active.iter().all(|Reverse(e)| *e <= k)),
+            None if habits.chunking.contains(&s.pid) => {
+                u64::from(active.iter().all(|Reverse(e)| *e <= k))
+            }
             None => u64::from(!any),
         };
         for _ in 0..starts {
