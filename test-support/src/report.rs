@@ -90,6 +90,16 @@ pub fn tokens_at(r: &serde_json::Value, kind: &str) -> usize {
     point(r, kind).map_or(0, |p| p["token_ns"].as_array().map_or(0, Vec::len))
 }
 
+/// How far `x` lies outside `[lo, hi]` (0 inside): a measurement against the bounds a
+/// client's clock puts on the same event.
+pub fn off_range(x: u64, (lo, hi): (u64, u64)) -> u64 {
+    if x < lo {
+        lo - x
+    } else {
+        x.saturating_sub(hi)
+    }
+}
+
 /// Accuracy against a client's own clock (two measurements of the same events, one
 /// clock): prints the errors' p50/p99 and asserts the p99 error of first tokens (TTFT)
 /// and of ITL samples is within 1 ms. The p99 is the project's one percentile

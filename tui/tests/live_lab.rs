@@ -6,10 +6,9 @@
 //! run in a child: this test binary again, running `lab_child` only.
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use collector::clock::monotonic_ns;
@@ -36,27 +35,8 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the lab child");
-    let (tx, lines) = mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_line = |prefix: &str| -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the lab child never said {prefix:?}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_string();
-            }
-        }
-    };
+    let lines = common::ChildLines::of(&mut child);
+    let wait_line = |prefix: &str| lines.said(prefix);
     let port: u16 = wait_line("engine-port ").parse().expect("port");
 
     let opts = RecordOptions {

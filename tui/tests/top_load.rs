@@ -8,15 +8,16 @@
 //! requests is a proxy to the stitcher.
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use collector::analyze::percentile;
 use test_support::tmux::Tmux;
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::{Engine, EngineConfig};
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenscope-top");
 const CHILD_ENV: &str = "TOKENSCOPE_TOP_LOAD_CHILD";
@@ -67,27 +68,8 @@ fn keys_are_answered_within_a_frame_under_200_streams() {
         c.spawn().expect("start a lab child")
     };
     let mut engine = child("engine_child", None);
-    let (tx, lines) = mpsc::channel();
-    let stdout = engine.stdout.take().expect("stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_line = |prefix: &str| -> String {
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the lab child never said {prefix:?}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_string();
-            }
-        }
-    };
+    let lines = common::ChildLines::of(&mut engine);
+    let wait_line = |prefix: &str| lines.said(prefix);
     let port = wait_line("engine-port ");
 
     let tmux = Tmux::shell(120, 40).with_patience(Duration::from_secs(90));

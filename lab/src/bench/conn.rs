@@ -42,6 +42,7 @@ pub struct IoStats {
     first_read_after_arm_ns: AtomicU64,
     write_armed: AtomicBool,
     first_write_after_arm_ns: AtomicU64,
+    first_write_done_ns: AtomicU64,
 }
 
 impl IoStats {
@@ -50,6 +51,7 @@ impl IoStats {
         self.first_read_after_arm_ns.store(0, Ordering::Relaxed);
         self.armed.store(true, Ordering::Release);
         self.first_write_after_arm_ns.store(0, Ordering::Relaxed);
+        self.first_write_done_ns.store(0, Ordering::Relaxed);
         self.write_armed.store(true, Ordering::Release);
     }
 
@@ -62,11 +64,22 @@ impl IoStats {
         }
     }
 
+    /// When that first write returned: the byte left between the two stamps (a
+    /// preemption between the first stamp and the syscall widens the gap, not the error).
+    pub fn first_write_done(&self) -> Option<u64> {
+        match self.first_write_done_ns.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
     /// `started`: taken just before the write, so the stamp never follows the peer's read.
     fn wrote(&self, result: &Poll<io::Result<usize>>, started: u64) {
         if matches!(result, Poll::Ready(Ok(n)) if *n > 0)
             && self.write_armed.swap(false, Ordering::AcqRel)
         {
+            self.first_write_done_ns
+                .store(monotonic_ns(), Ordering::Release);
             self.first_write_after_arm_ns
                 .store(started, Ordering::Release);
         }

@@ -378,6 +378,7 @@ async fn one_request(
         connect_done_ns: None,
         tls_done_ns: None,
         request_start_ns: monotonic_ns(),
+        request_sent_ns: None,
         first_byte_ns: None,
         end_ns: 0,
         prompt_tokens: prompt_tokens as u32,
@@ -425,6 +426,7 @@ async fn one_request(
     // The first request byte is when it reached the socket, not when hyper got it.
     if let Some(t) = conn.stats.first_write_after_arm() {
         rec.request_start_ns = t;
+        rec.request_sent_ns = conn.stats.first_write_done();
     }
     rec.status = resp.status().as_u16();
     let closing = resp.version() == Version::HTTP_10

@@ -33,6 +33,9 @@ pub struct RequestRecord {
     pub tls_done_ns: Option<u64>,
     /// When the request was handed to the connection (first request byte).
     pub request_start_ns: u64,
+    /// When the write that carried the first request byte returned: the byte left the
+    /// client between `request_start_ns` and this.
+    pub request_sent_ns: Option<u64>,
     pub first_byte_ns: Option<u64>,
     pub end_ns: u64,
     pub prompt_tokens: u32,
@@ -69,6 +72,22 @@ impl RequestRecord {
     pub fn ttft_ns(&self) -> Option<u64> {
         self.first_token_ns()
             .map(|t| t.saturating_sub(self.start_ns()))
+    }
+
+    /// TTFT as the client's clock bounds it: from the first token back to the end of the
+    /// write that carried the first request byte, and back to its start (one value when
+    /// the request opened its connection: connect() starts it).
+    pub fn ttft_range(&self) -> Option<(u64, u64)> {
+        let first = self.first_token_ns()?;
+        let longest = first.saturating_sub(self.start_ns());
+        let shortest = match (
+            self.new_connection && self.connect_start_ns.is_some(),
+            self.request_sent_ns,
+        ) {
+            (false, Some(sent)) => first.saturating_sub(sent),
+            _ => longest,
+        };
+        Some((shortest, longest))
     }
 
     /// Time to first token from the first request byte.
@@ -236,6 +255,7 @@ mod tests {
             connect_done_ns: Some(150),
             tls_done_ns: None,
             request_start_ns: 200,
+            request_sent_ns: Some(260),
             first_byte_ns: Some(900),
             end_ns: 2000,
             prompt_tokens: 1,
@@ -261,12 +281,17 @@ mod tests {
         assert_eq!(r.coalesced_tokens(), 1);
         let reused = RequestRecord {
             new_connection: false,
-            ..r
+            ..r.clone()
         };
         assert_eq!(
             reused.ttft_ns(),
             Some(800),
             "reused connection: from the request byte"
+        );
+        assert_eq!(
+            (r.ttft_range(), reused.ttft_range()),
+            (Some((900, 900)), Some((740, 800))),
+            "the client's bounds: one value from connect(), the write's span otherwise"
         );
     }
 }

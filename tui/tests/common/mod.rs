@@ -95,3 +95,40 @@ pub(crate) fn text(state: &State, width: u16, height: u16) -> String {
     }
     out
 }
+
+/// A child's stdout read line by line on its own thread.
+pub(crate) struct ChildLines(std::sync::mpsc::Receiver<String>);
+
+impl ChildLines {
+    pub(crate) fn of(child: &mut std::process::Child) -> ChildLines {
+        use std::io::BufRead;
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("the child's stdout is piped");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildLines(lines)
+    }
+
+    /// Waits (up to 3 minutes) for the next line that starts with `prefix`; the rest of it.
+    pub(crate) fn said(&self, prefix: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .0
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the lab child never said {prefix:?}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_string();
+            }
+        }
+    }
+}
