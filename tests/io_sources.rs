@@ -218,11 +218,16 @@ fn requests_through_nginx_appear_once_with_every_point_and_the_bench_timing() {
         percentile(&first_err, 500),
         percentile(&first_err, 990)
     );
-    assert_within_a_millisecond(
+    // The guest emulated without KVM reads its clock and schedules through TCG: 1 ms
+    // holds on real hardware (the host run), the guest gets 2 (CI saw a p99 of 0.96 ms
+    // there, one request of 16 just over 1 ms; 0.55 ms in the run before).
+    let limit = if in_emulated_guest() { 2 * MS } else { MS };
+    assert_within(
         &format!("{} source, through nginx", expected_default()),
         "TTFT",
         ttft_err,
         itl_err,
+        limit,
     );
 }
 

@@ -20,7 +20,7 @@ pub use events::{io_bytes, io_events, read_recording, transitions};
 pub use nginx::{curl, engine_behind_nginx, free_port, wait_for_port, Nginx};
 pub use recorder::{wait_timeout, Recorder};
 pub use report::{
-    assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within_a_millisecond, ns,
-    off_range, point, point_kinds, report_json, tokens_at, MS,
+    assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within,
+    assert_within_a_millisecond, ns, off_range, point, point_kinds, report_json, tokens_at, MS,
 };
 pub use schema::check_report_schema;
