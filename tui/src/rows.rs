@@ -1,4 +1,4 @@
-//! What the screen shows, derived once per re-stitch from the timeline: one
+//! What the screen shows, derived once per pass over the window: one
 //! row per request, ITL per route, TTFT over time, the GPU summary. Render
 //! reads these and computes nothing heavy.
 
@@ -8,7 +8,7 @@ use collector::analyze::summarize;
 use collector::ingest::model::NvmlSample;
 use collector::stitch::{PointKind, Request};
 
-/// Identifies a request across re-stitches (stitch ids are positions, which move).
+/// Identifies a request across passes (request ids are positions, which move).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RowKey {
     pub client_addr: String,
