@@ -7,7 +7,7 @@ use collector::diagnose::Diagnosis;
 use collector::stitch::Request;
 
 use crate::analysis::Snapshot;
-use crate::rows::{GpuReading, RouteItl, Row, RowKey, TtftWindow};
+use crate::rows::{Row, RowKey};
 
 pub use crate::analysis::TTFT_WINDOW_NS;
 
@@ -94,24 +94,8 @@ const PAGE: usize = 10;
 
 pub struct State {
     pub meta: Meta,
-    /// From the last snapshot shown.
-    pub events_total: u64,
-    pub events_per_s: u64,
-    pub events_in_window: u64,
-    /// Older requests were let go before the window's start.
-    pub window_capped: bool,
-    /// Event time of the last snapshot shown, and the wall time its pass took.
-    pub stitched_clock_ns: u64,
-    pub pass_ns: u64,
-    pub requests: Vec<Request>,
-    pub rows: Vec<Row>,
-    pub routes: Vec<RouteItl>,
-    pub ttft_windows: Vec<TtftWindow>,
-    pub gpu: Vec<GpuReading>,
-    pub gpu_steps: usize,
-    pub unparsed_ios: u64,
-    /// The window's diagnoses, the largest saving first.
-    pub diagnoses: Vec<Diagnosis>,
+    /// The last snapshot shown (the window as of one pass).
+    pub shown: Snapshot,
     /// The newest snapshot that came while paused: shown on resume.
     held: Option<Box<Snapshot>>,
     /// Indices into `rows`, filtered and sorted.
@@ -134,21 +118,11 @@ pub struct State {
 impl State {
     pub fn new(meta: Meta) -> State {
         State {
-            stitched_clock_ns: meta.start_ns,
-            pass_ns: 0,
+            shown: Snapshot {
+                clock_ns: meta.start_ns,
+                ..Snapshot::default()
+            },
             meta,
-            events_total: 0,
-            events_per_s: 0,
-            events_in_window: 0,
-            window_capped: false,
-            requests: Vec::new(),
-            rows: Vec::new(),
-            routes: Vec::new(),
-            ttft_windows: Vec::new(),
-            gpu: Vec::new(),
-            gpu_steps: 0,
-            unparsed_ios: 0,
-            diagnoses: Vec::new(),
             held: None,
             visible: Vec::new(),
             selected: 0,
@@ -166,16 +140,19 @@ impl State {
     }
 
     pub fn selected_row(&self) -> Option<&Row> {
-        self.visible.get(self.selected).map(|&i| &self.rows[i])
+        self.visible
+            .get(self.selected)
+            .map(|&i| &self.shown.rows[i])
     }
 
     pub fn selected_request(&self) -> Option<&Request> {
-        self.selected_row().map(|r| &self.requests[r.index])
+        self.selected_row().map(|r| &self.shown.requests[r.index])
     }
 
     /// The diagnoses that cite request `id` among their evidence.
     pub fn diagnoses_citing(&self, id: usize) -> impl Iterator<Item = &Diagnosis> {
-        self.diagnoses
+        self.shown
+            .diagnoses
             .iter()
             .filter(move |d| d.evidence.request_ids.contains(&id))
     }
@@ -187,30 +164,17 @@ impl State {
 
     /// Shows a pass: the rows are laid out again, the selection kept on its request.
     fn show(&mut self, s: Snapshot) {
-        self.events_total = s.events_total;
-        self.events_per_s = s.events_per_s;
-        self.events_in_window = s.events_in_window;
-        self.window_capped = s.window_capped;
-        self.stitched_clock_ns = s.clock_ns;
-        self.pass_ns = s.pass_ns;
-        self.requests = s.requests;
-        self.rows = s.rows;
-        self.routes = s.routes;
-        self.ttft_windows = s.ttft_windows;
-        self.gpu = s.gpu;
-        self.gpu_steps = s.gpu_steps;
-        self.unparsed_ios = s.unparsed_ios;
-        self.diagnoses = s.diagnoses;
+        self.shown = s;
         self.relayout();
     }
 
     /// Filter and sort the rows again, keeping the selected request selected.
     fn relayout(&mut self) {
         let needle = self.active_filter().to_lowercase();
-        let mut visible: Vec<usize> = (0..self.rows.len())
-            .filter(|&i| self.rows[i].matches(&needle))
+        let mut visible: Vec<usize> = (0..self.shown.rows.len())
+            .filter(|&i| self.shown.rows[i].matches(&needle))
             .collect();
-        let rows = &self.rows;
+        let rows = &self.shown.rows;
         match self.sort {
             SortKey::Start => visible.sort_by_key(|&i| std::cmp::Reverse(rows[i].start_ns)),
             // Rows without the value last; ties by start.
@@ -228,10 +192,11 @@ impl State {
             }),
         }
         self.visible = visible;
-        let found = self
-            .selected_key
-            .as_ref()
-            .and_then(|k| self.visible.iter().position(|&i| &self.rows[i].key == k));
+        let found = self.selected_key.as_ref().and_then(|k| {
+            self.visible
+                .iter()
+                .position(|&i| &self.shown.rows[i].key == k)
+        });
         self.selected = match found {
             Some(p) => p,
             None => self.selected.min(self.visible.len().saturating_sub(1)),

@@ -74,6 +74,7 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
         top.tick(now, now);
         if top
             .state
+            .shown
             .rows
             .iter()
             .any(|r| r.route.ends_with("/v1/completions"))

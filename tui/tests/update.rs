@@ -16,7 +16,11 @@ fn column(
     state: &State,
     f: impl Fn(&tokenscope_tui::rows::Row) -> Option<u64>,
 ) -> Vec<Option<u64>> {
-    state.visible.iter().map(|&i| f(&state.rows[i])).collect()
+    state
+        .visible
+        .iter()
+        .map(|&i| f(&state.shown.rows[i]))
+        .collect()
 }
 
 fn non_increasing(v: &[Option<u64>]) -> bool {
@@ -70,7 +74,7 @@ fn filter_narrows_as_typed_and_cancel_or_esc_restore() {
     assert_eq!(state.filter, "coalesced", "filters ignore case");
     assert!(!state.visible.is_empty(), "the untuned proxy coalesces");
     assert!(
-        state.visible.iter().all(|&i| state.rows[i].coalesced),
+        state.visible.iter().all(|&i| state.shown.rows[i].coalesced),
         "only coalesced requests are shown"
     );
     update(&mut state, Action::FilterBackspace);
@@ -142,32 +146,32 @@ fn restitch_at_most_once_a_second_and_never_while_paused() {
     let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
     let (mut top, rest, end) = halves(mid);
     top.tick(mid, 0);
-    let early = top.state.rows.len();
+    let early = top.state.shown.rows.len();
     assert!(early > 0, "requests in the first half");
 
     top.events(rest);
     top.tick(end, S / 2);
-    assert_eq!(top.state.rows.len(), early, "no pass within a second");
+    assert_eq!(top.state.shown.rows.len(), early, "no pass within a second");
 
     update(&mut top.state, Action::TogglePause);
     top.tick(end, 2 * S);
     assert_eq!(
-        top.state.rows.len(),
+        top.state.shown.rows.len(),
         early,
         "paused: the screen holds still"
     );
     assert!(
-        top.state.events_total < top.analysis.events_total(),
+        top.state.shown.events_total < top.analysis.events_total(),
         "events still arrive underneath"
     );
 
     update(&mut top.state, Action::TogglePause);
     assert_eq!(
-        top.state.rows.len(),
+        top.state.shown.rows.len(),
         24,
         "unpaused: the pass made meanwhile"
     );
-    assert_eq!(top.state.events_total, top.analysis.events_total());
+    assert_eq!(top.state.shown.events_total, top.analysis.events_total());
 }
 
 #[test]
@@ -188,7 +192,7 @@ fn selection_follows_its_request_across_restitches() {
     top.events(rest);
     top.tick(end, 5 * S);
     let state = &top.state;
-    assert_eq!(state.rows.len(), 24);
+    assert_eq!(state.shown.rows.len(), 24);
     assert_eq!(
         state.selected_row().expect("row").key,
         key,
@@ -203,25 +207,28 @@ fn window_forgets_old_events() {
     let end = replay.last_ns;
     top.events(replay.due(end));
     top.tick(end, 0);
-    let held = top.state.events_in_window;
+    let held = top.state.shown.events_in_window;
     assert!(
-        held < top.state.events_total,
+        held < top.state.shown.events_total,
         "older than 2 s left the window"
     );
-    assert!(!top.state.rows.is_empty(), "the last requests are shown");
+    assert!(
+        !top.state.shown.rows.is_empty(),
+        "the last requests are shown"
+    );
     top.tick(end + 10 * S, 5 * S);
-    assert_eq!(top.state.events_in_window, 0, "all gone 10 s later");
-    assert!(top.state.rows.is_empty(), "and the table emptied");
+    assert_eq!(top.state.shown.events_in_window, 0, "all gone 10 s later");
+    assert!(top.state.shown.rows.is_empty(), "and the table emptied");
 }
 
 #[test]
 fn events_per_second_counts_the_last_second() {
     let state = fixture_state();
     assert!(
-        state.events_per_s > 0,
+        state.shown.events_per_s > 0,
         "events in the fixture's last second"
     );
-    assert!(state.events_per_s <= state.events_total);
+    assert!(state.shown.events_per_s <= state.shown.events_total);
 }
 
 fn key(code: KeyCode) -> KeyEvent {
@@ -311,7 +318,7 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
         before.contains("no NVML"),
         "no samples in the fixture:\n{before}"
     );
-    let t = top.state.stitched_clock_ns;
+    let t = top.state.shown.clock_ns;
     top.events(vec![nvml(t + 2, 87), nvml(t + 1, 10)]);
     top.tick(t + 3, 10 * S);
     let screen = common::text(&top.state, 80, 24);
@@ -327,12 +334,12 @@ fn diagnoses_come_with_the_restitch_as_the_report_has_them() {
     let (mut top, rest, end) = halves(Replay::open(&path).expect("fixture").first_ns);
     top.events(rest);
     assert!(
-        top.state.diagnoses.is_empty(),
+        top.state.shown.diagnoses.is_empty(),
         "nothing diagnosed before a tick"
     );
     top.tick(end, 0);
     let state = &top.state;
-    let rules: Vec<u8> = state.diagnoses.iter().map(|d| d.rule).collect();
+    let rules: Vec<u8> = state.shown.diagnoses.iter().map(|d| d.rule).collect();
     assert_eq!(
         rules,
         [2, 6, 1],

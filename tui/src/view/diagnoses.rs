@@ -19,15 +19,15 @@ type Words<'a> = (&'a str, Style, bool);
 type Wrapped = Vec<(String, Style)>;
 
 pub fn render_diagnoses(f: &mut Frame, state: &State, area: Rect) {
-    let title = match state.diagnoses.len() {
+    let title = match state.shown.diagnoses.len() {
         0 => " diagnoses ".to_string(),
         n => format!(" diagnoses ({n}) "),
     };
     let block = panels::panel(&title);
     let inner = block.inner(area);
     let dim = Style::new().add_modifier(Modifier::DIM);
-    let lines = if state.diagnoses.is_empty() {
-        let why = if state.requests.is_empty() {
+    let lines = if state.shown.diagnoses.is_empty() {
+        let why = if state.shown.requests.is_empty() {
             "no requests yet"
         } else {
             "none: no rule's trigger holds in the window"
@@ -35,7 +35,7 @@ pub fn render_diagnoses(f: &mut Frame, state: &State, area: Rect) {
         vec![Line::from(Span::styled(why, dim))]
     } else {
         fit(
-            &state.diagnoses,
+            &state.shown.diagnoses,
             inner.width as usize,
             inner.height as usize,
         )

@@ -27,36 +27,36 @@ pub fn render_header(f: &mut Frame, state: &State, area: Rect) {
             " │ {} │ {} │ {}",
             m.host,
             m.source,
-            fmt::since(state.stitched_clock_ns, m.start_ns)
+            fmt::since(state.shown.clock_ns, m.start_ns)
         )),
     ];
     if let Some(why) = &state.ended {
         first.push(Span::styled(format!(" │ {why}"), bold));
     }
-    let open = state.rows.iter().filter(|r| r.open).count();
-    let tokens: usize = state.rows.iter().map(|r| r.tokens).sum();
+    let open = state.shown.rows.iter().filter(|r| r.open).count();
+    let tokens: usize = state.shown.rows.iter().map(|r| r.tokens).sum();
     let mut second = vec![
         Span::raw(format!(
             "{} probes │ {} ev/s │ ",
             m.probes_attached,
-            fmt::count(state.events_per_s)
+            fmt::count(state.shown.events_per_s)
         )),
         drops,
         Span::raw(format!(
             " │ {} requests ({} open) │ {} tokens",
-            state.rows.len(),
+            state.shown.rows.len(),
             open,
             fmt::count(tokens as u64)
         )),
     ];
-    if state.pass_ns > 0 {
+    if state.shown.pass_ns > 0 {
         // top's own cost: the last pass over the window, off the screen's thread.
         second.push(Span::raw(format!(
             " │ pass {} ms",
-            state.pass_ns / 1_000_000
+            state.shown.pass_ns / 1_000_000
         )));
     }
-    if state.window_capped {
+    if state.shown.window_capped {
         second.push(Span::raw(" │ window capped"));
     }
     let third = Line::from(gpu_spans(state));
@@ -67,16 +67,16 @@ pub fn render_header(f: &mut Frame, state: &State, area: Rect) {
 }
 
 fn gpu_spans(state: &State) -> Vec<Span<'static>> {
-    if state.gpu.is_empty() {
-        let line = if state.gpu_steps > 0 {
-            format!("{} GPU steps (libcuda); no NVML", state.gpu_steps)
+    if state.shown.gpu.is_empty() {
+        let line = if state.shown.gpu_steps > 0 {
+            format!("{} GPU steps (libcuda); no NVML", state.shown.gpu_steps)
         } else {
             "GPU: no samples".into()
         };
         return vec![Span::raw(line)];
     }
     let mut spans = Vec::new();
-    for (i, g) in state.gpu.iter().enumerate() {
+    for (i, g) in state.shown.gpu.iter().enumerate() {
         if i > 0 {
             spans.push(Span::raw(" │ "));
         }

@@ -70,7 +70,7 @@ fn render_footer(f: &mut Frame, state: &State, area: Rect) {
             "sort {} │ {}/{} shown",
             state.sort.label(),
             state.visible.len(),
-            state.rows.len()
+            state.shown.rows.len()
         ))];
         if !state.filter.is_empty() {
             spans.push(Span::raw(format!(" │ /{}", state.filter)));

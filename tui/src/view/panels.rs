@@ -43,7 +43,7 @@ fn render_itl_by_route(f: &mut Frame, state: &State, area: Rect) {
         width.saturating_sub(stats_width + 1)
     };
     let mut lines: Vec<Line> = Vec::new();
-    for r in &state.routes {
+    for r in &state.shown.routes {
         let max = r.histogram.iter().copied().max().unwrap_or(0);
         let hist: String = r.histogram.iter().map(|&n| fmt::block(n, max)).collect();
         let route = format!(
@@ -82,7 +82,7 @@ fn render_ttft_over_time(f: &mut Frame, state: &State, area: Rect) {
     let label = 4;
     let value = 6;
     let width = (inner.width as usize).saturating_sub(label + value + 1);
-    let windows = &state.ttft_windows;
+    let windows = &state.shown.ttft_windows;
     let shown = &windows[windows.len().saturating_sub(width)..];
     if shown.is_empty() {
         f.render_widget(Paragraph::new("no first tokens yet").block(block), area);

@@ -23,7 +23,7 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
         .borders(Borders::TOP)
         .title(Line::from(title).style(Style::new().add_modifier(Modifier::BOLD)));
     if state.visible.is_empty() {
-        let why = if state.rows.is_empty() {
+        let why = if state.shown.rows.is_empty() {
             "no requests yet"
         } else {
             "no request matches the filter (Esc clears it)"
@@ -88,7 +88,7 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
     let rows: Vec<TableRow> = state
         .visible
         .iter()
-        .map(|&i| table_row(&state.rows[i], state.meta.start_ns, route_width, wide))
+        .map(|&i| table_row(&state.shown.rows[i], state.meta.start_ns, route_width, wide))
         .collect();
     let table = Table::new(rows, widths)
         .header(TableRow::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
