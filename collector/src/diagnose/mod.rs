@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::analyze::percentile;
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
-use crate::stitch::{Request, Timeline};
+use crate::stitch::Request;
 
 pub use rules::RULES;
 pub use slo::{Slo, SloResult};
@@ -34,8 +34,11 @@ pub struct Input<'a> {
     pub nvml: &'a [(u64, NvmlSample)],
 }
 
+// The batch stitch's timeline as input: the oracle the pipeline's output is checked
+// against in tests; no product path builds one.
+#[cfg(test)]
 impl<'a> Input<'a> {
-    pub fn new(timeline: &'a Timeline, nvml: &'a [(u64, NvmlSample)]) -> Self {
+    pub fn new(timeline: &'a crate::stitch::Timeline, nvml: &'a [(u64, NvmlSample)]) -> Self {
         Input {
             requests: &timeline.requests,
             steps: &timeline.steps,
@@ -44,7 +47,9 @@ impl<'a> Input<'a> {
     }
 }
 
-/// The NVML samples of a recording with their time, in time order.
+/// The NVML samples of a recording with their time, in time order (tests: the pipeline
+/// hands them out as `Output::nvml`).
+#[cfg(test)]
 pub fn nvml_samples(events: &[crate::ingest::Event]) -> Vec<(u64, NvmlSample)> {
     let mut v: Vec<(u64, NvmlSample)> = events
         .iter()
