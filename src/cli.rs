@@ -360,14 +360,20 @@ fn report(
 ) -> anyhow::Result<ExitCode> {
     use collector::export::report;
     let mut reader = collector::ingest::record::RecordReader::open(path)?;
-    // Streamed: a batch of events at a time through the pipeline, never all at once.
-    let mut pipeline = report::replay(&reader.header);
+    // Streamed: a batch of events at a time through the pipeline, never all at once;
+    // requests are summed up and let go (JSON: written aside) as their window closes.
+    let keep = if json {
+        report::Requests::Spill
+    } else {
+        report::Requests::Drop
+    };
+    let mut builder = report::Builder::new(&reader.header, slos, keep);
     while let Some(batch) = reader.next_batch()? {
         for event in batch {
-            pipeline.push(event);
+            builder.push(event);
         }
     }
-    let built = report::from_output(&reader.header, pipeline.finish(), slos);
+    let built = builder.try_finish().context("building the report")?;
     let code = if built.slo.iter().all(|r| r.met) {
         ExitCode::SUCCESS
     } else {

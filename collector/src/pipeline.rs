@@ -2,10 +2,13 @@
 //! within a bounded reorder window), finished requests with their GPU share, GPU
 //! steps, the NVML and CUPTI series and the protocol tally out. Incremental: a
 //! request leaves the stitcher once it settled (see `stitch::stitcher`), and what
-//! the stitcher let go is never read again. `report` reads everything it produced
-//! at the end; `top` takes what it produced as it goes and keeps a window of it;
-//! `export` takes it as it goes too, connections included, and writes a window once
-//! nothing held can still start in it.
+//! the stitcher let go is never read again. `report` and `export` take what it
+//! produced as they go and cut it into windows once nothing held can still start in
+//! them (`cut`): the report sums each window up and lets its requests go, the export
+//! writes it (connections included); `top` takes it as it goes and keeps a window of
+//! it. `finish` hands over everything at once (tests compare it with the batch stitch).
+
+pub mod cut;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -240,6 +243,11 @@ impl Pipeline {
             late_events: self.out.late_events,
             tally: ProtocolTally::default(),
         }
+    }
+
+    /// How TLS and HTTP/2 were read on the connections released so far.
+    pub fn protocols(&self, tls_untied: u64) -> Protocols {
+        self.out.protocols(tls_untied)
     }
 
     /// The requests still held at the last advance, as they stood then.

@@ -3,6 +3,9 @@
 //! per time window. Pure: it reads requests, nothing else.
 
 pub mod protocols;
+mod samples;
+
+pub use samples::{Samples, EXACT_SAMPLES};
 
 use std::collections::BTreeMap;
 
@@ -110,33 +113,53 @@ pub struct Stats {
 }
 
 pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
-    let mut s = Stats::default();
-    let mut ttft: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    let mut itl: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    let mut record_gap: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    let mut stages: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    let mut forward: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    let (mut ttft_server, mut tpot) = (Vec::new(), Vec::new());
+    let mut b = StatsBuilder::default();
     for r in requests {
-        s.requests += 1;
-        s.tokens += r.tokens();
-        s.new_connections += usize::from(r.new_connection);
-        s.encrypted += usize::from(r.encrypted);
-        s.coalesced += usize::from(r.coalesced);
-        s.truncated += usize::from(r.truncated);
+        b.add(r);
+    }
+    b.finish()
+}
+
+/// `Stats` of a group fed one request at a time, in memory that does not grow with the
+/// group (see `Samples`): what a replay keeps per group once its requests are gone.
+#[derive(Clone, Debug, Default)]
+pub struct StatsBuilder {
+    requests: usize,
+    tokens: usize,
+    new_connections: usize,
+    encrypted: usize,
+    coalesced: usize,
+    truncated: usize,
+    ttft: BTreeMap<&'static str, Samples>,
+    ttft_server: Samples,
+    itl: BTreeMap<&'static str, Samples>,
+    tpot: Samples,
+    record_gap: BTreeMap<&'static str, Samples>,
+    stages: BTreeMap<&'static str, Samples>,
+    forward: BTreeMap<String, Samples>,
+}
+
+impl StatsBuilder {
+    pub fn add(&mut self, r: &Request) {
+        self.requests += 1;
+        self.tokens += r.tokens();
+        self.new_connections += usize::from(r.new_connection);
+        self.encrypted += usize::from(r.encrypted);
+        self.coalesced += usize::from(r.coalesced);
+        self.truncated += usize::from(r.truncated);
         for p in &r.points {
             let key = point_key(p.kind);
             if let Some(t) = p.ttft_ns {
-                ttft.entry(key).or_default().push(t);
+                self.ttft.entry(key).or_default().push(t);
             }
-            itl.entry(key).or_default().extend(gaps(&p.token_ns));
-            record_gap
+            self.itl.entry(key).or_default().extend(gaps(&p.token_ns));
+            self.record_gap
                 .entry(key)
                 .or_default()
                 .extend(gaps(&p.record_ns));
         }
-        ttft_server.extend(r.ttft_server_ns());
-        tpot.extend(r.tpot_ns());
+        self.ttft_server.extend(r.ttft_server_ns());
+        self.tpot.extend(r.tpot_ns());
         let st = &r.stages;
         for (name, v) in [
             ("connect", st.connect_ns),
@@ -147,32 +170,42 @@ pub fn stats<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Stats {
             ("upstream_wait", st.upstream_wait_ns),
         ] {
             if let Some(v) = v {
-                stages.entry(name).or_default().push(v);
+                self.stages.entry(name).or_default().push(v);
             }
         }
         for f in &r.forward {
-            forward
-                .entry(format!("{} -> {}", f.from.label(), f.to.label()))
+            let key = format!("{} -> {}", f.from.label(), f.to.label());
+            self.forward
+                .entry(key)
                 .or_default()
-                .extend(&f.delay_ns);
+                .extend(f.delay_ns.iter().copied());
         }
     }
-    let done = |m: BTreeMap<&'static str, Vec<u64>>| {
-        m.into_iter()
-            .filter_map(|(k, v)| Some((k, summarize(&v)?)))
-            .collect()
-    };
-    s.ttft = done(ttft);
-    s.itl = done(itl);
-    s.record_gap = done(record_gap);
-    s.stages = done(stages);
-    s.forward = forward
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, summarize(&v)?)))
-        .collect();
-    s.ttft_server = summarize(&ttft_server);
-    s.tpot = summarize(&tpot);
-    s
+
+    pub fn finish(&self) -> Stats {
+        Stats {
+            requests: self.requests,
+            tokens: self.tokens,
+            new_connections: self.new_connections,
+            encrypted: self.encrypted,
+            coalesced: self.coalesced,
+            truncated: self.truncated,
+            ttft: summaries(&self.ttft),
+            ttft_server: self.ttft_server.summary(),
+            itl: summaries(&self.itl),
+            tpot: self.tpot.summary(),
+            record_gap: summaries(&self.record_gap),
+            stages: summaries(&self.stages),
+            forward: summaries(&self.forward),
+        }
+    }
+}
+
+/// The summary of each series that has samples.
+pub fn summaries<K: Ord + Clone>(m: &BTreeMap<K, Samples>) -> BTreeMap<K, Summary> {
+    m.iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.summary()?)))
+        .collect()
 }
 
 fn gaps(times: &[u64]) -> impl Iterator<Item = u64> + '_ {
@@ -188,39 +221,61 @@ pub fn point_key(kind: PointKind) -> &'static str {
     }
 }
 
-/// Stats per route (host + path).
-pub fn by_route(requests: &[Request]) -> BTreeMap<String, Stats> {
-    group_by(requests, Request::route)
+/// Statistics overall, per route (host + path), per serving process (the last point
+/// of each request: its engine, or the furthest hop traced, keyed `comm/pid`) and per
+/// time window (requests by their start), fed a request at a time. A window's figures
+/// are fixed once `seal` says no request can still start in it.
+#[derive(Debug)]
+pub struct Breakdown {
+    pub overall: StatsBuilder,
+    pub routes: BTreeMap<String, StatsBuilder>,
+    pub processes: BTreeMap<String, StatsBuilder>,
+    width_ns: u64,
+    open: BTreeMap<u64, StatsBuilder>,
+    sealed: BTreeMap<u64, Stats>,
 }
 
-/// Stats per serving process (the last point of each request: its engine, or the
-/// furthest hop traced), keyed `comm/pid`.
-pub fn by_process(requests: &[Request]) -> BTreeMap<String, Stats> {
-    group_by(requests, |r| {
-        r.points
+impl Breakdown {
+    pub fn new(window_ns: u64) -> Breakdown {
+        Breakdown {
+            overall: StatsBuilder::default(),
+            routes: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            width_ns: window_ns.max(1),
+            open: BTreeMap::new(),
+            sealed: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, r: &Request) {
+        self.overall.add(r);
+        self.routes.entry(r.route()).or_default().add(r);
+        let process = r
+            .points
             .last()
-            .map_or_else(|| "-".into(), |p| format!("{}/{}", p.comm, p.pid))
-    })
-}
-
-fn group_by(requests: &[Request], key: impl Fn(&Request) -> String) -> BTreeMap<String, Stats> {
-    let mut groups: BTreeMap<String, Vec<&Request>> = BTreeMap::new();
-    for r in requests {
-        groups.entry(key(r)).or_default().push(r);
+            .map_or_else(|| "-".into(), |p| format!("{}/{}", p.comm, p.pid));
+        self.processes.entry(process).or_default().add(r);
+        let w = r.start_ns / self.width_ns * self.width_ns;
+        self.open.entry(w).or_default().add(r);
     }
-    groups.into_iter().map(|(k, v)| (k, stats(v))).collect()
-}
 
-/// Stats per window of `width_ns`, keyed by the window's start (requests by their start).
-pub fn by_window(requests: &[Request], width_ns: u64) -> BTreeMap<u64, Stats> {
-    let mut groups: BTreeMap<u64, Vec<&Request>> = BTreeMap::new();
-    for r in requests {
-        groups
-            .entry(r.start_ns / width_ns * width_ns)
-            .or_default()
-            .push(r);
+    /// Every request that starts before `end_ns` was added: windows that end by then
+    /// are summed up and their samples let go.
+    pub fn seal(&mut self, end_ns: u64) {
+        while let Some(entry) = self.open.first_entry() {
+            if entry.key().saturating_add(self.width_ns) > end_ns {
+                break;
+            }
+            let (start, b) = entry.remove_entry();
+            self.sealed.insert(start, b.finish());
+        }
     }
-    groups.into_iter().map(|(k, v)| (k, stats(v))).collect()
+
+    /// Per-window stats keyed by the window's start.
+    pub fn windows(&mut self) -> BTreeMap<u64, Stats> {
+        self.seal(u64::MAX);
+        std::mem::take(&mut self.sealed)
+    }
 }
 
 #[cfg(test)]

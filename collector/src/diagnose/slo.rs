@@ -8,7 +8,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use super::{request_ttft, ttft_point, Diagnosis};
-use crate::analyze::{summarize, Summary};
+use crate::analyze::{Samples, Summary};
 use crate::stitch::Request;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -132,33 +132,68 @@ pub fn samples(requests: &[Request], metric: Metric) -> Vec<u64> {
 }
 
 pub fn check(slos: &[Slo], requests: &[Request], diagnoses: &[Diagnosis]) -> Vec<SloResult> {
-    slos.iter()
-        .map(|slo| {
-            let v = samples(requests, slo.metric);
-            let measured = summarize(&v).map(|s| pick(&s, slo.stat));
-            let met = measured.is_some_and(|m| m <= slo.limit_ns);
-            let saving = |d: &Diagnosis| match slo.metric {
-                Metric::Ttft => d.saving.ttft_p95_ns.unwrap_or(0),
-                Metric::Itl | Metric::Tpot => d.saving.itl_p99_ns.unwrap_or(0),
-            };
-            let mut helpful: Vec<&Diagnosis> = diagnoses
-                .iter()
-                .filter(|d| saving(d) >= 1_000_000)
-                .collect();
-            helpful.sort_by_key(|d| (std::cmp::Reverse(saving(d)), d.rule));
-            SloResult {
-                slo: slo.clone(),
-                measured_ns: measured,
-                samples: v.len(),
-                met,
-                top_diagnoses: if met {
-                    Vec::new()
-                } else {
-                    helpful.iter().take(3).map(|d| d.rule).collect()
-                },
-            }
-        })
-        .collect()
+    let mut c = Checker::new(slos);
+    for r in requests {
+        c.add(r);
+    }
+    c.finish(diagnoses)
+}
+
+/// The objectives checked against requests fed one at a time (each metric's samples in
+/// bounded memory: see `analyze::Samples`).
+pub struct Checker {
+    slos: Vec<Slo>,
+    samples: Vec<Samples>,
+}
+
+impl Checker {
+    pub fn new(slos: &[Slo]) -> Checker {
+        Checker {
+            slos: slos.to_vec(),
+            samples: vec![Samples::default(); slos.len()],
+        }
+    }
+
+    pub fn add(&mut self, r: &Request) {
+        for (slo, s) in self.slos.iter().zip(&mut self.samples) {
+            s.extend(samples(std::slice::from_ref(r), slo.metric));
+        }
+    }
+
+    /// Each objective, met or not, with the diagnoses that would help it most (a rule
+    /// found in several windows counts once, by its largest saving).
+    pub fn finish(&self, diagnoses: &[Diagnosis]) -> Vec<SloResult> {
+        self.slos
+            .iter()
+            .zip(&self.samples)
+            .map(|(slo, v)| {
+                let measured = v.summary().map(|s| pick(&s, slo.stat));
+                let met = measured.is_some_and(|m| m <= slo.limit_ns);
+                let saving = |d: &Diagnosis| match slo.metric {
+                    Metric::Ttft => d.saving.ttft_p95_ns.unwrap_or(0),
+                    Metric::Itl | Metric::Tpot => d.saving.itl_p99_ns.unwrap_or(0),
+                };
+                let mut helpful: Vec<&Diagnosis> = diagnoses
+                    .iter()
+                    .filter(|d| saving(d) >= 1_000_000)
+                    .collect();
+                helpful.sort_by_key(|d| (std::cmp::Reverse(saving(d)), d.rule));
+                let mut top: Vec<u8> = Vec::new();
+                for d in helpful {
+                    if top.len() < 3 && !top.contains(&d.rule) {
+                        top.push(d.rule);
+                    }
+                }
+                SloResult {
+                    slo: slo.clone(),
+                    measured_ns: measured,
+                    samples: v.len(),
+                    met,
+                    top_diagnoses: if met { Vec::new() } else { top },
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

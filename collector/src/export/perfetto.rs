@@ -7,7 +7,7 @@
 //! itself. A packet sequence per window, packets in time order, event names and categories interned
 //! on first use, clock MONOTONIC (3).
 
-mod layout;
+pub(super) mod layout;
 #[cfg(test)]
 mod tests;
 mod windows;

@@ -6,13 +6,16 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::analyze::{self, Stats, Summary};
-use crate::diagnose::{self, slo, Diagnosis, Slo, SloResult};
+use crate::analyze::{Stats, Summary};
+use crate::diagnose::{Diagnosis, Slo, SloResult};
 use crate::ingest::io_source::IoSource;
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
-use crate::pipeline::{self, CuptiSpan, Output, Pipeline};
 use crate::stitch::Request;
+
+mod build;
+
+pub use build::{Builder, Requests, Spill, DIAGNOSIS_WINDOW_NS};
 
 pub const SCHEMA: &str = "tokenscope.report/1";
 /// Width of the time windows statistics are also given for.
@@ -36,7 +39,14 @@ pub struct Report {
     pub diagnoses: Vec<Diagnosis>,
     /// The objectives given (`report --slo`), met or not.
     pub slo: Vec<SloResult>,
+    /// Every request (`Requests::Keep`), in id order; empty when spilled or dropped.
     pub requests: Vec<Request>,
+    /// Windows of `DIAGNOSIS_WINDOW_NS` whose requests were diagnosed.
+    #[serde(skip)]
+    pub diagnosis_windows: usize,
+    /// The requests written aside (`Requests::Spill`), listed by `write_json`.
+    #[serde(skip)]
+    pub spilled: Option<Spill>,
 }
 
 /// GPU steps rebuilt from libcuda calls (all zero without GPU probes).
@@ -49,6 +59,18 @@ pub struct GpuSummary {
     pub stalls: usize,
     /// CUPTI hook spans by kind (kernel, memcpy, graph, marker): device-time durations.
     pub cupti_ns: BTreeMap<&'static str, Summary>,
+    /// The requests whose prefill stalled others' decode the most (longest gap first).
+    #[serde(skip)]
+    pub stallers: Vec<Staller>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Staller {
+    pub id: usize,
+    /// Decode gaps of other requests it stalled, and the longest.
+    pub stalls: usize,
+    pub gap_ns: u64,
+    pub prefill_ns: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -101,117 +123,32 @@ pub fn build(header: &FileHeader, events: &[Event]) -> Report {
     build_checked(header, events, &[])
 }
 
-/// The report with the objectives checked.
+/// The report with the objectives checked (every request kept in `Report::requests`).
 pub fn build_checked(header: &FileHeader, events: &[Event], slos: &[Slo]) -> Report {
-    let mut p = replay(header);
+    let mut b = Builder::new(header, slos, Requests::Keep);
     for e in events {
-        p.push(e.clone());
+        b.push(e.clone());
     }
-    from_output(header, p.finish(), slos)
-}
-
-/// The pipeline a recording is replayed through (`Pipeline::push` its events, then
-/// `from_output` what `finish` gave).
-pub fn replay(header: &FileHeader) -> Pipeline {
-    let dropped = header.counters.unwrap_or_default().dropped > 0;
-    Pipeline::new(pipeline::Config::replay(), dropped)
-}
-
-/// The report of what a replay produced, with the objectives checked.
-pub fn from_output(header: &FileHeader, out: Output, slos: &[Slo]) -> Report {
-    let c = header.counters.unwrap_or_default();
-    let diagnoses = diagnose::diagnose(&diagnose::Input {
-        requests: &out.requests,
-        steps: &out.steps,
-        nvml: &out.nvml,
-    });
-    let slo = slo::check(slos, &out.requests, &diagnoses);
-    let mut gpu = gpu_summary(&out.steps, &out.requests);
-    gpu.cupti_ns = cupti_summary(&out.cupti);
-    let protocols = out.protocols(header.tls_untied);
-    let requests = out.requests;
-    Report {
-        schema: SCHEMA,
-        recording: RecordingInfo {
-            host: header.host.clone(),
-            kernel: header.kernel.clone(),
-            io_source: IoSourceInfo::from_header(&header.io_source),
-            complete: header.complete,
-            duration_ns: header
-                .end_monotonic_ns
-                .saturating_sub(header.start_monotonic_ns),
-            events: out.events,
-            submitted: c.submitted,
-            delivered: c.delivered,
-            dropped: c.dropped,
-            decode_errors: c.decode_errors,
-        },
-        unparsed_ios: out.unparsed_ios,
-        protocols,
-        overall: analyze::stats(&requests),
-        routes: analyze::by_route(&requests),
-        processes: analyze::by_process(&requests),
-        gpu,
-        windows: analyze::by_window(&requests, WINDOW_NS)
-            .into_iter()
-            .map(|(start_ns, stats)| Window { start_ns, stats })
-            .collect(),
-        diagnoses,
-        slo,
-        requests,
-    }
-}
-
-fn cupti_summary(spans: &[CuptiSpan]) -> BTreeMap<&'static str, Summary> {
-    use crate::ingest::model::GpuActivityKind;
-    let mut by_kind: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    for g in spans {
-        let kind = match g.kind {
-            GpuActivityKind::Kernel => "kernel",
-            GpuActivityKind::Memcpy => "memcpy",
-            GpuActivityKind::Graph => "graph",
-            GpuActivityKind::Marker => "marker",
-            GpuActivityKind::Unknown => continue,
-        };
-        by_kind
-            .entry(kind)
-            .or_default()
-            .push(g.end_ns.saturating_sub(g.start_ns));
-    }
-    by_kind
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, analyze::summarize(&v)?)))
-        .collect()
-}
-
-fn gpu_summary(steps: &[crate::gpu::GpuStep], requests: &[Request]) -> GpuSummary {
-    let mut by_kind: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    for s in steps {
-        let kind = match s.kind {
-            crate::gpu::StepKind::Prefill => "prefill",
-            crate::gpu::StepKind::Decode => "decode",
-            crate::gpu::StepKind::Mixed => "mixed",
-        };
-        by_kind.entry(kind).or_default().push(s.end_ns - s.start_ns);
-    }
-    GpuSummary {
-        steps: steps.len(),
-        step_ns: by_kind
-            .into_iter()
-            .filter_map(|(k, v)| Some((k, analyze::summarize(&v)?)))
-            .collect(),
-        stalls: requests
-            .iter()
-            .filter_map(|r| r.gpu.as_ref())
-            .map(|g| g.stalled_by.len())
-            .sum(),
-        cupti_ns: BTreeMap::new(),
-    }
+    b.finish()
 }
 
 pub fn write_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;
-    writeln!(out)
+    let Some(spill) = report.spilled.as_ref().filter(|s| s.count() > 0) else {
+        serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;
+        return writeln!(out);
+    };
+    // The report without its requests ends `"requests": []` and the object's brace;
+    // the spilled requests go between the brackets, as serde_json nests them.
+    let head = serde_json::to_string_pretty(report).map_err(io::Error::other)?;
+    let head = head
+        .strip_suffix("[]\n}")
+        .ok_or_else(|| io::Error::other("the report JSON does not end with its requests"))?;
+    out.write_all(head.as_bytes())?;
+    out.write_all(b"[\n")?;
+    if spill.copy_to(out)? == 0 {
+        return Err(io::Error::other("the spilled requests are empty"));
+    }
+    out.write_all(b"\n  ]\n}\n")
 }
 
 pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
@@ -250,7 +187,7 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             write_stats(s, out)?;
         }
     }
-    write_diagnoses(&report.diagnoses, out)?;
+    write_diagnoses(report, out)?;
     write_slo(&report.slo, &report.diagnoses, out)
 }
 
@@ -275,56 +212,102 @@ pub fn saving_line(d: &Diagnosis) -> String {
     }
 }
 
-fn write_diagnoses(diagnoses: &[Diagnosis], out: &mut dyn Write) -> io::Result<()> {
+fn write_diagnoses(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let diagnoses = &report.diagnoses;
     if diagnoses.is_empty() {
         return writeln!(
             out,
             "\nDiagnoses: none (no rule's trigger holds on this recording)"
         );
     }
-    writeln!(
-        out,
-        "\nDiagnoses ({}), the largest saving first:",
-        diagnoses.len()
-    )?;
-    for d in diagnoses {
+    if report.diagnosis_windows <= 1 {
         writeln!(
             out,
-            "[{}] {}: {} ({})",
-            d.rule,
-            d.title,
-            saving_line(d),
-            d.scope
+            "\nDiagnoses ({}), the largest saving first:",
+            diagnoses.len()
         )?;
-        writeln!(out, "    {}", d.finding)?;
-        if !d.evidence.request_ids.is_empty() {
-            let ids: Vec<String> = d
-                .evidence
-                .request_ids
-                .iter()
-                .map(|i| format!("#{i}"))
-                .collect();
+        for d in diagnoses {
+            write_diagnosis(d, out)?;
+        }
+        return Ok(());
+    }
+    // One finding per rule and scope, from the window where it saves most.
+    let mut groups: Vec<(&Diagnosis, usize)> = Vec::new();
+    for d in diagnoses {
+        match groups
+            .iter_mut()
+            .find(|(g, _)| (g.rule, &g.scope) == (d.rule, &d.scope))
+        {
+            Some((g, n)) => {
+                *n += 1;
+                if saving_of(d) > saving_of(g) {
+                    *g = d;
+                }
+            }
+            None => groups.push((d, 1)),
+        }
+    }
+    groups.sort_by_key(|(d, _)| (std::cmp::Reverse(saving_of(d)), d.rule));
+    writeln!(
+        out,
+        "\nDiagnoses per {} s window ({} windows with requests; the JSON lists each window's): {} findings, each from its window with the largest saving:",
+        DIAGNOSIS_WINDOW_NS / 1_000_000_000,
+        report.diagnosis_windows,
+        groups.len()
+    )?;
+    for (d, n) in groups {
+        write_diagnosis(d, out)?;
+        writeln!(
+            out,
+            "    seen in {n} of {} windows",
+            report.diagnosis_windows
+        )?;
+    }
+    Ok(())
+}
+
+/// What a diagnosis saves, TTFT and ITL together (to rank the same finding across windows).
+fn saving_of(d: &Diagnosis) -> u64 {
+    d.saving.ttft_p95_ns.unwrap_or(0) + d.saving.itl_p99_ns.unwrap_or(0)
+}
+
+fn write_diagnosis(d: &Diagnosis, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "[{}] {}: {} ({})",
+        d.rule,
+        d.title,
+        saving_line(d),
+        d.scope
+    )?;
+    writeln!(out, "    {}", d.finding)?;
+    if !d.evidence.request_ids.is_empty() {
+        let ids: Vec<String> = d
+            .evidence
+            .request_ids
+            .iter()
+            .map(|i| format!("#{i}"))
+            .collect();
+        writeln!(
+            out,
+            "    evidence: {} requests, e.g. {}",
+            d.evidence.requests,
+            ids.join(" ")
+        )?;
+    }
+    if let (Some(joint), Some(alone)) = (d.saving.ttft_p95_ns, d.saving.ttft_p95_alone_ns) {
+        if joint != alone {
             writeln!(
                 out,
-                "    evidence: {} requests, e.g. {}",
-                d.evidence.requests,
-                ids.join(" ")
+                "    alone (without the other fixes): ~{} of TTFT p95",
+                ms0(alone)
             )?;
         }
-        if let (Some(joint), Some(alone)) = (d.saving.ttft_p95_ns, d.saving.ttft_p95_alone_ns) {
-            if joint != alone {
-                writeln!(
-                    out,
-                    "    alone (without the other fixes): ~{} of TTFT p95",
-                    ms0(alone)
-                )?;
-            }
-        }
-        writeln!(out, "    estimate: {}", d.saving.basis)?;
-        for f in &d.fix {
-            for line in &f.lines {
-                writeln!(out, "    fix ({}): {line}", f.target)?;
-            }
+    }
+    writeln!(out, "    estimate: {}", d.saving.basis)?;
+    for f in &d.fix {
+        for line in &f.lines {
+            writeln!(out, "    fix ({}): {line}", f.target)?;
         }
     }
     Ok(())
@@ -348,7 +331,11 @@ fn write_slo(
             r.slo, r.samples
         )?;
         for rule in &r.top_diagnoses {
-            if let Some(d) = diagnoses.iter().find(|d| d.rule == *rule) {
+            let best = diagnoses
+                .iter()
+                .filter(|d| d.rule == *rule)
+                .max_by_key(|d| saving_of(d));
+            if let Some(d) = best {
                 writeln!(out, "    [{}] {}: {}", d.rule, d.title, saving_line(d))?;
             }
         }
@@ -371,31 +358,14 @@ fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     for (kind, v) in &g.step_ns {
         summary_row(out, kind, v)?;
     }
-    // Whose prefill stalled others the most: culprit id -> (stalls, longest gap).
-    let mut culprits: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
-    for r in &report.requests {
-        for stall in r.gpu.iter().flat_map(|g| &g.stalled_by) {
-            for &c in &stall.requests {
-                let e = culprits.entry(c).or_default();
-                e.0 += 1;
-                e.1 = e.1.max(stall.gap_ns);
-            }
-        }
-    }
-    let mut top: Vec<_> = culprits.into_iter().collect();
-    top.sort_by_key(|(_, (n, gap))| std::cmp::Reverse((*gap, *n)));
-    for (id, (n, gap)) in top.into_iter().take(5) {
-        let prefill = report
-            .requests
-            .iter()
-            .find(|r| r.id == id)
-            .and_then(|r| r.gpu.as_ref())
-            .map_or(0, |g| g.prefill_ns);
+    for st in &g.stallers {
         writeln!(
             out,
-            "  request {id} (prefill {} ms) stalled {n} decode gaps of other requests, up to {} ms",
-            ms(prefill),
-            ms(gap)
+            "  request {} (prefill {} ms) stalled {} decode gaps of other requests, up to {} ms",
+            st.id,
+            ms(st.prefill_ns),
+            st.stalls,
+            ms(st.gap_ns)
         )?;
     }
     Ok(())
@@ -537,6 +507,52 @@ mod tests {
             text.contains("I/O source: syscall tracepoints (fd -> socket), kernel 6.1.0-57-amd64")
                 && text.contains("not seen with this source: sendfile, splice and io_uring"),
             "the report names the I/O source and what it cannot see: {text}"
+        );
+    }
+
+    #[test]
+    fn text_names_a_finding_of_several_windows_once_from_its_largest_saving() {
+        let mut report = build(&FileHeader::default(), &[]);
+        let finding = |rule: u8, scope: &str, ttft_ms: u64| Diagnosis {
+            rule,
+            key: "k",
+            title: "fix it",
+            finding: format!("window saving {ttft_ms} ms"),
+            scope: scope.into(),
+            evidence: Default::default(),
+            saving: crate::diagnose::Saving {
+                ttft_p95_ns: Some(ttft_ms * 1_000_000),
+                ..Default::default()
+            },
+            fix: Vec::new(),
+        };
+        report.diagnoses = vec![
+            finding(2, "nginx/1", 300),
+            finding(4, "route", 50),
+            finding(2, "nginx/1", 900),
+            finding(2, "nginx/2", 10),
+        ];
+        report.diagnosis_windows = 3;
+        let mut text = Vec::new();
+        write_text(&report, &mut text).expect("text");
+        let text = String::from_utf8(text).expect("utf8");
+        assert!(
+            text.contains("Diagnoses per 60 s window (3 windows with requests"),
+            "{text}"
+        );
+        assert!(text.contains("3 findings"), "{text}");
+        let first = text.find("[2] fix it").expect("rule 2");
+        assert!(
+            text[first..].starts_with("[2] fix it: saves ~900 ms of TTFT p95 (nginx/1)"),
+            "the largest window's saving leads: {text}"
+        );
+        assert!(
+            text.contains("seen in 2 of 3 windows") && !text.contains("window saving 300 ms"),
+            "{text}"
+        );
+        assert!(
+            text.find("(route)").unwrap() < text.find("(nginx/2)").unwrap(),
+            "{text}"
         );
     }
 }

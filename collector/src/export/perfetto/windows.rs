@@ -1,30 +1,17 @@
 //! Cuts what the pipeline hands over into export windows as the replay goes, so that
 //! what is held is what is still in flight, not the recording. Window W = [ws, we) is
-//! written once the pipeline's event time is `LATENESS_NS` past we and no request
+//! written once the pipeline's event time is `cut::LATENESS_NS` past we and no request
 //! the stitcher still holds can start before we (a long stream holds its window
-//! back, up to `MAX_HOLD_NS`). Its requests (those that began before we) are then
+//! back, up to `cut::MAX_HOLD_NS`). Its requests (those that began before we) are then
 //! numbered in the order their chains start, continuing the windows before, and
 //! joined to the GPU steps around them; its diagnoses are its own.
 
 use super::layout::{self, Conn, Running, Trace};
 use crate::diagnose;
-use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
 use crate::ingest::record::FileHeader;
-use crate::pipeline::{self, CuptiSpan, Output, Pipeline};
-use crate::stitch::{attribution, Request};
-
-/// How far event time runs past a window's end before it is written: a step, a
-/// connection's release (a settle after its close, at the next advance) and a CUPTI
-/// buffer come this much after what they show.
-const LATENESS_NS: u64 = 5_000_000_000;
-/// A request held longer than this past its window's end no longer holds the window:
-/// it is written with a later one (a runaway stream, or an exchange that never
-/// joins a chain, must not make the export hold the recording).
-const MAX_HOLD_NS: u64 = 300_000_000_000;
-/// Steps this long before a request's start are kept for its attribution (the step
-/// its engine was in when it arrived).
-const STEP_SLACK_NS: u64 = 1_000_000_000;
+use crate::pipeline::cut::Cutter;
+use crate::pipeline::{CuptiSpan, Output, Pipeline};
 
 pub(super) struct Windows {
     width: u64,
@@ -36,19 +23,14 @@ pub(super) struct Windows {
     origin: Option<u64>,
     first_event_ns: Option<u64>,
     last_event_ns: u64,
-    /// Handed over, not yet written.
-    requests: Vec<Request>,
-    /// In start order; those before `steps_written` were written and stay for the
-    /// attribution of requests not yet written.
-    steps: Vec<GpuStep>,
-    steps_written: usize,
+    /// Requests and steps handed over, not yet written.
+    cutter: Cutter,
     cupti: Vec<CuptiSpan>,
     nvml: Vec<(u64, NvmlSample)>,
     /// Ring-buffer drop readings (time, drops so far) not written yet.
     drops: Vec<(u64, u64)>,
     connections: Vec<Conn>,
     counters: Option<Running>,
-    next_id: usize,
     /// Windows before this one (by number from the origin) are written.
     next_window: u64,
     pub(super) late_events: u64,
@@ -65,15 +47,12 @@ impl Windows {
             origin: None,
             first_event_ns: None,
             last_event_ns: 0,
-            requests: Vec::new(),
-            steps: Vec::new(),
-            steps_written: 0,
+            cutter: Cutter::default(),
             cupti: Vec::new(),
             nvml: Vec::new(),
             drops: Vec::new(),
             connections: Vec::new(),
             counters: None,
-            next_id: 0,
             next_window: 0,
             late_events: 0,
         }
@@ -85,12 +64,7 @@ impl Windows {
         self.first_event_ns = out.first_event_ns;
         self.last_event_ns = out.last_event_ns;
         self.late_events = out.late_events;
-        self.requests.extend(out.requests);
-        if !out.steps.is_empty() {
-            self.steps.extend(out.steps);
-            // Stable, and cheap: the new steps are nearly in order, after the old.
-            self.steps[self.steps_written..].sort_by_key(|s| s.start_ns);
-        }
+        self.cutter.add(out.requests, out.steps);
         self.cupti.extend(out.cupti);
         self.nvml.extend(out.nvml);
         self.drops.extend(out.drops);
@@ -115,8 +89,7 @@ impl Windows {
     fn next_busy(&self) -> Option<u64> {
         let at = |ts: u64| self.window_of(ts);
         let first = [
-            self.requests.iter().map(|r| at(r.start_ns)).min(),
-            self.steps.get(self.steps_written).map(|s| at(s.start_ns)),
+            self.cutter.first_pending_ns().map(at),
             self.cupti.iter().map(|s| at(s.start_ns)).min(),
             self.nvml.first().map(|(ts, _)| at(*ts)),
             self.connections.iter().map(|c| at(c.end_ns)).min(),
@@ -133,15 +106,7 @@ impl Windows {
         let end = self
             .origin()
             .saturating_add((k + 1).saturating_mul(self.width));
-        let released = p.released_ns();
-        if released < end.saturating_add(LATENESS_NS) {
-            return None;
-        }
-        let held = p.oldest_held_ns().unwrap_or(u64::MAX);
-        if held < end && released < end.saturating_add(MAX_HOLD_NS) {
-            return None;
-        }
-        Some(self.cut(k, end, false))
+        Cutter::ready(p, end).then(|| self.cut(k, end, false))
     }
 
     /// The replay ended (`Pipeline::flush`ed and taken): the next window, the last
@@ -167,27 +132,15 @@ impl Windows {
         let origin = self.origin();
         self.origin = Some(origin);
         let before = |ts: u64| ts < end;
-        let (mut requests, later): (Vec<Request>, Vec<Request>) =
-            std::mem::take(&mut self.requests)
-                .into_iter()
-                .partition(|r| before(r.start_ns));
-        self.requests = later;
-        pipeline::renumber(&mut requests);
-        for r in &mut requests {
-            r.id += self.next_id;
-        }
-        self.next_id += requests.len();
-        // Joined to the steps held: those around them, written or not (all of the
-        // recording's in one window, as the report joins them).
-        attribution::attribute(&mut requests, &mut self.steps);
-        let n = self.steps[self.steps_written..].partition_point(|s| before(s.start_ns));
-        let steps = self.steps[self.steps_written..self.steps_written + n].to_vec();
-        self.steps_written += n;
+        let crate::pipeline::cut::Cut {
+            mut requests,
+            steps,
+        } = self.cutter.cut(end);
         let mut nvml = std::mem::take(&mut self.nvml);
         self.nvml = nvml.split_off(nvml.partition_point(|(ts, _)| before(*ts)));
         let diagnoses = diagnose::diagnose(&diagnose::Input {
             requests: &requests,
-            steps: &self.steps,
+            steps: self.cutter.steps(),
             nvml: &nvml,
         });
         let (mut cupti, later): (Vec<CuptiSpan>, Vec<CuptiSpan>) = std::mem::take(&mut self.cupti)
@@ -211,7 +164,7 @@ impl Windows {
         let counters = counters.take(end, last.then_some((end_ns, self.dropped)), &drops);
         // Stable: ties keep the order of ids.
         requests.sort_by_key(|r| r.start_ns);
-        self.forget_steps(end);
+        self.cutter.forget_steps(end);
         self.next_window = if last { u64::MAX } else { k + 1 };
         Trace {
             start_ns: origin,
@@ -227,22 +180,6 @@ impl Windows {
             diagnoses,
             counters,
         }
-    }
-
-    /// Lets go of written steps that no request still to be written can be joined to.
-    fn forget_steps(&mut self, end: u64) {
-        let keep_from = self
-            .requests
-            .iter()
-            .map(|r| r.start_ns)
-            .fold(end, u64::min)
-            .saturating_sub(STEP_SLACK_NS);
-        let n = self.steps[..self.steps_written]
-            .iter()
-            .take_while(|s| s.end_ns < keep_from)
-            .count();
-        self.steps.drain(..n);
-        self.steps_written -= n;
     }
 }
 
@@ -275,7 +212,7 @@ mod tests {
                 p.push(e.clone());
             }
             windows.take(&mut p);
-            held = held.max(windows.requests.len());
+            held = held.max(windows.cutter.held());
             while let Some(t) = windows.ready(&p) {
                 early += 1;
                 ids.extend(t.requests.iter().map(|r| r.id));
