@@ -1,10 +1,10 @@
 //! `cargo xtask bench scaling`: `tokenscope report` and `tokenscope export` on one
 //! lab recording replicated 1x, 10x and 100x (`tokenscope-lab replicate`: each copy
 //! later in time, on its own sockets). Per-event cost against 1x says whether replay
-//! time grows linearly; peak RSS whether memory stays flat once requests end. The
-//! report keeps every request (it prints them all, token times included); the export
-//! writes each window once nothing in flight began in it, so its memory follows what
-//! is in flight. Printed rows, not assertions; the one assertion is that N copies give
+//! time grows linearly; peak RSS whether memory stays flat once requests end. Both
+//! cut the replay into windows once nothing in flight began in them (the report sums
+//! each up and writes its requests aside; the export writes it), so their memory
+//! follows what is in flight, not the recording's length. Printed rows, not assertions; the one assertion is that N copies give
 //! N times the requests (else the figures compare different work).
 
 use std::os::unix::process::ExitStatusExt;
