@@ -226,6 +226,7 @@ mod tests {
                     sse: vec![SseEvent {
                         fingerprint: print,
                         kind: 1,
+                        ..Default::default()
                     }],
                     ..Default::default()
                 }),

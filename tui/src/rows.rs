@@ -23,6 +23,8 @@ pub struct Row {
     pub index: usize,
     pub start_ns: u64,
     pub route: String,
+    /// The streaming API (`openai-chat`, `anthropic`, ...; see `Request::api`).
+    pub api: Option<&'static str>,
     /// `addr comm` of the client end.
     pub client: String,
     pub status: Option<u32>,
@@ -49,7 +51,7 @@ pub struct Row {
 impl Row {
     pub fn from_request(index: usize, r: &Request) -> Row {
         let first = r.first_point();
-        let gaps: Vec<u64> = first.map_or_else(Vec::new, |p| gaps(&p.token_ns).collect());
+        let gaps: Vec<u64> = first.map_or_else(Vec::new, |p| p.itl_ns());
         let itl = summarize(&gaps);
         let tokens = r.tokens();
         let tokens_per_s = first.and_then(|p| {
@@ -64,6 +66,7 @@ impl Row {
             index,
             start_ns: r.start_ns,
             route: r.route(),
+            api: r.api,
             client: format!("{} {}", r.client_addr, r.client_comm),
             status: r.status,
             ttft_first_ns: first.and_then(|p| p.ttft_ns),
@@ -94,7 +97,8 @@ impl Row {
         .collect()
     }
 
-    /// Whether the (lower-case) filter text matches: route, client, status or a flag name.
+    /// Whether the (lower-case) filter text matches: route, API, client, status or a
+    /// flag name.
     pub fn matches(&self, needle: &str) -> bool {
         if needle.is_empty() {
             return true;
@@ -109,16 +113,13 @@ impl Row {
             (self.open, "open"),
         ];
         self.route.to_lowercase().contains(needle)
+            || self.api.is_some_and(|a| a.contains(needle))
             || self.client.to_lowercase().contains(needle)
             || status.contains(needle)
             || flag_words
                 .iter()
                 .any(|(on, word)| *on && word.contains(needle))
     }
-}
-
-pub fn gaps(times: &[u64]) -> impl Iterator<Item = u64> + '_ {
-    times.windows(2).map(|w| w[1].saturating_sub(w[0]))
 }
 
 /// ITL histogram bucket upper bounds (ns); the first bucket is gap 0 (coalesced).
@@ -153,7 +154,7 @@ pub fn itl_by_route(requests: &[Request]) -> Vec<RouteItl> {
         let e = by_route.entry(r.route()).or_default();
         e.0 += 1;
         if let Some(p) = r.first_point() {
-            e.1.extend(gaps(&p.token_ns));
+            e.1.extend(p.itl_ns());
         }
     }
     by_route

@@ -353,3 +353,37 @@ fn diagnoses_come_with_the_restitch_as_the_report_has_them() {
         "a reused-connection chat request is evidence of none: {cited:?}"
     );
 }
+
+#[test]
+fn the_api_column_shows_where_apis_differ_and_filters_by_api() {
+    let mut state = fixture_state();
+    let header = |state: &State| {
+        common::text(state, 120, 30)
+            .lines()
+            .find(|l| l.contains("route"))
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    assert!(
+        !header(&state).contains(" api "),
+        "one API (the fixture predates API names: all openai): no column"
+    );
+    let first = state.visible[0];
+    state.shown.rows[first].api = Some("anthropic");
+    assert!(
+        header(&state).contains(" api "),
+        "two APIs: {}",
+        header(&state)
+    );
+    let screen = common::text(&state, 120, 30);
+    assert!(
+        screen.contains("anthropic") && screen.contains("openai"),
+        "{screen}"
+    );
+    update(&mut state, Action::FilterStart);
+    for c in "anthro".chars() {
+        update(&mut state, Action::FilterInput(c));
+    }
+    update(&mut state, Action::FilterApply);
+    assert_eq!(state.visible, [first], "the filter reads the API");
+}

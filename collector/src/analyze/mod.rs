@@ -152,7 +152,7 @@ impl StatsBuilder {
             if let Some(t) = p.ttft_ns {
                 self.ttft.entry(key).or_default().push(t);
             }
-            self.itl.entry(key).or_default().extend(gaps(&p.token_ns));
+            self.itl.entry(key).or_default().extend(p.itl_ns());
             self.record_gap
                 .entry(key)
                 .or_default()

@@ -117,16 +117,14 @@ pub fn samples(requests: &[Request], metric: Metric) -> Vec<u64> {
         Metric::Itl => requests
             .iter()
             .filter_map(ttft_point)
-            .flat_map(|p| p.token_ns.windows(2).map(|w| w[1] - w[0]))
+            .flat_map(|p| p.itl_ns())
             .collect(),
         Metric::Tpot => requests
             .iter()
             .filter_map(ttft_point)
-            .filter(|p| p.token_ns.len() > 1)
-            .map(|p| {
-                let t = &p.token_ns;
-                (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1)
-            })
+            .map(|p| p.first_choice_ns())
+            .filter(|t| t.len() > 1)
+            .map(|t| (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1))
             .collect(),
     }
 }

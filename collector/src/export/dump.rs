@@ -455,6 +455,7 @@ mod tests {
                         sse: vec![SseEvent {
                             fingerprint: 1,
                             kind: SseKind::Choice as i32,
+                            ..Default::default()
                         }],
                         message_end: true,
                         ..Default::default()

@@ -342,6 +342,14 @@ pub struct SseEvent {
     pub fingerprint: u64,
     #[prost(enumeration = "SseKind", tag = "2")]
     pub kind: i32,
+    /// Whose shape the event has (recordings older than this field: `Unspecified`).
+    #[prost(enumeration = "Api", tag = "3")]
+    pub api: i32,
+    /// The choice a token belongs to (OpenAI `n > 1`: each index is a stream of its own).
+    #[prost(uint32, tag = "4")]
+    pub choice: u32,
+    #[prost(enumeration = "TokenKind", tag = "5")]
+    pub token: i32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -349,12 +357,58 @@ pub struct SseEvent {
 pub enum SseKind {
     /// No data lines (comments, keep-alives).
     Other = 0,
-    /// A data event whose JSON carries a non-empty `choices` (a token event).
+    /// A token event, by its API's rule (`protocol::shape`): for OpenAI a data event
+    /// whose JSON carries a non-empty `choices`.
     Choice = 1,
-    /// Any other data event (e.g. the final usage event).
+    /// Any other data event (e.g. the final usage event, a ping).
     Data = 2,
-    /// `data: [DONE]`.
+    /// The stream's end: `data: [DONE]`, or the API's own end event.
     Done = 3,
+}
+
+/// The streaming API an event's shape belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum Api {
+    /// Recorded before events carried their API (OpenAI's shape was the only one read).
+    Unspecified = 0,
+    /// A data event of no shape below.
+    Unknown = 1,
+    OpenaiChat = 2,
+    OpenaiCompletions = 3,
+    OpenaiResponses = 4,
+    Anthropic = 5,
+    Gemini = 6,
+    Tgi = 7,
+    Ollama = 8,
+    /// `choices` without the object or fields that tell chat from completions.
+    Openai = 9,
+}
+
+impl Api {
+    /// The name reports and `top` show.
+    pub fn label(self) -> &'static str {
+        match self {
+            Api::Unspecified | Api::Openai => "openai",
+            Api::Unknown => "unknown-sse",
+            Api::OpenaiChat => "openai-chat",
+            Api::OpenaiCompletions => "openai-completions",
+            Api::OpenaiResponses => "openai-responses",
+            Api::Anthropic => "anthropic",
+            Api::Gemini => "gemini",
+            Api::Tgi => "tgi",
+            Api::Ollama => "ollama",
+        }
+    }
+}
+
+/// What a token carries: answer text, reasoning, or a tool call's arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum TokenKind {
+    Text = 0,
+    Reasoning = 1,
+    Tool = 2,
 }
 
 pub mod sniff {

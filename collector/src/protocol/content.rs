@@ -79,10 +79,16 @@ impl BodyContent {
         let compressed = encoding.is_some();
         let gzip = encoding
             .is_some_and(|v| v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip"));
-        let event_stream = http::header(headers, "content-type")
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let content_type = http::header(headers, "content-type").unwrap_or_default();
+        let ndjson = content_type.starts_with("application/x-ndjson");
+        let event_stream = ndjson || content_type.starts_with("text/event-stream");
+        let splitter = if ndjson {
+            SseSplitter::ndjson
+        } else {
+            SseSplitter::new
+        };
         let content = BodyContent {
-            sse: (event_stream && (gzip || !compressed)).then(SseSplitter::new),
+            sse: (event_stream && (gzip || !compressed)).then(splitter),
             inflate: (event_stream && gzip).then(|| Box::new(GzDecoder::new(Vec::new()))),
             ..Default::default()
         };

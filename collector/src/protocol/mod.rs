@@ -8,6 +8,7 @@ pub mod decoder;
 pub mod h2;
 pub mod hpack;
 pub mod http;
+pub mod shape;
 pub mod sse;
 pub mod stream;
 pub mod tls;

@@ -1,8 +1,9 @@
-//! Server-sent events over a byte stream that arrives in arbitrary pieces.
-//! Only what identifies an event leaves here: a fingerprint of its data and
-//! whether it carries a choice (vllm bench serve's rule for the first token).
+//! Server-sent events (and newline-delimited JSON, Ollama's stream) over a byte
+//! stream that arrives in arbitrary pieces. Only what identifies an event leaves
+//! here: a fingerprint of its data and its verdict by `shape` (a token, of which API,
+//! choice and kind; the end; anything else).
 
-use super::fingerprint;
+use super::{fingerprint, shape};
 use crate::ingest::model::{SseEvent, SseKind};
 
 /// Longest event kept whole for fingerprinting; longer ones are fingerprinted on this prefix.
@@ -10,6 +11,9 @@ const MAX_EVENT: usize = 64 << 10;
 
 #[derive(Debug, Default)]
 pub struct SseSplitter {
+    /// Each line is an event (`application/x-ndjson`) rather than each blank-line-ended
+    /// block of `data:` lines.
+    ndjson: bool,
     /// The current event's bytes so far (bounded by MAX_EVENT).
     event: Vec<u8>,
     /// Bytes of the current event beyond MAX_EVENT (not kept).
@@ -31,9 +35,13 @@ impl SseSplitter {
             }
             self.after_cr = b == b'\r';
             let newline = b == b'\n' || b == b'\r';
-            if newline && self.at_line_start {
+            if newline && (self.at_line_start || self.ndjson) {
                 if !self.event.is_empty() || self.overflow > 0 {
-                    done.push(finish(&self.event));
+                    if self.ndjson {
+                        done.extend(verdicts(&self.event));
+                    } else {
+                        done.extend(finish(&self.event));
+                    }
                 }
                 self.event.clear();
                 self.overflow = 0;
@@ -54,6 +62,7 @@ impl SseSplitter {
     pub fn reset(&mut self) {
         *self = SseSplitter {
             at_line_start: true,
+            ndjson: self.ndjson,
             ..Default::default()
         };
     }
@@ -66,10 +75,18 @@ impl SseSplitter {
             ..Default::default()
         }
     }
+
+    /// Newline-delimited JSON: one event per line.
+    pub fn ndjson() -> Self {
+        SseSplitter {
+            ndjson: true,
+            ..SseSplitter::new()
+        }
+    }
 }
 
 /// An event's lines -> its data (the `data:` lines joined by LF) -> what it is.
-fn finish(event: &[u8]) -> SseEvent {
+fn finish(event: &[u8]) -> Vec<SseEvent> {
     let mut data = Vec::new();
     let mut has_data = false;
     for line in event.split(|b| *b == b'\n') {
@@ -81,34 +98,29 @@ fn finish(event: &[u8]) -> SseEvent {
             data.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
         }
     }
-    let kind = if !has_data {
-        SseKind::Other
-    } else if data.trim_ascii() == b"[DONE]" {
-        SseKind::Done
-    } else if carries_choice(&data) {
-        SseKind::Choice
-    } else {
-        SseKind::Data
-    };
-    SseEvent {
-        fingerprint: fingerprint(&data),
-        kind: kind as i32,
+    if !has_data {
+        return vec![SseEvent {
+            fingerprint: fingerprint(&data),
+            kind: SseKind::Other as i32,
+            ..Default::default()
+        }];
     }
+    verdicts(&data)
 }
 
-/// `"choices": [` followed by something other than `]`.
-fn carries_choice(json: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"choices\"";
-    let Some(at) = json.windows(KEY.len()).position(|w| w == KEY) else {
-        return false;
-    };
-    let mut rest = json[at + KEY.len()..]
-        .iter()
-        .copied()
-        .filter(|b| !b.is_ascii_whitespace());
-    rest.next() == Some(b':')
-        && rest.next() == Some(b'[')
-        && !matches!(rest.next(), Some(b']') | None)
+/// One event's data -> its verdicts, each carrying the data's fingerprint.
+fn verdicts(data: &[u8]) -> Vec<SseEvent> {
+    let print = fingerprint(data);
+    shape::classify(data)
+        .into_iter()
+        .map(|v| SseEvent {
+            fingerprint: print,
+            kind: v.kind as i32,
+            api: v.api as i32,
+            choice: v.choice,
+            token: v.token as i32,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -161,15 +173,5 @@ data: [DONE]\n\n";
             .flat_map(|b| s.feed(std::slice::from_ref(b)))
             .collect();
         assert_eq!(ev, whole, "byte-by-byte");
-    }
-
-    #[test]
-    fn choice_rule() {
-        assert!(carries_choice(
-            br#"{"choices": [ {"delta":{"content":"x"}} ]}"#
-        ));
-        assert!(!carries_choice(br#"{"choices":[]}"#));
-        assert!(!carries_choice(br#"{"choices": [ ]}"#));
-        assert!(!carries_choice(br#"{"usage":{}}"#));
     }
 }

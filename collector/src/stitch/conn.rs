@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use crate::ingest::model::{event::Body, sniff, Direction, Event, SseKind, TcpState};
+use crate::ingest::model::{
+    event::Body, sniff, Api, Direction, Event, SseKind, TcpState, TokenKind,
+};
 use crate::protocol::{http, tls};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -77,6 +79,10 @@ pub struct SseArrival {
     pub ts_ns: u64,
     pub fingerprint: u64,
     pub kind: SseKind,
+    pub api: Api,
+    /// The choice a token belongs to (OpenAI `n > 1`).
+    pub choice: u32,
+    pub token: TokenKind,
     /// Index of the I/O (within this exchange's response) that carried it.
     pub io: u32,
 }
@@ -97,6 +103,11 @@ pub struct Exchange {
     pub response_end_ns: Option<u64>,
     pub status: Option<u32>,
     pub event_stream: bool,
+    /// The response is `application/json` (a non-streaming answer: timed to its first
+    /// body byte).
+    pub json: bool,
+    /// The first response I/O that carried body bytes.
+    pub response_body_ns: Option<u64>,
     pub compressed: bool,
     pub response_ios: u32,
     pub sse: Vec<SseArrival>,
@@ -140,10 +151,15 @@ impl Exchange {
                 return; // an interim head (100 Continue): the answer is still to come
             }
             self.status = Some(h.status);
-            self.event_stream = http::header(&h.headers, "content-type")
-                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let content_type = http::header(&h.headers, "content-type").unwrap_or_default();
+            self.event_stream = content_type.starts_with("text/event-stream")
+                || content_type.starts_with("application/x-ndjson");
+            self.json = content_type.starts_with("application/json");
         }
         self.response_first_ns.get_or_insert(ts);
+        if sn.body_bytes > 0 {
+            self.response_body_ns.get_or_insert(ts);
+        }
         let io = self.response_ios;
         self.response_ios += 1;
         self.compressed |= sn.compressed;
@@ -151,6 +167,9 @@ impl Exchange {
             ts_ns: ts,
             fingerprint: e.fingerprint,
             kind: e.kind(),
+            api: e.api(),
+            choice: e.choice,
+            token: e.token(),
             io,
         }));
         if sn.message_end {
@@ -158,9 +177,36 @@ impl Exchange {
         }
     }
 
+    /// The response's token events: by their API's rule; in a stream of no known
+    /// shape, every data event (`Api::Unknown`: counted rather than none at all).
     pub fn tokens(&self) -> impl Iterator<Item = &SseArrival> {
-        self.sse.iter().filter(|e| e.kind == SseKind::Choice)
+        let unknown = self.api() == Some(Api::Unknown);
+        self.sse
+            .iter()
+            .filter(move |e| e.kind == SseKind::Choice || (unknown && e.kind == SseKind::Data))
     }
+
+    /// Whose stream this is, by its events' shapes: the first event of a known API;
+    /// `Unknown` when data events came and none had a known shape; `Openai` for
+    /// recordings older than the API field (tokens were OpenAI's choices then).
+    pub fn api(&self) -> Option<Api> {
+        let known = self
+            .sse
+            .iter()
+            .map(|e| e.api)
+            .find(|a| !matches!(a, Api::Unknown | Api::Unspecified));
+        if known.is_some() {
+            return known;
+        }
+        if self.sse.iter().any(|e| e.kind == SseKind::Choice) {
+            return Some(Api::Openai);
+        }
+        self.sse
+            .iter()
+            .any(|e| e.kind == SseKind::Data && e.api == Api::Unknown)
+            .then_some(Api::Unknown)
+    }
+
     pub fn done(&self) -> bool {
         self.sse.iter().any(|e| e.kind == SseKind::Done)
     }

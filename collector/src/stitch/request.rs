@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::chain::End;
 use super::conn::{Connection, Conns, Exchange, Role};
 use super::spans::ChainSpans;
+use crate::ingest::model::TokenKind;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,6 +52,46 @@ pub struct Point {
     pub compressed: bool,
     /// Encrypted here: response TLS application-data records (arrival ns), in place of tokens.
     pub record_ns: Vec<u64>,
+    /// The choice of each token, when there is more than one (OpenAI `n > 1`: each
+    /// choice is a token stream of its own for ITL; empty: all are choice 0).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub token_choice: Vec<u32>,
+}
+
+impl Point {
+    /// Inter-token gaps, in token order: between consecutive tokens of the same choice
+    /// (never from one choice's token to another's).
+    pub fn itl_ns(&self) -> Vec<u64> {
+        if self.token_choice.is_empty() {
+            return self.token_ns.windows(2).map(|w| w[1] - w[0]).collect();
+        }
+        let mut last: Vec<(u32, u64)> = Vec::new();
+        let mut gaps = Vec::with_capacity(self.token_ns.len());
+        for (&t, &c) in self.token_ns.iter().zip(&self.token_choice) {
+            match last.iter_mut().find(|(choice, _)| *choice == c) {
+                Some((_, prev)) => {
+                    gaps.push(t.saturating_sub(*prev));
+                    *prev = t;
+                }
+                None => last.push((c, t)),
+            }
+        }
+        gaps
+    }
+
+    /// The tokens of the first token's choice (all of them with one choice).
+    pub fn first_choice_ns(&self) -> Vec<u64> {
+        match self.token_choice.first() {
+            None => self.token_ns.clone(),
+            Some(&c) => self
+                .token_ns
+                .iter()
+                .zip(&self.token_choice)
+                .filter(|(_, &k)| k == c)
+                .map(|(&t, _)| t)
+                .collect(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -85,6 +126,16 @@ pub struct Request {
     pub path: String,
     pub host: Option<String>,
     pub status: Option<u32>,
+    /// The streaming API its events had (`openai-chat`, `anthropic`, ... see
+    /// `ingest::model::Api`); `unknown-sse` when none matched (every data event is then
+    /// a token); `json` for a plain JSON answer (TTFT to its first body byte, no ITL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api: Option<&'static str>,
+    /// Tokens of reasoning and of tool-call arguments among its tokens (first point).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tool_tokens: u32,
     pub client_pid: u32,
     pub client_comm: String,
     pub client_addr: String,
@@ -162,6 +213,9 @@ impl Request {
             path: "/v1/completions".into(),
             host: None,
             status: None,
+            api: None,
+            reasoning_tokens: 0,
+            tool_tokens: 0,
             client_pid: pid,
             client_comm: comm.into(),
             client_addr: "127.0.0.1:40000".into(),
@@ -199,6 +253,7 @@ impl Request {
                 done: true,
                 compressed: false,
                 record_ns: Vec::new(),
+                token_choice: Vec::new(),
             }],
             forward: Vec::new(),
         }
@@ -234,9 +289,9 @@ impl Request {
         self.first_point().map_or(0, |p| p.token_ns.len())
     }
 
-    /// (last - first token) / (tokens - 1) at the first point.
+    /// (last - first token) / (tokens - 1) at the first point (of one choice).
     pub fn tpot_ns(&self) -> Option<u64> {
-        let t = &self.first_point()?.token_ns;
+        let t = &self.first_point()?.first_choice_ns();
         (t.len() > 1).then(|| (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1))
     }
 }
@@ -320,6 +375,12 @@ pub fn build(
         status: rx
             .status
             .or_else(|| chain.iter().find_map(|&e| x(e).status)),
+        api: api(chain.iter().map(|&e| x(e))),
+        reasoning_tokens: rx
+            .tokens()
+            .filter(|t| t.token == TokenKind::Reasoning)
+            .count() as u32,
+        tool_tokens: rx.tokens().filter(|t| t.token == TokenKind::Tool).count() as u32,
         client_pid: rc.pid,
         client_comm: rc.comm.clone(),
         client_addr: if rc.role == Role::Client {
@@ -453,6 +514,19 @@ fn stages(
     }
 }
 
+/// The API of the first exchange of the chain whose events tell it; `json` for a plain
+/// JSON answer.
+fn api<'a>(mut exchanges: impl Iterator<Item = &'a Exchange> + Clone) -> Option<&'static str> {
+    if let Some(api) = exchanges.clone().find_map(Exchange::api) {
+        return Some(api.label());
+    }
+    exchanges.any(|x| x.json).then_some("json")
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// Per hop, how long each token took from the end nearer the engine to the one before.
 fn forwards(points: &[Point]) -> Vec<Forward> {
     points
@@ -512,7 +586,16 @@ fn mapped_client_point(
         done: x.done(),
         compressed: x.compressed,
         record_ns: Vec::new(),
+        token_choice: choices(x),
     })
+}
+
+/// Each token's choice, when some token is not choice 0.
+fn choices(x: &Exchange) -> Vec<u32> {
+    if x.tokens().all(|t| t.choice == 0) {
+        return Vec::new();
+    }
+    x.tokens().map(|t| t.choice).collect()
 }
 
 fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point {
@@ -521,16 +604,22 @@ fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point 
     for t in x.tokens() {
         *per_io.entry(t.io).or_default() += 1;
     }
+    // A plain JSON answer's first token is its first body byte.
+    let first = token_ns
+        .first()
+        .copied()
+        .or_else(|| x.json.then_some(x.response_body_ns).flatten());
     Point {
         kind,
         pid: c.pid,
         comm: c.comm.clone(),
-        ttft_ns: token_ns.first().map(|t| t.saturating_sub(start_ns)),
+        ttft_ns: first.map(|t| t.saturating_sub(start_ns)),
         token_ns,
         ios: x.response_ios,
         max_tokens_per_io: per_io.values().copied().max().unwrap_or(0),
         done: x.done(),
         compressed: x.compressed,
         record_ns: x.records_ns.clone(),
+        token_choice: choices(x),
     }
 }

@@ -170,3 +170,137 @@ fn a_process_that_calls_itself_is_not_a_proxy_even_when_its_read_is_timed_first(
     assert_eq!(kinds, vec![PointKind::ClientRead, PointKind::EngineWrite]);
     assert!(tl.requests[0].points.iter().all(|p| p.token_ns.len() == 3));
 }
+
+/// A client straight to an engine that answers with `head` and then one write per
+/// item of `body` (already framed), 20 ms apart from +100 ms.
+fn direct(net: &mut Net, t0: u64, port: u16, head: &[u8], body: &[Vec<u8>]) {
+    let a = net.connect(t0, (BENCH, "bench", port), (ENGINE, "engine", 9000));
+    net.send(t0 + MS, BENCH, a, &request_bytes("p"), 100_000);
+    let e = net.peer_of(a);
+    net.send(t0 + 50 * MS, ENGINE, e, head, 50_000);
+    for (i, b) in body.iter().enumerate() {
+        net.send(t0 + 100 * MS + i as u64 * 20 * MS, ENGINE, e, b, 100_000);
+    }
+    net.close(t0 + 100 * MS + body.len() as u64 * 20 * MS, a);
+}
+
+fn sse(events: &[&str]) -> Vec<Vec<u8>> {
+    events.iter().map(|e| chunk(&format!("{e}\n\n"))).collect()
+}
+
+fn one(head: &[u8], body: &[Vec<u8>]) -> Request {
+    let mut net = Net::default();
+    direct(&mut net, 1_000 * MS, 40000, head, body);
+    let mut tl = stitch(&net.events, false);
+    assert_eq!(tl.requests.len(), 1);
+    tl.requests.remove(0)
+}
+
+#[test]
+fn each_api_is_named_and_its_tokens_timed_by_its_own_rule() {
+    let anthropic = sse(&[
+        r#"event: message_start
+data: {"type":"message_start","message":{"id":"m","content":[]}}"#,
+        "event: ping\ndata: {\"type\":\"ping\"}",
+        r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"h"}}"#,
+        r#"event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ": keep-alive",
+        r#"event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"!"}}"#,
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}",
+    ]);
+    let r = one(HEAD, &anthropic);
+    assert_eq!(r.api, Some("anthropic"));
+    assert_eq!((r.tokens(), r.reasoning_tokens, r.tool_tokens), (3, 1, 0));
+    let p = r.first_point().unwrap();
+    assert_eq!(
+        p.ttft_ns,
+        Some(140 * MS + 100_000),
+        "the first delta (after message_start and ping), read 100 us after its write"
+    );
+    assert!(p.done && !r.truncated, "message_stop ends it");
+
+    let ndjson = [
+        r#"{"model":"m","response":"a","done":false}"#,
+        r#"{"model":"m","response":"b","done":false}"#,
+        r#"{"model":"m","response":"","done":true,"eval_count":2}"#,
+    ]
+    .iter()
+    .map(|l| chunk(&format!("{l}\n")))
+    .collect::<Vec<_>>();
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let r = one(head, &ndjson);
+    assert_eq!((r.api, r.tokens()), (Some("ollama"), 2));
+    assert_eq!(r.first_point().unwrap().itl_ns(), [20 * MS]);
+}
+
+#[test]
+fn choices_are_token_streams_of_their_own() {
+    let chunk_of = |i: usize, text: &str| {
+        format!(
+            r#"data: {{"object":"chat.completion.chunk","choices":[{{"index":{i},"delta":{{"content":"{text}"}}}}]}}"#
+        )
+    };
+    // Choice 0 at +100, +140, +180 ms; choice 1 at +120, +160 ms; then usage and [DONE].
+    let events: Vec<String> = vec![
+        chunk_of(0, "a"),
+        chunk_of(1, "b"),
+        chunk_of(0, "c"),
+        chunk_of(1, "d"),
+        chunk_of(0, "e"),
+        r#"data: {"object":"chat.completion.chunk","choices":[],"usage":{"completion_tokens":5}}"#
+            .into(),
+        "data: [DONE]".into(),
+    ];
+    let r = one(
+        HEAD,
+        &sse(&events.iter().map(String::as_str).collect::<Vec<_>>()),
+    );
+    assert_eq!((r.api, r.tokens()), (Some("openai-chat"), 5));
+    let p = r.first_point().unwrap();
+    assert_eq!(p.token_choice, [0, 1, 0, 1, 0]);
+    assert_eq!(
+        p.itl_ns(),
+        [40 * MS, 40 * MS, 40 * MS],
+        "gaps within each choice, never between choices"
+    );
+    assert_eq!(r.tpot_ns(), Some(40 * MS));
+}
+
+#[test]
+fn an_unknown_event_stream_counts_every_data_event_and_json_is_timed_to_its_body() {
+    let r = one(
+        HEAD,
+        &sse(&[
+            "data: {\"x\":1}",
+            "data: hello",
+            ": ping",
+            "data: {\"x\":2}",
+        ]),
+    );
+    assert_eq!((r.api, r.tokens()), (Some("unknown-sse"), 3));
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n";
+    let mut net = Net::default();
+    let a = net.connect(
+        1_000 * MS,
+        (BENCH, "bench", 40000),
+        (ENGINE, "engine", 9000),
+    );
+    net.send(1_001 * MS, BENCH, a, &request_bytes("p"), 100_000);
+    let e = net.peer_of(a);
+    net.send(1_050 * MS, ENGINE, e, head, 50_000);
+    net.send(1_300 * MS, ENGINE, e, b"{\"text\":1}\n", 50_000);
+    net.close(1_400 * MS, a);
+    let tl = stitch(&net.events, false);
+    let r = &tl.requests[0];
+    assert_eq!((r.api, r.tokens()), (Some("json"), 0));
+    let p = r.first_point().unwrap();
+    assert_eq!(
+        p.ttft_ns,
+        Some(300 * MS + 50_000),
+        "to the first body byte, not the head"
+    );
+    assert!(p.itl_ns().is_empty());
+}

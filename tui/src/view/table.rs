@@ -45,6 +45,13 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
         mark(SortKey::Start, "start"),
         Cell::from("route"),
     ];
+    // The API column only where there is more than one to tell apart.
+    let mut apis = state.visible.iter().map(|&i| state.shown.rows[i].api);
+    let first_api = apis.next().flatten();
+    let api = apis.any(|a| a != first_api);
+    if api {
+        header.push(Cell::from("api"));
+    }
     if wide {
         header.push(Cell::from("client"));
     }
@@ -63,6 +70,9 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
         Constraint::Length(6),
         Constraint::Fill(1),
     ];
+    if api {
+        widths.push(Constraint::Length(API_WIDTH as u16));
+    }
     if wide {
         widths.push(Constraint::Length(26));
     }
@@ -88,7 +98,14 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
     let rows: Vec<TableRow> = state
         .visible
         .iter()
-        .map(|&i| table_row(&state.shown.rows[i], state.meta.start_ns, route_width, wide))
+        .map(|&i| {
+            let columns = Columns {
+                route_width,
+                api,
+                wide,
+            };
+            table_row(&state.shown.rows[i], state.meta.start_ns, columns)
+        })
         .collect();
     let table = Table::new(rows, widths)
         .header(TableRow::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
@@ -98,7 +115,18 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
     f.render_stateful_widget(table, area, &mut ts);
 }
 
-fn table_row(r: &Row, base_ns: u64, route_width: usize, wide: bool) -> TableRow<'static> {
+/// Width of the API column (`openai-completions` is cut to `openai-compl`).
+const API_WIDTH: usize = 12;
+
+/// Which optional columns a row has, and the route's width.
+#[derive(Clone, Copy)]
+struct Columns {
+    route_width: usize,
+    api: bool,
+    wide: bool,
+}
+
+fn table_row(r: &Row, base_ns: u64, c: Columns) -> TableRow<'static> {
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
     let status = match (r.status, r.open) {
         (Some(s), _) => s.to_string(),
@@ -108,9 +136,12 @@ fn table_row(r: &Row, base_ns: u64, route_width: usize, wide: bool) -> TableRow<
     let mut cells = vec![
         right(r.index.to_string()),
         right(fmt::since(r.start_ns, base_ns)),
-        Cell::from(fmt::tail(&r.route, route_width)),
+        Cell::from(fmt::tail(&r.route, c.route_width)),
     ];
-    if wide {
+    if c.api {
+        cells.push(Cell::from(fmt::head(r.api.unwrap_or("-"), API_WIDTH)));
+    }
+    if c.wide {
         cells.push(Cell::from(fmt::head(&r.client, 26)));
     }
     cells.extend([

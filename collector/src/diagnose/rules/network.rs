@@ -433,7 +433,7 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
     let all_gaps: Vec<u64> = reqs
         .iter()
         .filter_map(ttft_point)
-        .flat_map(|p| p.token_ns.windows(2).map(|w| w[1] - w[0]))
+        .flat_map(|p| p.itl_ns())
         .collect();
     let typical = median(&all_gaps);
     let mut itl = BTreeMap::new();
