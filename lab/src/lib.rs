@@ -10,6 +10,7 @@
 
 #![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
 
+pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod cuda;
