@@ -1,0 +1,165 @@
+//! Each API's parser against its server's real output: the same tokens whatever the read
+//! boundaries, keep-alive comments anywhere, and nothing but tokens counted as tokens.
+use super::rules::{TokenKind, TokenMark};
+use super::wire::WireParser;
+use crate::api::Api;
+use crate::engine::EngineConfig;
+use crate::server::render_response;
+
+/// What a whole response said: its token events in order, the end, the usage count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Heard {
+    tokens: Vec<TokenMark>,
+    end: bool,
+    usage: Option<u32>,
+    id: Option<String>,
+}
+
+fn hear(parser: &mut WireParser, pieces: &[&[u8]]) -> Heard {
+    let mut heard = Heard {
+        tokens: Vec::new(),
+        end: false,
+        usage: None,
+        id: None,
+    };
+    let events = pieces
+        .iter()
+        .flat_map(|p| parser.push(p))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .chain(parser.finish());
+    for ev in events {
+        heard.tokens.extend(ev.token);
+        heard.end |= ev.end;
+        heard.usage = ev.usage_tokens.or(heard.usage);
+        heard.id = heard.id.or(ev.id);
+    }
+    heard
+}
+
+/// A request, what its stream must hold, and the kinds of its tokens in order.
+struct Case {
+    api: Api,
+    stream: bool,
+    body: &'static str,
+    kinds: Vec<TokenKind>,
+    choices: u32,
+}
+
+fn kinds(spec: &[(TokenKind, usize)]) -> Vec<TokenKind> {
+    spec.iter()
+        .flat_map(|&(k, n)| std::iter::repeat_n(k, n))
+        .collect()
+}
+
+fn cases() -> Vec<Case> {
+    use TokenKind::{Reasoning, Text, Tool};
+    let case = |api, body, kinds, choices| Case {
+        api,
+        stream: true,
+        body,
+        kinds,
+        choices,
+    };
+    vec![
+        // The role chunk is a token event without content: 5 tokens + 1.
+        case(Api::OpenAiChat, r#"{"messages":[{"role":"user","content":"hi there"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#, kinds(&[(Text, 6)]), 1),
+        case(Api::OpenAiChat, r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"n":2,"stream":true,"stream_options":{"include_usage":true}}"#, kinds(&[(Text, 10)]), 2),
+        case(Api::OpenAiCompletions, r#"{"prompt":"a b c","max_tokens":5,"stream":true}"#, kinds(&[(Text, 5)]), 1),
+        case(Api::OpenAiResponses, r#"{"input":"hi","max_output_tokens":5,"stream":true}"#, kinds(&[(Text, 5)]), 1),
+        case(Api::OpenAiResponses, r#"{"input":[{"role":"user","content":"hi"}],"max_output_tokens":6,"stream":true,"reasoning":{"effort":"medium"},"tools":[{"type":"function","name":"f"}],"tool_choice":"required"}"#, kinds(&[(Reasoning, 3), (Tool, 3)]), 1),
+        case(Api::Anthropic, r#"{"model":"lab-model","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#, kinds(&[(Text, 5)]), 1),
+        case(Api::Anthropic, r#"{"max_tokens":6,"stream":true,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"thinking":{"type":"enabled","budget_tokens":2}}"#, kinds(&[(Reasoning, 2), (Text, 4)]), 1),
+        case(Api::Anthropic, r#"{"max_tokens":4,"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"any"}}"#, kinds(&[(Tool, 4)]), 1),
+        case(Api::Gemini, r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#, kinds(&[(Text, 5)]), 1),
+        case(Api::Tgi, r#"{"inputs":"hi","parameters":{"max_new_tokens":5}}"#, kinds(&[(Text, 5)]), 1),
+        case(Api::OllamaGenerate, r#"{"model":"lab-model","prompt":"hi","options":{"num_predict":5}}"#, kinds(&[(Text, 5)]), 1),
+        case(Api::OllamaChat, r#"{"model":"lab-model","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":5}}"#, kinds(&[(Text, 5)]), 1),
+        Case { stream: false, ..case(Api::OpenAiChat, r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}"#, Vec::new(), 1) },
+        Case { stream: false, ..case(Api::OllamaGenerate, r#"{"prompt":"hi","stream":false,"options":{"num_predict":3}}"#, Vec::new(), 1) },
+    ]
+}
+
+fn rendered(c: &Case) -> Vec<u8> {
+    let cfg = EngineConfig::default();
+    render_response(c.api, &c.api.route(&cfg.model), c.body.as_bytes(), &cfg)
+        .unwrap_or_else(|e| panic!("{}: the server accepts {}: {e:?}", c.api, c.body))
+        .concat()
+}
+
+#[test]
+fn every_api_yields_its_tokens_whatever_the_read_boundaries() {
+    for c in cases() {
+        let bytes = rendered(&c);
+        let whole = hear(&mut WireParser::new(c.api, c.stream), &[&bytes]);
+        let got: Vec<TokenKind> = whole.tokens.iter().map(|t| t.kind).collect();
+        assert_eq!(got, c.kinds, "{} ({}): token kinds in order", c.api, c.body);
+        let choices: std::collections::BTreeSet<u32> =
+            whole.tokens.iter().map(|t| t.choice_index).collect();
+        assert!(
+            whole.tokens.is_empty() || choices.len() as u32 == c.choices,
+            "{}: {} choice series, got {choices:?}",
+            c.api,
+            c.choices
+        );
+        assert!(whole.end, "{} ({}): the end event is seen", c.api, c.body);
+        for at in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(at);
+            let split = hear(&mut WireParser::new(c.api, c.stream), &[a, b]);
+            assert_eq!(split, whole, "{}: split at byte {at} hears the same", c.api);
+        }
+        let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        let heard = hear(&mut WireParser::new(c.api, c.stream), &bytewise);
+        assert_eq!(heard, whole, "{}: one byte per read hears the same", c.api);
+    }
+}
+
+#[test]
+fn content_usage_and_ids_match_what_the_server_counted() {
+    for c in cases().into_iter().filter(|c| c.stream) {
+        let heard = hear(&mut WireParser::new(c.api, true), &[&rendered(&c)]);
+        let content = heard.tokens.iter().filter(|t| t.content).count() as u32;
+        // Each choice's tokens are counted once per engine token; the role chunks are not.
+        assert_eq!(
+            heard.usage.unwrap_or(content),
+            content,
+            "{}: usage counts the content tokens",
+            c.api
+        );
+        let has_id = !matches!(c.api, Api::Tgi | Api::OllamaGenerate | Api::OllamaChat);
+        assert_eq!(heard.id.is_some(), has_id, "{}: the body carries an id", c.api);
+    }
+}
+
+#[test]
+fn keep_alive_comments_between_events_change_nothing() {
+    for c in cases().into_iter().filter(|c| c.stream && !c.api.is_ndjson()) {
+        let cfg = EngineConfig::default();
+        let pieces = render_response(c.api, &c.api.route(&cfg.model), c.body.as_bytes(), &cfg)
+            .expect("the server accepts the case");
+        let mut with_comments = b": keep-alive\n\n".to_vec();
+        for p in &pieces {
+            with_comments.extend_from_slice(p);
+            with_comments.extend_from_slice(b": OPENROUTER PROCESSING\r\n\r\n");
+        }
+        let plain = hear(&mut WireParser::new(c.api, true), &[&pieces.concat()]);
+        let commented = hear(&mut WireParser::new(c.api, true), &[&with_comments]);
+        assert_eq!(commented, plain, "{}: comments are never events", c.api);
+    }
+}
+
+#[test]
+fn garbage_and_truncation_never_panic_or_end_a_stream() {
+    for api in Api::ALL {
+        for stream in [true, false] {
+            let mut p = WireParser::new(api, stream);
+            let mut events = p.push(b"data: {\"choices\":[{\"ind\xff\xfe\n\n{\"done\":tr");
+            events.extend(p.push(&[0u8, 13, 10, 13, 10, b':', 10, 10]));
+            events.extend(p.finish());
+            assert!(
+                events.iter().all(|e| !e.end),
+                "{api}: garbage never ends a response"
+            );
+        }
+    }
+}
