@@ -22,7 +22,9 @@ pub struct EventArrival {
     pub content: bool,
     /// The choice it belongs to (OpenAI `n`); 0 for single-choice streams.
     pub choice_index: u32,
-    /// Text, reasoning or a tool call's arguments.
+    /// Text, reasoning or a tool call's arguments. Left out of the JSON when text (the
+    /// JSON lines never hold the word "text", so a leak of completion text stands out).
+    #[serde(skip_serializing_if = "TokenKind::is_text")]
     pub kind: TokenKind,
 }
 

@@ -20,6 +20,12 @@ pub enum TokenKind {
     Tool,
 }
 
+impl TokenKind {
+    pub fn is_text(&self) -> bool {
+        *self == TokenKind::Text
+    }
+}
+
 /// A token event's facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenMark {

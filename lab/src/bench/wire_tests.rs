@@ -163,3 +163,83 @@ fn garbage_and_truncation_never_panic_or_end_a_stream() {
         }
     }
 }
+
+/// The events of a response as JSON values (SSE events as `[name, data]`), with Ollama's
+/// wall-clock stamps and durations blanked: what the wire-shape doc must show.
+fn events_of(api: Api, text: &str) -> Vec<serde_json::Value> {
+    const VOLATILE: [&str; 5] = [
+        "created_at",
+        "total_duration",
+        "load_duration",
+        "prompt_eval_duration",
+        "eval_duration",
+    ];
+    let json = |data: &[u8]| {
+        let mut v: serde_json::Value = serde_json::from_slice(data)
+            .unwrap_or_else(|_| serde_json::Value::from(String::from_utf8_lossy(data)));
+        if let Some(o) = v.as_object_mut() {
+            for key in VOLATILE {
+                if let Some(value) = o.get_mut(key) {
+                    *value = serde_json::Value::Null;
+                }
+            }
+        }
+        v
+    };
+    if api.is_ndjson() || text.trim_start().starts_with('{') {
+        return text.lines().filter(|l| !l.is_empty()).map(|l| json(l.as_bytes())).collect();
+    }
+    // The doc's blocks drop the blank line after the last event.
+    super::wire::SseSplitter::default()
+        .push(format!("{text}\n\n").as_bytes())
+        .iter()
+        .map(|b| serde_json::json!([b.name, json(&b.data)]))
+        .collect()
+}
+
+/// The doc's fenced blocks tagged `json request API` / `text response API`, paired.
+fn doc_examples(doc: &str) -> Vec<(Api, String, String)> {
+    let mut blocks = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        let Some(info) = line.strip_prefix("```") else {
+            continue;
+        };
+        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+        blocks.push((info.to_string(), body.join("\n")));
+    }
+    let mut out = Vec::new();
+    for pair in blocks.windows(2) {
+        let (req, resp) = (&pair[0], &pair[1]);
+        let Some(name) = req.0.strip_prefix("json request ") else {
+            continue;
+        };
+        let api = Api::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .unwrap_or_else(|| panic!("API-SHAPES.md names a known API: {name}"));
+        assert_eq!(resp.0, format!("text response {name}"), "a response follows each request");
+        out.push((api, req.1.clone(), resp.1.clone()));
+    }
+    out
+}
+
+#[test]
+fn api_shapes_doc_shows_what_the_server_writes() {
+    let doc = include_str!("../../API-SHAPES.md");
+    let examples = doc_examples(doc);
+    let documented: std::collections::BTreeSet<&str> =
+        examples.iter().map(|e| e.0.name()).collect();
+    assert_eq!(documented.len(), Api::ALL.len(), "every API has an example: {documented:?}");
+    let cfg = EngineConfig::default();
+    for (api, request, response) in examples {
+        let written = render_response(api, &api.route(&cfg.model), request.as_bytes(), &cfg)
+            .unwrap_or_else(|e| panic!("{api}: the doc's request is accepted: {e:?}"))
+            .concat();
+        assert_eq!(
+            events_of(api, &response),
+            events_of(api, &String::from_utf8_lossy(&written)),
+            "{api}: API-SHAPES.md shows what the server writes for {request}"
+        );
+    }
+}

@@ -438,7 +438,7 @@ pub fn render_response(
         model: parsed.model(cfg).to_string(),
         created_unix: 1_700_000_000,
         created_unix_ns: 1_700_000_000_000_000_000,
-        received_ns: 0,
+        received_ns: monotonic_ns(),
         prompt_tokens: prompt.tokens,
     });
     let max = parsed.max_tokens();

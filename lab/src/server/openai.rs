@@ -191,7 +191,8 @@ fn choice_text(ev: &TokenEvent, index: usize) -> String {
     if index == 0 {
         ev.text.clone()
     } else {
-        format!(" {}", pseudo_word(seed_of(&ev.text) ^ index as u64, ev.index as u64))
+        let seed = seed_of(&ev.text).wrapping_add((index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        format!(" {}", pseudo_word(seed, ev.index as u64))
     }
 }
 
