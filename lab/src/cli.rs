@@ -661,4 +661,61 @@ mod tests {
             "--compare runs both sides"
         );
     }
+
+    #[test]
+    fn bench_api_flags_parse_and_default_to_todays_behaviour() {
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--url", "http://h", "--chat"]) else {
+            panic!("bench --chat parses");
+        };
+        let c = b.to_config();
+        assert_eq!(
+            (c.api(), c.n, c.stream),
+            (Api::OpenAiChat, 1, true),
+            "--chat is openai-chat, streaming, one choice"
+        );
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--url", "http://h"]) else {
+            panic!("bench parses");
+        };
+        assert_eq!(
+            b.to_config().api(),
+            Api::OpenAiCompletions,
+            "the default API"
+        );
+        let Ok(Cmd::Bench(b)) = parse(&[
+            "bench",
+            "--url",
+            "http://h",
+            "--api",
+            "ollama-generate",
+            "--no-stream",
+        ]) else {
+            panic!("bench --api ollama-generate --no-stream parses");
+        };
+        let c = b.to_config();
+        assert_eq!((c.api(), c.stream), (Api::OllamaGenerate, false));
+        let Ok(Cmd::Bench(b)) = parse(&[
+            "bench",
+            "--url",
+            "http://h",
+            "--api",
+            "openai-chat",
+            "--n",
+            "2",
+        ]) else {
+            panic!("bench --n 2 parses");
+        };
+        assert_eq!(b.to_config().n, 2);
+        assert!(
+            parse(&["bench", "--url", "http://h", "--chat", "--api", "gemini"]).is_err(),
+            "--chat and --api conflict"
+        );
+        assert!(
+            parse(&["bench", "--url", "http://h", "--n", "0"]).is_err(),
+            "--n starts at 1"
+        );
+        assert!(
+            parse(&["bench", "--url", "http://h", "--api", "grpc"]).is_err(),
+            "unknown APIs are refused"
+        );
+    }
 }

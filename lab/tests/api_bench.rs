@@ -104,7 +104,10 @@ async fn every_api_streams_the_engines_tokens_to_sixteen_clients() {
                 r.events.len() - 1,
                 "{api}: one gap per token after the first"
             );
-            assert!(r.first_body_ns.is_some(), "{api}: the body's first byte is timed");
+            assert!(
+                r.first_body_ns.is_some(),
+                "{api}: the body's first byte is timed"
+            );
         }
         assert_eq!(
             out.report.output_tokens,
@@ -120,7 +123,11 @@ async fn every_api_streams_the_engines_tokens_to_sixteen_clients() {
 async fn two_choices_are_two_series_of_their_own() {
     let e = engine(EngineConfig::default()).await;
     for api in [Api::OpenAiChat, Api::OpenAiCompletions] {
-        let out = run(&BenchConfig { n: 2, ..load(&e, api) }).await;
+        let out = run(&BenchConfig {
+            n: 2,
+            ..load(&e, api)
+        })
+        .await;
         for r in &out.records {
             assert_eq!(
                 per_choice(r),
@@ -144,14 +151,22 @@ async fn two_choices_are_two_series_of_their_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_answers_have_no_tokens_and_time_their_first_byte() {
     let e = engine(EngineConfig::default()).await;
-    for api in [Api::OpenAiChat, Api::OpenAiCompletions, Api::OllamaGenerate, Api::OllamaChat] {
+    for api in [
+        Api::OpenAiChat,
+        Api::OpenAiCompletions,
+        Api::OllamaGenerate,
+        Api::OllamaChat,
+    ] {
         let out = run(&BenchConfig {
             stream: false,
             ..load(&e, api)
         })
         .await;
         for r in &out.records {
-            assert!(r.events.is_empty(), "{api}: a JSON body has no token events");
+            assert!(
+                r.events.is_empty(),
+                "{api}: a JSON body has no token events"
+            );
             assert_eq!(
                 r.first_token_ns(),
                 r.first_body_ns,

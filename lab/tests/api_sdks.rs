@@ -101,20 +101,35 @@ async fn official_sdks_stream_every_api_from_the_lab_engine() {
         "response.output_text.delta",
         "response.output_text.delta"
     ]);
-    assert_eq!(v["responses_deltas"], reasoning, "openai Responses: reasoning then text: {v}");
+    assert_eq!(
+        v["responses_deltas"], reasoning,
+        "openai Responses: reasoning then text: {v}"
+    );
     assert_eq!(v["responses_usage"], 6, "{v}");
     let args = v["responses_arguments"][0].as_str().unwrap_or_default();
     let args: serde_json::Value = serde_json::from_str(args)
         .unwrap_or_else(|_| panic!("function-call arguments join into JSON: {v}"));
     assert!(args["query"].is_string(), "{v}");
-    assert_eq!(v["chat_choices"], serde_json::json!([0, 1]), "chat n=2: {v}");
-    assert_eq!(v["anthropic_blocks"], serde_json::json!(["thinking", "text"]), "{v}");
+    assert_eq!(
+        v["chat_choices"],
+        serde_json::json!([0, 1]),
+        "chat n=2: {v}"
+    );
+    assert_eq!(
+        v["anthropic_blocks"],
+        serde_json::json!(["thinking", "text"]),
+        "{v}"
+    );
     assert_eq!(v["anthropic_usage"], 6, "{v}");
     assert!(
         v["anthropic_tool_inputs"][0]["query"].is_string(),
         "the SDK parses the streamed tool input: {v}"
     );
-    assert_eq!((&v["gemini_texts"], &v["gemini_usage"]), (&4.into(), &4.into()), "{v}");
+    assert_eq!(
+        (&v["gemini_texts"], &v["gemini_usage"]),
+        (&4.into(), &4.into()),
+        "{v}"
+    );
     assert_eq!(
         v["ollama_done"],
         serde_json::json!([false, false, false, false, true]),

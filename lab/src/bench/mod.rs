@@ -29,8 +29,8 @@ use tokio_rustls::TlsConnector;
 
 use crate::api::Api;
 use crate::words::pseudo_text;
-use collector::clock::monotonic_ns;
 use arrivals::Dispenser;
+use collector::clock::monotonic_ns;
 use conn::{Connection, Target};
 pub use record::{EventArrival, RequestRecord, SseEvent, SseParser};
 pub use report::{BenchReport, Summary};
@@ -335,34 +335,7 @@ async fn one_request(
     run_seed: u64,
 ) -> RequestRecord {
     let (body, prompt_tokens) = requests::body(cfg, index, run_seed);
-    let mut rec = RequestRecord {
-        index,
-        worker,
-        ok: false,
-        error: None,
-        status: 0,
-        http_version: if cfg.http2 { "2" } else { "1.1" },
-        new_connection: slot.is_none(),
-        connect_start_ns: None,
-        connect_done_ns: None,
-        tls_done_ns: None,
-        request_start_ns: monotonic_ns(),
-        request_sent_ns: None,
-        first_byte_ns: None,
-        end_ns: 0,
-        prompt_tokens: prompt_tokens as u32,
-        max_tokens: cfg.max_tokens as u32,
-        usage_completion_tokens: None,
-        done_seen: false,
-        response_id: None,
-        local_port: 0,
-        events: Vec::new(),
-        api: cfg.api().name(),
-        stream: cfg.stream,
-        choices: cfg.n as u32,
-        first_body_ns: None,
-        non_token_events: 0,
-    };
+    let mut rec = blank_record(cfg, index, worker, prompt_tokens, slot.is_none());
     if slot.is_none() {
         match conn::connect(&endpoint.target, tls).await {
             Ok(c) => *slot = Some(c),
@@ -403,23 +376,13 @@ async fn one_request(
         rec.request_sent_ns = conn.stats.first_write_done();
     }
     rec.status = resp.status().as_u16();
-    let request_id = resp
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
+    let header = |name| resp.headers().get(name).and_then(|v| v.to_str().ok());
+    let request_id = header("x-request-id")
         .filter(|v| !v.is_empty() && v.len() <= 128)
         .map(str::to_string);
     let closing = resp.version() == Version::HTTP_10
-        || resp
-            .headers()
-            .get(CONNECTION)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-    let mut decoder = match decode::BodyDecoder::for_encoding(
-        resp.headers()
-            .get(CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok()),
-    ) {
+        || header(CONNECTION.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let mut decoder = match decode::BodyDecoder::for_encoding(header(CONTENT_ENCODING.as_str())) {
         Ok(d) => d,
         Err(e) => {
             *slot = None;
@@ -441,6 +404,58 @@ async fn one_request(
     if rec.response_id.is_none() {
         rec.response_id = request_id;
     }
+    judge(cfg, &mut rec, broken);
+    let reusable = !closing
+        && rec.error.is_none()
+        && tokio::time::timeout(Duration::from_secs(5), conn.reusable())
+            .await
+            .unwrap_or(false);
+    if !reusable {
+        *slot = None;
+    }
+    rec
+}
+
+/// A request's record before it is sent.
+fn blank_record(
+    cfg: &BenchConfig,
+    index: u64,
+    worker: u32,
+    prompt_tokens: usize,
+    new_connection: bool,
+) -> RequestRecord {
+    RequestRecord {
+        index,
+        worker,
+        ok: false,
+        error: None,
+        status: 0,
+        http_version: if cfg.http2 { "2" } else { "1.1" },
+        new_connection,
+        connect_start_ns: None,
+        connect_done_ns: None,
+        tls_done_ns: None,
+        request_start_ns: monotonic_ns(),
+        request_sent_ns: None,
+        first_byte_ns: None,
+        end_ns: 0,
+        prompt_tokens: prompt_tokens as u32,
+        max_tokens: cfg.max_tokens as u32,
+        usage_completion_tokens: None,
+        done_seen: false,
+        response_id: None,
+        local_port: 0,
+        events: Vec::new(),
+        api: cfg.api().name(),
+        stream: cfg.stream,
+        choices: cfg.n as u32,
+        first_body_ns: None,
+        non_token_events: 0,
+    }
+}
+
+/// ok: a 200 whose API's end event arrived and whose body did not break off.
+fn judge(cfg: &BenchConfig, rec: &mut RequestRecord, broken: Option<String>) {
     rec.ok = rec.status == 200 && rec.done_seen && broken.is_none();
     rec.error = broken.or_else(|| {
         if rec.status != 200 {
@@ -452,15 +467,6 @@ async fn one_request(
             None
         }
     });
-    let reusable = !closing
-        && rec.error.is_none()
-        && tokio::time::timeout(Duration::from_secs(5), conn.reusable())
-            .await
-            .unwrap_or(false);
-    if !reusable {
-        *slot = None;
-    }
-    rec
 }
 
 /// The POST of request `index` on a connection (HTTP/2 wants the full URI, HTTP/1.1 a Host).

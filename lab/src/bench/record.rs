@@ -154,15 +154,14 @@ impl RequestRecord {
 
     /// (last event - first event) / (events - 1), pooled over choices.
     pub fn tpot_ns(&self) -> Option<u64> {
-        let (span, gaps) = self
-            .choice_series()
-            .iter()
-            .filter(|s| s.len() >= 2)
-            .fold((0u64, 0u64), |(span, gaps), s| {
+        let (span, gaps) = self.choice_series().iter().filter(|s| s.len() >= 2).fold(
+            (0u64, 0u64),
+            |(span, gaps), s| {
                 let first = s[0].t_ns;
                 let last = s[s.len() - 1].t_ns;
                 (span + last.saturating_sub(first), gaps + s.len() as u64 - 1)
-            });
+            },
+        );
         (gaps > 0).then(|| span / gaps)
     }
 
@@ -365,7 +364,12 @@ mod tests {
             done_seen: true,
             response_id: None,
             local_port: 0,
-            events: vec![ev(1000, 1, 0), ev(1000, 1, 1), ev(1500, 2, 0), ev(1700, 3, 1)],
+            events: vec![
+                ev(1000, 1, 0),
+                ev(1000, 1, 1),
+                ev(1500, 2, 0),
+                ev(1700, 3, 1),
+            ],
             api: "openai-chat",
             stream: true,
             choices: 2,
@@ -373,15 +377,30 @@ mod tests {
             non_token_events: 0,
         };
         assert_eq!(r.first_token_ns(), Some(1000), "first token of any choice");
-        assert_eq!(r.itl_ns(), vec![500, 700], "one gap per choice, none across choices");
+        assert_eq!(
+            r.itl_ns(),
+            vec![500, 700],
+            "one gap per choice, none across choices"
+        );
         assert_eq!(r.tpot_ns(), Some(600));
-        assert_eq!(r.coalesced_tokens(), 0, "choices sharing a read are not coalescing");
+        assert_eq!(
+            r.coalesced_tokens(),
+            0,
+            "choices sharing a read are not coalescing"
+        );
         let whole = RequestRecord {
             stream: false,
             events: Vec::new(),
             ..r
         };
-        assert_eq!(whole.first_token_ns(), Some(600), "a whole answer: its first body byte");
-        assert!(whole.itl_ns().is_empty() && whole.tpot_ns().is_none(), "and no ITL");
+        assert_eq!(
+            whole.first_token_ns(),
+            Some(600),
+            "a whole answer: its first body byte"
+        );
+        assert!(
+            whole.itl_ns().is_empty() && whole.tpot_ns().is_none(),
+            "and no ITL"
+        );
     }
 }

@@ -17,7 +17,9 @@ pub fn check(cfg: &BenchConfig) -> Result<(), BenchError> {
         return bad(format!("--n must be from 1 to {MAX_CHOICES}"));
     }
     if cfg.n > 1 && !api.has_choices() {
-        return bad(format!("--n applies to openai-chat and openai-completions, not {api}"));
+        return bad(format!(
+            "--n applies to openai-chat and openai-completions, not {api}"
+        ));
     }
     if !cfg.stream && !api.can_answer_whole() {
         return bad(format!("--no-stream: the lab serves {api} streaming only"));

@@ -122,8 +122,11 @@ fn openai(v: &Value) -> WireEvent {
         .is_some_and(|c| !c.is_empty())
         .then(|| {
             let delta = &choice["delta"];
-            let reasoning = non_empty(&delta["reasoning_content"]) || non_empty(&delta["reasoning"]);
-            let tool = delta["tool_calls"].as_array().is_some_and(|t| !t.is_empty());
+            let reasoning =
+                non_empty(&delta["reasoning_content"]) || non_empty(&delta["reasoning"]);
+            let tool = delta["tool_calls"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty());
             let kind = match (reasoning, tool) {
                 (true, _) => TokenKind::Reasoning,
                 (false, true) => TokenKind::Tool,
@@ -267,20 +270,44 @@ mod tests {
     fn end_and_bookkeeping_events_are_never_tokens() {
         let cases: [(Api, &str); 10] = [
             (Api::OpenAiChat, "[DONE]"),
-            (Api::OpenAiChat, r#"{"choices":[],"usage":{"completion_tokens":3}}"#),
-            (Api::OpenAiResponses, r#"{"type":"response.completed","response":{}}"#),
-            (Api::OpenAiResponses, r#"{"type":"response.output_text.done","text":"x"}"#),
+            (
+                Api::OpenAiChat,
+                r#"{"choices":[],"usage":{"completion_tokens":3}}"#,
+            ),
+            (
+                Api::OpenAiResponses,
+                r#"{"type":"response.completed","response":{}}"#,
+            ),
+            (
+                Api::OpenAiResponses,
+                r#"{"type":"response.output_text.done","text":"x"}"#,
+            ),
             (Api::Anthropic, r#"{"type":"ping"}"#),
             (Api::Anthropic, r#"{"type":"message_stop"}"#),
-            (Api::Anthropic, r#"{"type":"message_delta","usage":{"output_tokens":2}}"#),
-            (Api::Tgi, r#"{"token":{"text":"</s>","special":true},"generated_text":"x"}"#),
-            (Api::OllamaGenerate, r#"{"response":"","done":true,"eval_count":2}"#),
-            (Api::Gemini, r#"{"candidates":[{"content":{"parts":[{"text":""}]},"finishReason":"STOP"}]}"#),
+            (
+                Api::Anthropic,
+                r#"{"type":"message_delta","usage":{"output_tokens":2}}"#,
+            ),
+            (
+                Api::Tgi,
+                r#"{"token":{"text":"</s>","special":true},"generated_text":"x"}"#,
+            ),
+            (
+                Api::OllamaGenerate,
+                r#"{"response":"","done":true,"eval_count":2}"#,
+            ),
+            (
+                Api::Gemini,
+                r#"{"candidates":[{"content":{"parts":[{"text":""}]},"finishReason":"STOP"}]}"#,
+            ),
         ];
         for (api, data) in cases {
             assert_eq!(token(api, data), None, "{api}: {data} is not a token");
         }
-        assert!(classify_event(Api::OpenAiChat, b"[DONE]").end, "[DONE] ends");
+        assert!(
+            classify_event(Api::OpenAiChat, b"[DONE]").end,
+            "[DONE] ends"
+        );
         assert!(classify_event(Api::Anthropic, br#"{"type":"message_stop"}"#).end);
         assert_eq!(
             classify_event(Api::OllamaChat, br#"{"done":true,"eval_count":7}"#).usage_tokens,
@@ -290,27 +317,62 @@ mod tests {
 
     #[test]
     fn token_kinds_and_choices_follow_each_api() {
-        let t = token(Api::OpenAiChat, r#"{"choices":[{"index":3,"delta":{"role":"assistant","content":""}}]}"#)
-            .expect("the role chunk is a token event");
+        let t = token(
+            Api::OpenAiChat,
+            r#"{"choices":[{"index":3,"delta":{"role":"assistant","content":""}}]}"#,
+        )
+        .expect("the role chunk is a token event");
         assert_eq!((t.choice_index, t.content), (3, false));
-        let t = token(Api::Anthropic, r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":" a"}}"#);
-        assert_eq!(t.map(|t| (t.kind, t.choice_index)), Some((TokenKind::Reasoning, 0)));
-        let t = token(Api::OpenAiResponses, r#"{"type":"response.function_call_arguments.delta","delta":"{"}"#);
+        let t = token(
+            Api::Anthropic,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":" a"}}"#,
+        );
+        assert_eq!(
+            t.map(|t| (t.kind, t.choice_index)),
+            Some((TokenKind::Reasoning, 0))
+        );
+        let t = token(
+            Api::OpenAiResponses,
+            r#"{"type":"response.function_call_arguments.delta","delta":"{"}"#,
+        );
         assert_eq!(t.map(|t| t.kind), Some(TokenKind::Tool));
         let last = classify_event(
             Api::Gemini,
             br#"{"candidates":[{"content":{"parts":[{"text":" z"}]},"finishReason":"STOP"}]}"#,
         );
-        assert!(last.end && last.token.is_some(), "a final chunk with text is a token that ends");
-        assert_eq!(token(Api::OllamaChat, r#"{"message":{"content":" a"},"done":false}"#).map(|t| t.kind), Some(TokenKind::Text));
-        assert_eq!(token(Api::Tgi, "{not json"), None, "malformed data is not a token");
-        assert_eq!(token(Api::Tgi, r#"{"token":{"text":" a","special":false}}"#).map(|t| t.content), Some(true));
+        assert!(
+            last.end && last.token.is_some(),
+            "a final chunk with text is a token that ends"
+        );
+        assert_eq!(
+            token(
+                Api::OllamaChat,
+                r#"{"message":{"content":" a"},"done":false}"#
+            )
+            .map(|t| t.kind),
+            Some(TokenKind::Text)
+        );
+        assert_eq!(
+            token(Api::Tgi, "{not json"),
+            None,
+            "malformed data is not a token"
+        );
+        assert_eq!(
+            token(Api::Tgi, r#"{"token":{"text":" a","special":false}}"#).map(|t| t.content),
+            Some(true)
+        );
     }
 
     #[test]
     fn whole_bodies_end_without_tokens() {
-        let w = classify_whole(Api::OpenAiChat, br#"{"id":"c-1","choices":[{}],"usage":{"completion_tokens":4}}"#);
-        assert_eq!((w.token, w.end, w.usage_tokens, w.id.as_deref()), (None, true, Some(4), Some("c-1")));
+        let w = classify_whole(
+            Api::OpenAiChat,
+            br#"{"id":"c-1","choices":[{}],"usage":{"completion_tokens":4}}"#,
+        );
+        assert_eq!(
+            (w.token, w.end, w.usage_tokens, w.id.as_deref()),
+            (None, true, Some(4), Some("c-1"))
+        );
         assert!(!classify_whole(Api::OllamaGenerate, b"{\"done\":false}").end);
         assert!(!classify_whole(Api::OpenAiCompletions, b"{trunc").end);
     }

@@ -171,7 +171,10 @@ mod tests {
             ],
             "the comment-only event yields nothing; CRLF and LF both end events"
         );
-        assert!(s.push(b"\n").is_empty(), "a trailing comment block is no event");
+        assert!(
+            s.push(b"\n").is_empty(),
+            "a trailing comment block is no event"
+        );
     }
 
     #[test]
@@ -182,6 +185,9 @@ mod tests {
         assert!(a.is_empty());
         assert_eq!(b.len(), 1, "one complete line");
         let end = p.finish();
-        assert!(end.len() == 1 && end[0].end, "the unterminated last line ends the stream");
+        assert!(
+            end.len() == 1 && end[0].end,
+            "the unterminated last line ends the stream"
+        );
     }
 }

@@ -37,48 +37,120 @@ fn hear(parser: &mut WireParser, pieces: &[&[u8]]) -> Heard {
     heard
 }
 
-/// A request, what its stream must hold, and the kinds of its tokens in order.
+/// A request, whether it streams, the kinds of its tokens in order (runs of a kind), and
+/// its number of choices.
 struct Case {
     api: Api,
     stream: bool,
     body: &'static str,
-    kinds: Vec<TokenKind>,
+    runs: &'static [(TokenKind, usize)],
     choices: u32,
 }
 
-fn kinds(spec: &[(TokenKind, usize)]) -> Vec<TokenKind> {
-    spec.iter()
-        .flat_map(|&(k, n)| std::iter::repeat_n(k, n))
-        .collect()
+impl Case {
+    fn kinds(&self) -> Vec<TokenKind> {
+        self.runs
+            .iter()
+            .flat_map(|&(k, n)| std::iter::repeat_n(k, n))
+            .collect()
+    }
 }
 
-fn cases() -> Vec<Case> {
-    use TokenKind::{Reasoning, Text, Tool};
-    let case = |api, body, kinds, choices| Case {
+const fn case(api: Api, body: &'static str, runs: &'static [(TokenKind, usize)]) -> Case {
+    Case {
         api,
         stream: true,
         body,
-        kinds,
-        choices,
-    };
-    vec![
-        // The role chunk is a token event without content: 5 tokens + 1.
-        case(Api::OpenAiChat, r#"{"messages":[{"role":"user","content":"hi there"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#, kinds(&[(Text, 6)]), 1),
-        case(Api::OpenAiChat, r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"n":2,"stream":true,"stream_options":{"include_usage":true}}"#, kinds(&[(Text, 10)]), 2),
-        case(Api::OpenAiCompletions, r#"{"prompt":"a b c","max_tokens":5,"stream":true}"#, kinds(&[(Text, 5)]), 1),
-        case(Api::OpenAiResponses, r#"{"input":"hi","max_output_tokens":5,"stream":true}"#, kinds(&[(Text, 5)]), 1),
-        case(Api::OpenAiResponses, r#"{"input":[{"role":"user","content":"hi"}],"max_output_tokens":6,"stream":true,"reasoning":{"effort":"medium"},"tools":[{"type":"function","name":"f"}],"tool_choice":"required"}"#, kinds(&[(Reasoning, 3), (Tool, 3)]), 1),
-        case(Api::Anthropic, r#"{"model":"lab-model","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#, kinds(&[(Text, 5)]), 1),
-        case(Api::Anthropic, r#"{"max_tokens":6,"stream":true,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"thinking":{"type":"enabled","budget_tokens":2}}"#, kinds(&[(Reasoning, 2), (Text, 4)]), 1),
-        case(Api::Anthropic, r#"{"max_tokens":4,"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"any"}}"#, kinds(&[(Tool, 4)]), 1),
-        case(Api::Gemini, r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#, kinds(&[(Text, 5)]), 1),
-        case(Api::Tgi, r#"{"inputs":"hi","parameters":{"max_new_tokens":5}}"#, kinds(&[(Text, 5)]), 1),
-        case(Api::OllamaGenerate, r#"{"model":"lab-model","prompt":"hi","options":{"num_predict":5}}"#, kinds(&[(Text, 5)]), 1),
-        case(Api::OllamaChat, r#"{"model":"lab-model","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":5}}"#, kinds(&[(Text, 5)]), 1),
-        Case { stream: false, ..case(Api::OpenAiChat, r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}"#, Vec::new(), 1) },
-        Case { stream: false, ..case(Api::OllamaGenerate, r#"{"prompt":"hi","stream":false,"options":{"num_predict":3}}"#, Vec::new(), 1) },
-    ]
+        runs,
+        choices: 1,
+    }
 }
+
+const CASES: [Case; 14] = {
+    use TokenKind::{Reasoning, Text, Tool};
+    [
+        // The role chunk is a token event without content: 5 tokens + 1.
+        case(
+            Api::OpenAiChat,
+            r#"{"messages":[{"role":"user","content":"hi there"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#,
+            &[(Text, 6)],
+        ),
+        Case {
+            choices: 2,
+            ..case(
+                Api::OpenAiChat,
+                r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"n":2,"stream":true,"stream_options":{"include_usage":true}}"#,
+                &[(Text, 10)],
+            )
+        },
+        case(
+            Api::OpenAiCompletions,
+            r#"{"prompt":"a b c","max_tokens":5,"stream":true}"#,
+            &[(Text, 5)],
+        ),
+        case(
+            Api::OpenAiResponses,
+            r#"{"input":"hi","max_output_tokens":5,"stream":true}"#,
+            &[(Text, 5)],
+        ),
+        case(
+            Api::OpenAiResponses,
+            r#"{"input":[{"role":"user","content":"hi"}],"max_output_tokens":6,"stream":true,"reasoning":{"effort":"medium"},"tools":[{"type":"function","name":"f"}],"tool_choice":"required"}"#,
+            &[(Reasoning, 3), (Tool, 3)],
+        ),
+        case(
+            Api::Anthropic,
+            r#"{"model":"lab-model","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+            &[(Text, 5)],
+        ),
+        case(
+            Api::Anthropic,
+            r#"{"max_tokens":6,"stream":true,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"thinking":{"type":"enabled","budget_tokens":2}}"#,
+            &[(Reasoning, 2), (Text, 4)],
+        ),
+        case(
+            Api::Anthropic,
+            r#"{"max_tokens":4,"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"any"}}"#,
+            &[(Tool, 4)],
+        ),
+        case(
+            Api::Gemini,
+            r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#,
+            &[(Text, 5)],
+        ),
+        case(
+            Api::Tgi,
+            r#"{"inputs":"hi","parameters":{"max_new_tokens":5}}"#,
+            &[(Text, 5)],
+        ),
+        case(
+            Api::OllamaGenerate,
+            r#"{"model":"lab-model","prompt":"hi","options":{"num_predict":5}}"#,
+            &[(Text, 5)],
+        ),
+        case(
+            Api::OllamaChat,
+            r#"{"model":"lab-model","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":5}}"#,
+            &[(Text, 5)],
+        ),
+        Case {
+            stream: false,
+            ..case(
+                Api::OpenAiChat,
+                r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}"#,
+                &[],
+            )
+        },
+        Case {
+            stream: false,
+            ..case(
+                Api::OllamaGenerate,
+                r#"{"prompt":"hi","stream":false,"options":{"num_predict":3}}"#,
+                &[],
+            )
+        },
+    ]
+};
 
 fn rendered(c: &Case) -> Vec<u8> {
     let cfg = EngineConfig::default();
@@ -89,11 +161,17 @@ fn rendered(c: &Case) -> Vec<u8> {
 
 #[test]
 fn every_api_yields_its_tokens_whatever_the_read_boundaries() {
-    for c in cases() {
-        let bytes = rendered(&c);
+    for c in &CASES {
+        let bytes = rendered(c);
         let whole = hear(&mut WireParser::new(c.api, c.stream), &[&bytes]);
         let got: Vec<TokenKind> = whole.tokens.iter().map(|t| t.kind).collect();
-        assert_eq!(got, c.kinds, "{} ({}): token kinds in order", c.api, c.body);
+        assert_eq!(
+            got,
+            c.kinds(),
+            "{} ({}): token kinds in order",
+            c.api,
+            c.body
+        );
         let choices: std::collections::BTreeSet<u32> =
             whole.tokens.iter().map(|t| t.choice_index).collect();
         assert!(
@@ -116,8 +194,8 @@ fn every_api_yields_its_tokens_whatever_the_read_boundaries() {
 
 #[test]
 fn content_usage_and_ids_match_what_the_server_counted() {
-    for c in cases().into_iter().filter(|c| c.stream) {
-        let heard = hear(&mut WireParser::new(c.api, true), &[&rendered(&c)]);
+    for c in CASES.iter().filter(|c| c.stream) {
+        let heard = hear(&mut WireParser::new(c.api, true), &[&rendered(c)]);
         let content = heard.tokens.iter().filter(|t| t.content).count() as u32;
         // Each choice's tokens are counted once per engine token; the role chunks are not.
         assert_eq!(
@@ -127,13 +205,18 @@ fn content_usage_and_ids_match_what_the_server_counted() {
             c.api
         );
         let has_id = !matches!(c.api, Api::Tgi | Api::OllamaGenerate | Api::OllamaChat);
-        assert_eq!(heard.id.is_some(), has_id, "{}: the body carries an id", c.api);
+        assert_eq!(
+            heard.id.is_some(),
+            has_id,
+            "{}: the body carries an id",
+            c.api
+        );
     }
 }
 
 #[test]
 fn keep_alive_comments_between_events_change_nothing() {
-    for c in cases().into_iter().filter(|c| c.stream && !c.api.is_ndjson()) {
+    for c in CASES.iter().filter(|c| c.stream && !c.api.is_ndjson()) {
         let cfg = EngineConfig::default();
         let pieces = render_response(c.api, &c.api.route(&cfg.model), c.body.as_bytes(), &cfg)
             .expect("the server accepts the case");
@@ -187,7 +270,11 @@ fn events_of(api: Api, text: &str) -> Vec<serde_json::Value> {
         v
     };
     if api.is_ndjson() || text.trim_start().starts_with('{') {
-        return text.lines().filter(|l| !l.is_empty()).map(|l| json(l.as_bytes())).collect();
+        return text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| json(l.as_bytes()))
+            .collect();
     }
     // The doc's blocks drop the blank line after the last event.
     super::wire::SseSplitter::default()
@@ -205,7 +292,10 @@ fn doc_examples(doc: &str) -> Vec<(Api, String, String)> {
         let Some(info) = line.strip_prefix("```") else {
             continue;
         };
-        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+        let body: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .collect();
         blocks.push((info.to_string(), body.join("\n")));
     }
     let mut out = Vec::new();
@@ -218,7 +308,11 @@ fn doc_examples(doc: &str) -> Vec<(Api, String, String)> {
             .into_iter()
             .find(|a| a.name() == name)
             .unwrap_or_else(|| panic!("API-SHAPES.md names a known API: {name}"));
-        assert_eq!(resp.0, format!("text response {name}"), "a response follows each request");
+        assert_eq!(
+            resp.0,
+            format!("text response {name}"),
+            "a response follows each request"
+        );
         out.push((api, req.1.clone(), resp.1.clone()));
     }
     out
@@ -230,7 +324,11 @@ fn api_shapes_doc_shows_what_the_server_writes() {
     let examples = doc_examples(doc);
     let documented: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.0.name()).collect();
-    assert_eq!(documented.len(), Api::ALL.len(), "every API has an example: {documented:?}");
+    assert_eq!(
+        documented.len(),
+        Api::ALL.len(),
+        "every API has an example: {documented:?}"
+    );
     let cfg = EngineConfig::default();
     for (api, request, response) in examples {
         let written = render_response(api, &api.route(&cfg.model), request.as_bytes(), &cfg)

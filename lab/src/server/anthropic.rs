@@ -7,8 +7,7 @@ use serde_json::{json, Map, Value};
 use super::error::{field_error, ApiError};
 use super::fields;
 use super::framing::{
-    push_named, to_json, tool_arguments_piece, Framer, OutputPlan, PartKind, StreamContext,
-    Typed,
+    push_named, to_json, tool_arguments_piece, Framer, OutputPlan, PartKind, StreamContext, Typed,
 };
 use crate::engine::{EngineConfig, TokenEvent};
 
@@ -52,7 +51,12 @@ pub(crate) fn parse(body: &[u8], cfg: &EngineConfig) -> Result<MessagesRequest, 
                 .and_then(Value::as_u64)
                 .map_or(max_tokens / 2, |b| b as usize),
             Some("disabled") => 0,
-            _ => return Err(field_error("thinking", "{\"type\": \"enabled\" | \"disabled\"}")),
+            _ => {
+                return Err(field_error(
+                    "thinking",
+                    "{\"type\": \"enabled\" | \"disabled\"}",
+                ))
+            }
         },
         Some(_) => return Err(field_error("thinking", "an object")),
     };
@@ -100,12 +104,16 @@ struct BlockDelta<'a> {
     delta: DeltaBody<'a>,
 }
 
+/// The `delta` of a `content_block_delta`, tagged by its `type`.
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum DeltaBody<'a> {
-    TextDelta { text: &'a str },
-    ThinkingDelta { thinking: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 /// Frames one streaming message.
@@ -213,11 +221,11 @@ impl Framer for MessagesFramer {
         }
         let piece;
         let delta = match pos.kind {
-            PartKind::Reasoning => DeltaBody::ThinkingDelta { thinking: &ev.text },
-            PartKind::Text => DeltaBody::TextDelta { text: &ev.text },
+            PartKind::Reasoning => DeltaBody::Thinking { thinking: &ev.text },
+            PartKind::Text => DeltaBody::Text { text: &ev.text },
             PartKind::ToolCall => {
                 piece = tool_arguments_piece(&ev.text, pos.first, pos.last || ev.finished);
-                DeltaBody::InputJsonDelta {
+                DeltaBody::InputJson {
                     partial_json: &piece,
                 }
             }

@@ -45,9 +45,7 @@ impl Parsed {
                 Parsed::Gemini(gemini::parse(model, query, body, cfg)?)
             }
             Api::Tgi => Parsed::Tgi(tgi::parse(body, cfg)?),
-            Api::OllamaGenerate => {
-                Parsed::Ollama(ollama::parse(OllamaRoute::Generate, body, cfg)?)
-            }
+            Api::OllamaGenerate => Parsed::Ollama(ollama::parse(OllamaRoute::Generate, body, cfg)?),
             Api::OllamaChat => Parsed::Ollama(ollama::parse(OllamaRoute::Chat, body, cfg)?),
         })
     }

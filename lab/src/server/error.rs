@@ -49,9 +49,7 @@ impl ApiError {
     /// The body as `api`'s servers shape their errors.
     pub fn body_for(&self, api: Api) -> Bytes {
         let v = match api {
-            Api::OpenAiChat | Api::OpenAiCompletions | Api::OpenAiResponses => {
-                return self.body()
-            }
+            Api::OpenAiChat | Api::OpenAiCompletions | Api::OpenAiResponses => return self.body(),
             Api::Anthropic => json!({
                 "type": "error",
                 "error": {"type": self.anthropic_type(), "message": self.message},

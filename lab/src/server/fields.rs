@@ -28,10 +28,7 @@ pub(crate) fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// The model asked for: absent means the served one; any other name is a 404.
-pub(crate) fn model(
-    obj: &Map<String, Value>,
-    cfg: &EngineConfig,
-) -> Result<String, ApiError> {
+pub(crate) fn model(obj: &Map<String, Value>, cfg: &EngineConfig) -> Result<String, ApiError> {
     let model = match obj.get("model") {
         None | Some(Value::Null) => cfg.model.clone(),
         Some(Value::String(m)) => m.clone(),
@@ -137,7 +134,10 @@ pub(crate) fn messages_text(
             .and_then(Value::as_str)
             .ok_or_else(|| field_error(param, "messages with a string 'role'"))?;
         if !roles.contains(&role) {
-            return Err(field_error(param, &format!("messages whose role is one of {roles:?}")));
+            return Err(field_error(
+                param,
+                &format!("messages whose role is one of {roles:?}"),
+            ));
         }
         text.push_str(role);
         text.push_str(": ");
@@ -196,7 +196,10 @@ mod tests {
     #[test]
     fn token_limits_and_models_are_checked() {
         let cfg = EngineConfig::default();
-        assert_eq!(max_tokens(None, "max_tokens", &cfg), Ok(cfg.default_max_tokens));
+        assert_eq!(
+            max_tokens(None, "max_tokens", &cfg),
+            Ok(cfg.default_max_tokens)
+        );
         assert!(max_tokens(Some(&Value::from(0)), "max_tokens", &cfg).is_err());
         assert!(max_tokens(Some(&Value::from("9")), "max_tokens", &cfg).is_err());
         let obj = json_object(br#"{"model":"other"}"#).expect("an object");

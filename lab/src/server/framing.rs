@@ -195,13 +195,19 @@ mod tests {
     #[test]
     fn plans_put_reasoning_first_and_keep_one_token_for_the_answer() {
         let p = OutputPlan::new(8, 3, false);
-        assert_eq!(p.parts().collect::<Vec<_>>(), [PartKind::Reasoning, PartKind::Text]);
+        assert_eq!(
+            p.parts().collect::<Vec<_>>(),
+            [PartKind::Reasoning, PartKind::Text]
+        );
         assert_eq!(
             (p.position(2).last, p.position(3).first, p.position(3).part),
             (true, true, 1),
             "token 3 opens the text part"
         );
-        assert_eq!(OutputPlan::new(1, 5, true).parts().collect::<Vec<_>>(), [PartKind::ToolCall]);
+        assert_eq!(
+            OutputPlan::new(1, 5, true).parts().collect::<Vec<_>>(),
+            [PartKind::ToolCall]
+        );
         assert_eq!(OutputPlan::new(4, 9, false).reasoning_tokens(), 3);
     }
 

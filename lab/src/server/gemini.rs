@@ -52,11 +52,16 @@ pub(crate) fn parse(
         _ => return Err(field_error("contents", "a non-empty list of contents")),
     };
     for content in contents {
-        let role = content.get("role").and_then(Value::as_str).unwrap_or("user");
+        let role = content
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("user");
         let text = fields::content_text(content.get("parts"), "contents")?;
         prompt_text.push_str(&format!("{role}: {}\n", text.unwrap_or_default()));
     }
-    let limit = obj.get("generationConfig").and_then(|g| g.get("maxOutputTokens"));
+    let limit = obj
+        .get("generationConfig")
+        .and_then(|g| g.get("maxOutputTokens"));
     let max_tokens = fields::max_tokens(limit, "generationConfig.maxOutputTokens", cfg)?;
     Ok(GeminiRequest {
         model,
@@ -130,10 +135,16 @@ mod tests {
             model_of_path("/v1beta/models/lab-model:streamGenerateContent"),
             Some("lab-model")
         );
-        assert_eq!(model_of_path("/v1beta/models/lab-model:generateContent"), None);
+        assert_eq!(
+            model_of_path("/v1beta/models/lab-model:generateContent"),
+            None
+        );
         let cfg = EngineConfig::default();
         let body = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
-        assert!(parse("lab-model", None, body, &cfg).is_err(), "alt=sse is required");
+        assert!(
+            parse("lab-model", None, body, &cfg).is_err(),
+            "alt=sse is required"
+        );
         let req = parse("lab-model", Some("alt=sse"), body, &cfg).expect("a valid request");
         assert_eq!(req.max_tokens, cfg.default_max_tokens);
         let e = parse("other", Some("alt=sse"), body, &cfg).expect_err("unknown model");

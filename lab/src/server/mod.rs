@@ -238,10 +238,9 @@ async fn route(core: EngineCore, req: Request<Incoming>) -> Response<LabBody> {
     }
     match (&method, path.as_str()) {
         (&Method::GET, "/health") => json_response(200, Bytes::new()),
-        (&Method::GET, "/v1/models") => json_response(
-            200,
-            openai::models_body(&core.cfg, unix_now().as_secs()),
-        ),
+        (&Method::GET, "/v1/models") => {
+            json_response(200, openai::models_body(&core.cfg, unix_now().as_secs()))
+        }
         (_, AUTH_PATH) => {
             // The gateway's auth service: its latency is the hop's cost.
             tokio::time::sleep(core.cfg.auth_delay).await;
@@ -429,7 +428,9 @@ pub fn render_response(
     body: &[u8],
     cfg: &crate::engine::EngineConfig,
 ) -> Result<Vec<Bytes>, ApiError> {
-    let (path, query) = route.split_once('?').map_or((route, None), |(p, q)| (p, Some(q)));
+    let (path, query) = route
+        .split_once('?')
+        .map_or((route, None), |(p, q)| (p, Some(q)));
     let parsed = Parsed::parse(api, path, query, body, cfg)?;
     let prompt = Prompt::from_text(parsed.prompt_text(), cfg.block_size);
     let seed = seed_of(parsed.prompt_text());

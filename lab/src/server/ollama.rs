@@ -187,7 +187,9 @@ impl Framer for OllamaFramer {
 
     fn whole_body(&self, tokens: &[TokenEvent]) -> Option<Bytes> {
         let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
-        Some(Bytes::from(self.line(&text, Some(self.timings(tokens.len())))))
+        Some(Bytes::from(
+            self.line(&text, Some(self.timings(tokens.len()))),
+        ))
     }
 }
 

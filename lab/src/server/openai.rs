@@ -70,7 +70,12 @@ pub fn parse_request(
         None | Some(Value::Null) => 1,
         Some(Value::Number(n)) => match n.as_u64() {
             Some(n) if (1..=MAX_CHOICES as u64).contains(&n) => n as usize,
-            _ => return Err(field_error("n", &format!("an integer from 1 to {MAX_CHOICES}"))),
+            _ => {
+                return Err(field_error(
+                    "n",
+                    &format!("an integer from 1 to {MAX_CHOICES}"),
+                ))
+            }
         },
         Some(_) => return Err(field_error("n", "an integer")),
     };
@@ -111,7 +116,14 @@ fn completion_prompt(p: Option<&Value>) -> Result<String, ApiError> {
 
 /// Chat messages flattened with their roles.
 fn chat_prompt(m: Option<&Value>) -> Result<String, ApiError> {
-    const ROLES: [&str; 6] = ["system", "user", "assistant", "tool", "developer", "function"];
+    const ROLES: [&str; 6] = [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "developer",
+        "function",
+    ];
     fields::messages_text(m, "messages", &ROLES)
 }
 
@@ -191,7 +203,8 @@ fn choice_text(ev: &TokenEvent, index: usize) -> String {
     if index == 0 {
         ev.text.clone()
     } else {
-        let seed = seed_of(&ev.text).wrapping_add((index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let seed =
+            seed_of(&ev.text).wrapping_add((index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         format!(" {}", pseudo_word(seed, ev.index as u64))
     }
 }

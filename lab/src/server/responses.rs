@@ -7,8 +7,7 @@ use serde_json::{json, Map, Value};
 use super::error::{field_error, ApiError};
 use super::fields;
 use super::framing::{
-    push_named, to_json, tool_arguments_piece, Framer, OutputPlan, PartKind, StreamContext,
-    Typed,
+    push_named, to_json, tool_arguments_piece, Framer, OutputPlan, PartKind, StreamContext, Typed,
 };
 use crate::engine::{EngineConfig, TokenEvent};
 
@@ -51,8 +50,8 @@ pub(crate) fn parse(body: &[u8], cfg: &EngineConfig) -> Result<ResponsesRequest,
         Some(_) => return Err(field_error("input", "a string or a list of messages")),
     }
     let max_tokens = fields::max_tokens(obj.get("max_output_tokens"), "max_output_tokens", cfg)?;
-    let reasoning_tokens = reasoning_share(obj.get("reasoning"))?
-        .map_or(0, |(num, den)| max_tokens * num / den);
+    let reasoning_tokens =
+        reasoning_share(obj.get("reasoning"))?.map_or(0, |(num, den)| max_tokens * num / den);
     Ok(ResponsesRequest {
         model,
         prompt_text,
@@ -143,7 +142,11 @@ pub(crate) struct ResponsesFramer {
 
 impl ResponsesFramer {
     pub(crate) fn new(req: &ResponsesRequest, ctx: StreamContext) -> Self {
-        let plan = OutputPlan::new(req.max_tokens, req.reasoning_tokens, req.tool_name.is_some());
+        let plan = OutputPlan::new(
+            req.max_tokens,
+            req.reasoning_tokens,
+            req.tool_name.is_some(),
+        );
         ResponsesFramer {
             id: format!("resp_lab_{}", ctx.request_id),
             ctx,
@@ -235,7 +238,11 @@ impl ResponsesFramer {
         let index = self.items.len() - 1;
         self.open = Some(index);
         let item = self.item_json(index, false);
-        self.event(out, "response.output_item.added", json!({"output_index": index, "item": item}));
+        self.event(
+            out,
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
         let part = match kind {
             PartKind::Reasoning => json!({"type": "reasoning_text", "text": ""}),
             PartKind::Text => json!({"type": "output_text", "text": "", "annotations": []}),
@@ -269,7 +276,11 @@ impl ResponsesFramer {
                 body["arguments"] = Value::from(text);
                 self.event(out, "response.function_call_arguments.done", body);
                 let item = self.item_json(index, true);
-                self.event(out, "response.output_item.done", json!({"output_index": index, "item": item}));
+                self.event(
+                    out,
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                );
                 return;
             }
         };
@@ -282,7 +293,11 @@ impl ResponsesFramer {
         body["part"] = part;
         self.event(out, "response.content_part.done", body);
         let item = self.item_json(index, true);
-        self.event(out, "response.output_item.done", json!({"output_index": index, "item": item}));
+        self.event(
+            out,
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
     }
 
     fn delta(&mut self, out: &mut Vec<u8>, index: usize, piece: &str) {
@@ -317,7 +332,11 @@ impl Framer for ResponsesFramer {
         let response = self.response_json(false);
         self.event(&mut out, "response.created", json!({"response": response}));
         let response = self.response_json(false);
-        self.event(&mut out, "response.in_progress", json!({"response": response}));
+        self.event(
+            &mut out,
+            "response.in_progress",
+            json!({"response": response}),
+        );
         out
     }
 
@@ -337,14 +356,20 @@ impl Framer for ResponsesFramer {
             }
         };
         let piece = match pos.kind {
-            PartKind::ToolCall => tool_arguments_piece(&ev.text, pos.first, pos.last || ev.finished),
+            PartKind::ToolCall => {
+                tool_arguments_piece(&ev.text, pos.first, pos.last || ev.finished)
+            }
             _ => ev.text.clone(),
         };
         self.delta(&mut out, index, &piece);
         if ev.finished {
             self.close_item(&mut out, index);
             let response = self.response_json(true);
-            self.event(&mut out, "response.completed", json!({"response": response}));
+            self.event(
+                &mut out,
+                "response.completed",
+                json!({"response": response}),
+            );
         }
         out
     }
