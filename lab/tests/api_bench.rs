@@ -175,6 +175,11 @@ async fn whole_answers_have_no_tokens_and_time_their_first_byte() {
             assert!(r.itl_ns().is_empty(), "{api}: and no ITL");
             assert_eq!(r.usage_completion_tokens, Some(MAX_TOKENS as u32));
         }
+        assert_eq!(
+            out.report.output_tokens,
+            STREAMS * MAX_TOKENS,
+            "{api}: the report counts the server's tokens"
+        );
         engine_agrees(&e, &out, api);
     }
     e.shutdown().await;

@@ -181,8 +181,12 @@ impl RequestRecord {
             .sum()
     }
 
+    /// Token events with text; for a non-streamed answer (no events), the server's count.
     pub fn output_tokens(&self) -> usize {
-        self.events.iter().filter(|e| e.content).count()
+        match self.stream {
+            true => self.events.iter().filter(|e| e.content).count(),
+            false => self.usage_completion_tokens.unwrap_or(0) as usize,
+        }
     }
 }
 
@@ -401,6 +405,11 @@ mod tests {
         assert!(
             whole.itl_ns().is_empty() && whole.tpot_ns().is_none(),
             "and no ITL"
+        );
+        assert_eq!(
+            whole.output_tokens(),
+            4,
+            "its tokens are the server's count"
         );
     }
 }
