@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::api::{Api, MAX_CHOICES};
 use crate::bench::{self, BenchConfig};
 use crate::demo::{self, DemoConfig};
 use crate::engine::{Engine, EngineConfig};
@@ -17,36 +18,55 @@ Metrics (DESIGN.md section 2, the rules of vllm bench serve):
   request start  connect() when the connection was opened for this request, else the first
                  request byte; TTFT therefore includes TCP and TLS handshakes as a user
                  feels them. 'TTFT server' starts at the first request byte instead.
-  first token    the first SSE data event whose JSON carries a choice.
+  first token    the first token event by the API's rule (below); with --no-stream, the
+                 first byte of the JSON body.
   TTFT           first token - request start.
-  ITL            gap between consecutive SSE data events with a choice, one sample per
+  ITL            gap between consecutive token events of the same choice, one sample per
                  event, pooled across requests. Events that arrive in the same socket read
                  count as gap 0: that is the signal of coalescing (a buffering proxy).
-  TPOT           (last event - first event) / (events - 1), per request.
+  TPOT           (last event - first event) / (events - 1), per choice, pooled per request.
   E2E            end of stream - request start.
+Token events per --api (lab/API-SHAPES.md has the wire shapes):
+  openai-chat, openai-completions  an SSE data event whose `choices` is non-empty (the
+                 chat role chunk too; not the usage chunk); [DONE] ends.
+  openai-responses  response.output_text.delta, response.reasoning_text.delta,
+                 response.reasoning_summary_text.delta, response.function_call_arguments.delta;
+                 response.completed ends.
+  anthropic      content_block_delta of text_delta, thinking_delta or input_json_delta;
+                 message_stop ends (ping, message_start, block start/stop, message_delta
+                 are not tokens).
+  gemini         an event with a non-empty candidates[].content.parts[].text; the one
+                 with finishReason ends (a token too when it has text).
+  tgi            an event whose token is not special; the one with generated_text ends.
+  ollama-*       an NDJSON line with \"done\": false and non-empty response /
+                 message.content (or thinking); \"done\": true ends and is not a token.
+  SSE comments (': ...') are never events.
 Percentiles p50/p90/p95/p99/p99.9 interpolate linearly (as numpy); never averaged.
 All timestamps are CLOCK_MONOTONIC nanoseconds, the profiler's clock.";
 
-/// Load an OpenAI-compatible streaming endpoint and report what users feel.
+/// Load a streaming LLM endpoint and report what users feel.
 #[derive(Args, Debug, Clone)]
 #[command(
-    about = "Load an OpenAI-compatible streaming endpoint; report TTFT, TPOT, ITL and e2e",
-    long_about = "Sends streaming /v1/completions (or /v1/chat/completions with --chat) requests \
-from --concurrency workers, each keeping one connection and reusing it while the server keeps \
-it alive, and times connect, TLS, the first byte and every SSE event arrival on \
-CLOCK_MONOTONIC. Prints the percentiles; --json writes one line per request with all \
-timestamps (never prompt or completion text).",
+    about = "Load a streaming LLM endpoint (OpenAI, Anthropic, Gemini, TGI, Ollama APIs); report TTFT, TPOT, ITL and e2e",
+    long_about = "Sends streaming requests of --api (default: /v1/completions, or \
+/v1/chat/completions with --chat) from --concurrency workers, each keeping one connection and \
+reusing it while the server keeps it alive, and times connect, TLS, the first byte and every \
+token event's arrival on CLOCK_MONOTONIC, by that API's own token rule. Prints the \
+percentiles; --json writes one line per request with all timestamps (never prompt or \
+completion text).",
     after_help = concat!(
         "Examples:\n",
         "  tokenscope-lab bench --url http://127.0.0.1:8000 --requests 200 --concurrency 16\n",
         "  tokenscope-lab bench --url https://gw.local --http2 --chat --duration 60s --rate 5 \\\n",
-        "      --prompt-tokens 2100 --shared-prefix 2000 --json requests.jsonl\n"
+        "      --prompt-tokens 2100 --shared-prefix 2000 --json requests.jsonl\n",
+        "  tokenscope-lab bench --url http://127.0.0.1:8000 --api anthropic --reasoning\n",
+        "  tokenscope-lab bench --url http://127.0.0.1:8000 --api openai-chat --n 2\n"
     ),
     after_long_help = METRICS_HELP
 )]
 pub struct BenchArgs {
-    /// Server base URL (http:// or https://); /v1/completions or /v1/chat/completions is
-    /// appended unless the URL has a path.
+    /// Server base URL (http:// or https://); the --api's route (e.g. /v1/completions,
+    /// /v1/messages) is appended unless the URL has a path.
     #[arg(long)]
     pub url: String,
     /// Workers (requests in flight at once), one connection each.
@@ -77,9 +97,29 @@ pub struct BenchArgs {
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
-    /// Use /v1/chat/completions (system + user messages).
-    #[arg(long)]
+    /// Use /v1/chat/completions (system + user messages); the same as --api openai-chat.
+    #[arg(long, conflicts_with = "api")]
     pub chat: bool,
+    /// The API to speak, on its own route of --url and with its own token rule
+    /// [default: openai-completions, or openai-chat with --chat].
+    #[arg(long, value_enum)]
+    pub api: Option<Api>,
+    /// Choices per request (OpenAI `n`, openai-chat and openai-completions): each choice's
+    /// tokens are their own ITL series.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_CHOICES as i64))]
+    pub n: u32,
+    /// Ask for one JSON body instead of a stream (openai-chat, openai-completions,
+    /// ollama-generate, ollama-chat): TTFT is then its first byte, with no ITL.
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Ask for reasoning before the answer (openai-responses `reasoning`, anthropic
+    /// `thinking`).
+    #[arg(long)]
+    pub reasoning: bool,
+    /// Force a tool call whose arguments stream as the answer (openai-responses,
+    /// anthropic).
+    #[arg(long)]
+    pub tool_call: bool,
     /// HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext).
     #[arg(long)]
     pub http2: bool,
@@ -110,6 +150,11 @@ impl BenchArgs {
     pub fn to_config(&self) -> BenchConfig {
         BenchConfig {
             url: self.url.clone(),
+            api: self.api,
+            n: self.n as usize,
+            stream: !self.no_stream,
+            reasoning: self.reasoning,
+            tool_call: self.tool_call,
             concurrency: self.concurrency,
             requests: self.requests.or(if self.duration.is_none() {
                 Some(100)
@@ -193,7 +238,8 @@ pub struct LabCli {
 pub enum LabCommand {
     /// Run engine + nginx + load, recorded by tokenscope: where TTFT and ITL go.
     Demo(DemoArgs),
-    /// Streaming load client for OpenAI-compatible servers (vllm bench serve definitions).
+    /// Streaming load client for OpenAI, Anthropic, Gemini, TGI and Ollama APIs (vllm bench
+    /// serve definitions, each API's own token rule).
     Bench(BenchArgs),
     /// A simulated OpenAI-compatible engine (continuous batching, prefix cache, chunked
     /// prefill) doing its GPU work through a stand-in libcuda.so.1.
@@ -613,6 +659,63 @@ mod tests {
         assert!(
             parse(&["demo", "--tuned", "--compare"]).is_err(),
             "--compare runs both sides"
+        );
+    }
+
+    #[test]
+    fn bench_api_flags_parse_and_default_to_todays_behaviour() {
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--url", "http://h", "--chat"]) else {
+            panic!("bench --chat parses");
+        };
+        let c = b.to_config();
+        assert_eq!(
+            (c.api(), c.n, c.stream),
+            (Api::OpenAiChat, 1, true),
+            "--chat is openai-chat, streaming, one choice"
+        );
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--url", "http://h"]) else {
+            panic!("bench parses");
+        };
+        assert_eq!(
+            b.to_config().api(),
+            Api::OpenAiCompletions,
+            "the default API"
+        );
+        let Ok(Cmd::Bench(b)) = parse(&[
+            "bench",
+            "--url",
+            "http://h",
+            "--api",
+            "ollama-generate",
+            "--no-stream",
+        ]) else {
+            panic!("bench --api ollama-generate --no-stream parses");
+        };
+        let c = b.to_config();
+        assert_eq!((c.api(), c.stream), (Api::OllamaGenerate, false));
+        let Ok(Cmd::Bench(b)) = parse(&[
+            "bench",
+            "--url",
+            "http://h",
+            "--api",
+            "openai-chat",
+            "--n",
+            "2",
+        ]) else {
+            panic!("bench --n 2 parses");
+        };
+        assert_eq!(b.to_config().n, 2);
+        assert!(
+            parse(&["bench", "--url", "http://h", "--chat", "--api", "gemini"]).is_err(),
+            "--chat and --api conflict"
+        );
+        assert!(
+            parse(&["bench", "--url", "http://h", "--n", "0"]).is_err(),
+            "--n starts at 1"
+        );
+        assert!(
+            parse(&["bench", "--url", "http://h", "--api", "grpc"]).is_err(),
+            "unknown APIs are refused"
         );
     }
 }

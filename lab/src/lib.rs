@@ -1,7 +1,7 @@
-//! The tokenscope lab: a simulated OpenAI-compatible streaming engine (continuous
-//! batching, prefix cache, chunked prefill) that does its GPU work through a stand-in
-//! libcuda.so.1, real nginx set-ups in front of it, and `bench`, an SSE load client that
-//! times what users feel. All timestamps are CLOCK_MONOTONIC nanoseconds.
+//! The tokenscope lab: a simulated streaming engine (continuous batching, prefix cache,
+//! chunked prefill) that speaks the OpenAI, Anthropic, Gemini, TGI and Ollama streaming
+//! APIs and does its GPU work through a stand-in libcuda.so.1, real nginx set-ups in front
+//! of it, and `bench`, a load client that times what users feel in each API. All timestamps are CLOCK_MONOTONIC nanoseconds.
 //!
 //! Its binary, `tokenscope-lab`, hosts the demo and the lab's commands; the
 //! `tokenscope` profiler never links this crate (an SRE's production install gets
@@ -10,6 +10,7 @@
 
 #![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
 
+pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod cuda;

@@ -1,10 +1,17 @@
-//! `bench`: an OpenAI streaming load client that times what users feel. One connection per
-//! worker, reused while the server keeps it alive; every socket read and SSE event timed
-//! on CLOCK_MONOTONIC. Metrics follow DESIGN.md section 2 (vllm bench serve's rules).
+//! `bench`: a streaming load client that times what users feel, in any API the lab speaks
+//! (`--api`). One connection per worker, reused while the server keeps it alive; every
+//! socket read and stream event timed on CLOCK_MONOTONIC. Metrics follow DESIGN.md
+//! section 2 (vllm bench serve's rules), with each API's own token rule (`rules`).
+mod arrivals;
 pub mod conn;
 pub mod decode;
 pub mod record;
 pub mod report;
+pub mod requests;
+pub mod rules;
+pub mod wire;
+#[cfg(test)]
+mod wire_tests;
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -20,11 +27,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use thiserror::Error;
 use tokio_rustls::TlsConnector;
 
+use crate::api::Api;
 use crate::words::pseudo_text;
+use arrivals::Dispenser;
 use collector::clock::monotonic_ns;
 use conn::{Connection, Target};
 pub use record::{EventArrival, RequestRecord, SseEvent, SseParser};
 pub use report::{BenchReport, Summary};
+pub use rules::{TokenKind, TokenMark, WireEvent};
+pub use wire::WireParser;
 
 #[derive(Debug, Error)]
 pub enum BenchError {
@@ -43,6 +54,8 @@ pub enum BenchError {
     },
     #[error("bench needs --requests or --duration")]
     NoLimit,
+    #[error("{0}")]
+    Config(String),
 }
 
 /// What load to send and where.
@@ -50,6 +63,16 @@ pub enum BenchError {
 pub struct BenchConfig {
     /// Server base (`https://host:port`) or a full route (`.../v1/completions`).
     pub url: String,
+    /// The API to speak; None: OpenAI Completions, or Chat with `chat`.
+    pub api: Option<Api>,
+    /// Choices per request (OpenAI `n`).
+    pub n: usize,
+    /// Ask for a stream (false: one JSON body, OpenAI and Ollama only).
+    pub stream: bool,
+    /// Ask for reasoning before the answer (Responses `reasoning`, Anthropic `thinking`).
+    pub reasoning: bool,
+    /// Force a tool call (Responses `tool_choice: "required"`, Anthropic `any`).
+    pub tool_call: bool,
     pub concurrency: usize,
     pub requests: Option<u64>,
     pub duration: Option<Duration>,
@@ -84,6 +107,11 @@ impl Default for BenchConfig {
     fn default() -> Self {
         BenchConfig {
             url: "http://127.0.0.1:8000".into(),
+            api: None,
+            n: 1,
+            stream: true,
+            reasoning: false,
+            tool_call: false,
             concurrency: 8,
             requests: Some(100),
             duration: None,
@@ -101,6 +129,17 @@ impl Default for BenchConfig {
             progress: true,
             warmup_requests: 0,
             accept_gzip_every: 0,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The API spoken: `api`, else OpenAI Chat with `chat`, else OpenAI Completions.
+    pub fn api(&self) -> Api {
+        match (self.api, self.chat) {
+            (Some(api), _) => api,
+            (None, true) => Api::OpenAiChat,
+            (None, false) => Api::OpenAiCompletions,
         }
     }
 }
@@ -139,9 +178,10 @@ fn parse_url(cfg: &BenchConfig) -> Result<Endpoint, BenchError> {
         .map(|a| a.to_string())
         .ok_or_else(|| BenchError::Url(cfg.url.clone()))?;
     let path = match uri.path() {
-        "" | "/" if cfg.chat => "/v1/chat/completions".to_string(),
-        "" | "/" => "/v1/completions".to_string(),
-        p => p.to_string(),
+        "" | "/" => cfg.api().route(&cfg.model),
+        _ => uri
+            .path_and_query()
+            .map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string()),
     };
     Ok(Endpoint {
         target: Target {
@@ -154,51 +194,6 @@ fn parse_url(cfg: &BenchConfig) -> Result<Endpoint, BenchError> {
         authority,
         path,
     })
-}
-
-/// Hands out request indices, paced by --rate and bounded by --requests / --duration.
-struct Dispenser {
-    /// (next index, its arrival offset from start in ns, arrival PRNG state)
-    next: Mutex<(u64, f64, u64)>,
-    start_ns: u64,
-    limit: Option<u64>,
-    deadline_ns: Option<u64>,
-    rate: Option<f64>,
-}
-
-/// Uniform in (0, 1] from a splitmix64 state (fixed seed: runs are reproducible).
-fn next_unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64
-}
-
-impl Dispenser {
-    /// Next request index and when it may start. With --rate, arrivals are a Poisson
-    /// process (exponential gaps), as vllm bench serve sends them.
-    async fn next(&self) -> Option<u64> {
-        let (i, at_ns) = {
-            let mut n = self.next.lock().unwrap_or_else(|e| e.into_inner());
-            let (i, at, _) = *n;
-            if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
-                let gap_s = -next_unit(&mut n.2).ln() / rate;
-                n.1 += gap_s * 1e9;
-            }
-            n.0 += 1;
-            (i, self.start_ns + at as u64)
-        };
-        if self.limit.is_some_and(|l| i >= l) || self.deadline_ns.is_some_and(|d| at_ns >= d) {
-            return None;
-        }
-        let now = monotonic_ns();
-        if at_ns > now {
-            tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
-        }
-        Some(i)
-    }
 }
 
 /// The prompt of request `index`: the shared prefix, then words of its own.
@@ -217,33 +212,6 @@ pub fn prompt_words(cfg: &BenchConfig, index: u64, run_seed: u64) -> (String, St
     (prefix, own, total)
 }
 
-fn request_body(cfg: &BenchConfig, index: u64, run_seed: u64) -> (Bytes, usize) {
-    let (prefix, own, total) = prompt_words(cfg, index, run_seed);
-    let mut body = serde_json::json!({
-        "model": cfg.model,
-        "max_tokens": cfg.max_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "ignore_eos": true,
-    });
-    if cfg.chat {
-        let mut messages = Vec::new();
-        if !prefix.is_empty() {
-            messages.push(serde_json::json!({"role": "system", "content": prefix}));
-        }
-        messages.push(serde_json::json!({"role": "user", "content": own}));
-        body["messages"] = serde_json::Value::Array(messages);
-    } else {
-        let sep = if prefix.is_empty() || own.is_empty() {
-            ""
-        } else {
-            " "
-        };
-        body["prompt"] = serde_json::Value::String(format!("{prefix}{sep}{own}"));
-    }
-    (Bytes::from(body.to_string()), total)
-}
-
 /// `run` for a configuration moved in (for tokio::spawn).
 pub async fn run_owned(cfg: BenchConfig) -> Result<BenchOutcome, BenchError> {
     run(&cfg).await
@@ -254,6 +222,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchOutcome, BenchError> {
     if cfg.requests.is_none() && cfg.duration.is_none() {
         return Err(BenchError::NoLimit);
     }
+    requests::check(cfg)?;
     let endpoint = Arc::new(parse_url(cfg)?);
     let tls = if endpoint.target.tls {
         Some(conn::tls_connector(&endpoint.target)?)
@@ -365,30 +334,8 @@ async fn one_request(
     index: u64,
     run_seed: u64,
 ) -> RequestRecord {
-    let (body, prompt_tokens) = request_body(cfg, index, run_seed);
-    let mut rec = RequestRecord {
-        index,
-        worker,
-        ok: false,
-        error: None,
-        status: 0,
-        http_version: if cfg.http2 { "2" } else { "1.1" },
-        new_connection: slot.is_none(),
-        connect_start_ns: None,
-        connect_done_ns: None,
-        tls_done_ns: None,
-        request_start_ns: monotonic_ns(),
-        request_sent_ns: None,
-        first_byte_ns: None,
-        end_ns: 0,
-        prompt_tokens: prompt_tokens as u32,
-        max_tokens: cfg.max_tokens as u32,
-        usage_completion_tokens: None,
-        done_seen: false,
-        response_id: None,
-        local_port: 0,
-        events: Vec::new(),
-    };
+    let (body, prompt_tokens) = requests::body(cfg, index, run_seed);
+    let mut rec = blank_record(cfg, index, worker, prompt_tokens, slot.is_none());
     if slot.is_none() {
         match conn::connect(&endpoint.target, tls).await {
             Ok(c) => *slot = Some(c),
@@ -429,26 +376,24 @@ async fn one_request(
         rec.request_sent_ns = conn.stats.first_write_done();
     }
     rec.status = resp.status().as_u16();
+    let header = |name| resp.headers().get(name).and_then(|v| v.to_str().ok());
+    let request_id = header("x-request-id")
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(str::to_string);
     let closing = resp.version() == Version::HTTP_10
-        || resp
-            .headers()
-            .get(CONNECTION)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-    let mut decoder = match decode::BodyDecoder::for_encoding(
-        resp.headers()
-            .get(CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok()),
-    ) {
+        || header(CONNECTION.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let mut decoder = match decode::BodyDecoder::for_encoding(header(CONTENT_ENCODING.as_str())) {
         Ok(d) => d,
         Err(e) => {
             *slot = None;
             return failed(rec, e);
         }
     };
+    let mut parser = WireParser::new(cfg.api(), cfg.stream);
     let broken = read_stream(
         resp.into_body(),
         &mut decoder,
+        &mut parser,
         &conn.stats,
         deadline,
         &mut rec,
@@ -456,16 +401,10 @@ async fn one_request(
     .await;
     rec.end_ns = monotonic_ns();
     rec.first_byte_ns = conn.stats.first_read_after_arm();
-    rec.ok = rec.status == 200 && rec.done_seen && broken.is_none();
-    rec.error = broken.or_else(|| {
-        if rec.status != 200 {
-            Some(format!("HTTP {}", rec.status))
-        } else if !rec.done_seen {
-            Some("stream ended without [DONE]".into())
-        } else {
-            None
-        }
-    });
+    if rec.response_id.is_none() {
+        rec.response_id = request_id;
+    }
+    judge(cfg, &mut rec, broken);
     let reusable = !closing
         && rec.error.is_none()
         && tokio::time::timeout(Duration::from_secs(5), conn.reusable())
@@ -475,6 +414,59 @@ async fn one_request(
         *slot = None;
     }
     rec
+}
+
+/// A request's record before it is sent.
+fn blank_record(
+    cfg: &BenchConfig,
+    index: u64,
+    worker: u32,
+    prompt_tokens: usize,
+    new_connection: bool,
+) -> RequestRecord {
+    RequestRecord {
+        index,
+        worker,
+        ok: false,
+        error: None,
+        status: 0,
+        http_version: if cfg.http2 { "2" } else { "1.1" },
+        new_connection,
+        connect_start_ns: None,
+        connect_done_ns: None,
+        tls_done_ns: None,
+        request_start_ns: monotonic_ns(),
+        request_sent_ns: None,
+        first_byte_ns: None,
+        end_ns: 0,
+        prompt_tokens: prompt_tokens as u32,
+        max_tokens: cfg.max_tokens as u32,
+        usage_completion_tokens: None,
+        done_seen: false,
+        response_id: None,
+        local_port: 0,
+        events: Vec::new(),
+        api: cfg.api().name(),
+        stream: cfg.stream,
+        choices: cfg.n as u32,
+        first_body_ns: None,
+        non_token_events: 0,
+    }
+}
+
+/// ok: a 200 whose API's end event arrived and whose body did not break off.
+fn judge(cfg: &BenchConfig, rec: &mut RequestRecord, broken: Option<String>) {
+    rec.ok = rec.status == 200 && rec.done_seen && broken.is_none();
+    rec.error = broken.or_else(|| {
+        if rec.status != 200 {
+            Some(format!("HTTP {}", rec.status))
+        } else if !rec.done_seen {
+            let end = requests::end_event(cfg.api(), cfg.stream);
+            Some(format!("stream ended without {end}"))
+        } else {
+            None
+        }
+    });
 }
 
 /// The POST of request `index` on a connection (HTTP/2 wants the full URI, HTTP/1.1 a Host).
@@ -491,9 +483,13 @@ fn build_request(
     } else {
         endpoint.path.clone()
     };
+    let api = cfg.api();
     let mut builder = Request::post(uri)
         .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream");
+        .header(ACCEPT, requests::accept(api, cfg.stream));
+    for (name, value) in requests::extra_headers(api) {
+        builder = builder.header(*name, *value);
+    }
     if !http2 {
         builder = builder.header(HOST, endpoint.authority.as_str());
     }
@@ -503,20 +499,20 @@ fn build_request(
     builder.body(Full::new(body)).map_err(|e| e.to_string())
 }
 
-/// Reads the response body to its end, recording each SSE event with the time of the
+/// Reads the response body to its end, recording each token event with the time of the
 /// read that completed it; the reason it broke off, if it did.
 async fn read_stream(
     mut body: hyper::body::Incoming,
     decoder: &mut decode::BodyDecoder,
+    parser: &mut WireParser,
     stats: &conn::IoStats,
     deadline: tokio::time::Instant,
     rec: &mut RequestRecord,
 ) -> Option<String> {
-    let mut parser = SseParser::default();
     loop {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Ok(Some(Ok(frame))) => frame,
-            Ok(None) => return None,
+            Ok(None) => break,
             Ok(Some(Err(e))) => return Some(format!("body: {e}")),
             Err(_) => return Some("timed out reading the stream".into()),
         };
@@ -526,37 +522,44 @@ async fn read_stream(
         // hyper hands over a frame right after the read that completed it.
         let t_ns = stats.last_read_ns.load(Ordering::Acquire);
         let read = stats.reads.load(Ordering::Acquire);
+        if rec.first_body_ns.is_none() && !data.is_empty() {
+            rec.first_body_ns = Some(t_ns);
+        }
         let data = match decoder.push(data) {
             Ok(d) => d,
             Err(e) => return Some(e),
         };
         for ev in parser.push(&data) {
-            match ev {
-                SseEvent::Done => rec.done_seen = true,
-                SseEvent::Malformed => {}
-                SseEvent::Data {
-                    choice,
-                    content,
-                    completion_tokens,
-                    id,
-                } => {
-                    if rec.response_id.is_none() {
-                        rec.response_id = id;
-                    }
-                    if completion_tokens.is_some() {
-                        rec.usage_completion_tokens = completion_tokens;
-                    }
-                    if choice {
-                        rec.events.push(EventArrival {
-                            t_ns,
-                            read,
-                            choice,
-                            content,
-                        });
-                    }
-                }
-            }
+            record_event(rec, ev, t_ns, read);
         }
+    }
+    let t_ns = stats.last_read_ns.load(Ordering::Acquire);
+    let read = stats.reads.load(Ordering::Acquire);
+    for ev in parser.finish() {
+        record_event(rec, ev, t_ns, read);
+    }
+    None
+}
+
+/// Keeps what one event says: a token's arrival, the end, the usage count, the id.
+fn record_event(rec: &mut RequestRecord, ev: WireEvent, t_ns: u64, read: u64) {
+    rec.done_seen |= ev.end;
+    if rec.response_id.is_none() {
+        rec.response_id = ev.id;
+    }
+    if ev.usage_tokens.is_some() {
+        rec.usage_completion_tokens = ev.usage_tokens;
+    }
+    match ev.token {
+        Some(t) => rec.events.push(EventArrival {
+            t_ns,
+            read,
+            choice: true,
+            content: t.content,
+            choice_index: t.choice_index,
+            kind: t.kind,
+        }),
+        None => rec.non_token_events = rec.non_token_events.saturating_add(1),
     }
 }
 

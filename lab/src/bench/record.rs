@@ -1,18 +1,31 @@
 //! What the bench keeps per request: timestamps only (never prompt or completion text),
-//! plus the SSE parser that turns body bytes into timed events.
+//! plus the OpenAI SSE parser the scenarios' plain client uses.
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
-/// One SSE `data:` event as it reached the client.
+use super::rules::TokenKind;
+use super::wire::SseSplitter;
+
+/// One token event as it reached the client (only token events are kept: each API's
+/// rule in `rules` says which events are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct EventArrival {
     /// CLOCK_MONOTONIC ns of the socket read that delivered the event.
     pub t_ns: u64,
     /// Index of that read on the connection; events sharing it arrived coalesced.
     pub read: u64,
-    /// The event's JSON carries a choice (vllm bench serve's rule for tokens).
+    /// A token event by its API's rule (always true for a kept event; the name is vllm
+    /// bench serve's: for OpenAI, the event's JSON carries a choice).
     pub choice: bool,
-    /// The choice carries non-empty text (a generated token, not the chat role chunk).
+    /// It carries non-empty text (a generated token, not the chat role chunk).
     pub content: bool,
+    /// The choice it belongs to (OpenAI `n`); 0 for single-choice streams.
+    pub choice_index: u32,
+    /// Text, reasoning or a tool call's arguments. Left out of the JSON when text (the
+    /// JSON lines never hold the word "text", so a leak of completion text stands out).
+    #[serde(skip_serializing_if = "TokenKind::is_text")]
+    pub kind: TokenKind,
 }
 
 /// Everything measured about one request, in CLOCK_MONOTONIC ns.
@@ -42,12 +55,27 @@ pub struct RequestRecord {
     pub max_tokens: u32,
     /// completion_tokens from the usage chunk, when the server sent one.
     pub usage_completion_tokens: Option<u32>,
+    /// The API's end event arrived (`[DONE]`, `response.completed`, `message_stop`, a
+    /// `finishReason`, TGI's `generated_text`, Ollama's `"done": true`; a complete JSON
+    /// body when not streamed).
     pub done_seen: bool,
-    /// The response's `id` (e.g. `chatcmpl-lab-7`), to match the server's own records.
+    /// The response's id (e.g. `chatcmpl-lab-7`; the `x-request-id` header where the body
+    /// carries none), to match the server's own records.
     pub response_id: Option<String>,
     /// The local port of the connection that carried it (0 when it never connected).
     pub local_port: u16,
     pub events: Vec<EventArrival>,
+    /// The API it spoke (`bench --api` names: `openai-chat`, `anthropic`, ...).
+    pub api: &'static str,
+    /// It asked for a stream (else one JSON body: no token events, TTFT is its first byte).
+    pub stream: bool,
+    /// Choices it asked for (OpenAI `n`).
+    pub choices: u32,
+    /// When the first body byte arrived (the read that carried it).
+    pub first_body_ns: Option<u64>,
+    /// Events of the stream that are not tokens by the API's rule (role-less
+    /// bookkeeping: usage, pings, item and block starts and stops, end markers).
+    pub non_token_events: u32,
 }
 
 impl RequestRecord {
@@ -60,12 +88,27 @@ impl RequestRecord {
         }
     }
 
-    fn choice_times(&self) -> impl Iterator<Item = u64> + '_ {
-        self.events.iter().filter(|e| e.choice).map(|e| e.t_ns)
+    /// Token times per choice, choices in order of their first token.
+    fn choice_series(&self) -> Vec<Vec<&EventArrival>> {
+        let mut order: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut series: Vec<Vec<&EventArrival>> = Vec::new();
+        for e in self.events.iter().filter(|e| e.choice) {
+            let slot = *order.entry(e.choice_index).or_insert_with(|| {
+                series.push(Vec::new());
+                series.len() - 1
+            });
+            series[slot].push(e);
+        }
+        series
     }
 
+    /// The first token event of any choice; for a non-streamed answer, its first byte.
     pub fn first_token_ns(&self) -> Option<u64> {
-        self.choice_times().next()
+        match self.events.iter().find(|e| e.choice) {
+            Some(e) => Some(e.t_ns),
+            None if !self.stream => self.first_body_ns,
+            None => None,
+        }
     }
 
     /// Time to first token as the user feels it (handshakes included).
@@ -96,35 +139,54 @@ impl RequestRecord {
             .map(|t| t.saturating_sub(self.request_start_ns))
     }
 
-    /// Gaps between consecutive choice events; same-read events give 0.
+    /// Gaps between consecutive token events of the same choice (never across choices),
+    /// choice after choice; same-read events give 0.
     pub fn itl_ns(&self) -> Vec<u64> {
-        let t: Vec<u64> = self.choice_times().collect();
-        t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
+        self.choice_series()
+            .iter()
+            .flat_map(|s| {
+                s.windows(2)
+                    .map(|w| w[1].t_ns.saturating_sub(w[0].t_ns))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
-    /// (last event - first event) / (events - 1).
+    /// (last event - first event) / (events - 1), pooled over choices.
     pub fn tpot_ns(&self) -> Option<u64> {
-        let t: Vec<u64> = self.choice_times().collect();
-        (t.len() >= 2).then(|| (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1))
+        let (span, gaps) = self.choice_series().iter().filter(|s| s.len() >= 2).fold(
+            (0u64, 0u64),
+            |(span, gaps), s| {
+                let first = s[0].t_ns;
+                let last = s[s.len() - 1].t_ns;
+                (span + last.saturating_sub(first), gaps + s.len() as u64 - 1)
+            },
+        );
+        (gaps > 0).then(|| span / gaps)
     }
 
     pub fn e2e_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns())
     }
 
-    /// Token events that arrived in the same read as the token event before them.
+    /// Token events that arrived in the same read as the token event of their choice
+    /// before them.
     pub fn coalesced_tokens(&self) -> usize {
-        let reads: Vec<u64> = self
-            .events
+        self.choice_series()
             .iter()
-            .filter(|e| e.content)
-            .map(|e| e.read)
-            .collect();
-        reads.windows(2).filter(|w| w[0] == w[1]).count()
+            .map(|s| {
+                let reads: Vec<u64> = s.iter().filter(|e| e.content).map(|e| e.read).collect();
+                reads.windows(2).filter(|w| w[0] == w[1]).count()
+            })
+            .sum()
     }
 
+    /// Token events with text; for a non-streamed answer (no events), the server's count.
     pub fn output_tokens(&self) -> usize {
-        self.events.iter().filter(|e| e.content).count()
+        match self.stream {
+            true => self.events.iter().filter(|e| e.content).count(),
+            false => self.usage_completion_tokens.unwrap_or(0) as usize,
+        }
     }
 }
 
@@ -142,46 +204,19 @@ pub enum SseEvent {
     Malformed,
 }
 
-/// Splits a byte stream into SSE events (blank-line separated), across any read boundary.
+/// OpenAI's SSE events across any read boundary, judged as vllm bench serve does.
 #[derive(Debug, Default)]
 pub struct SseParser {
-    buf: Vec<u8>,
+    sse: SseSplitter,
 }
 
 impl SseParser {
     pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buf.extend_from_slice(bytes);
-        let mut out = Vec::new();
-        while let Some((end, sep)) = find_event_end(&self.buf) {
-            let event: Vec<u8> = self.buf.drain(..end + sep).collect();
-            let event = &event[..end];
-            let mut data = Vec::new();
-            for line in event.split(|b| *b == b'\n') {
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if let Some(d) = line.strip_prefix(b"data:") {
-                    if !data.is_empty() {
-                        data.push(b'\n');
-                    }
-                    data.extend_from_slice(d.strip_prefix(b" ").unwrap_or(d));
-                }
-            }
-            if !data.is_empty() {
-                out.push(classify(&data));
-            }
-        }
-        out
-    }
-}
-
-fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| (p, 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|p| (p, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
+        self.sse
+            .push(bytes)
+            .iter()
+            .map(|block| classify(&block.data))
+            .collect()
     }
 }
 
@@ -242,6 +277,8 @@ mod tests {
             read,
             choice: true,
             content: true,
+            choice_index: 0,
+            kind: TokenKind::Text,
         };
         let r = RequestRecord {
             index: 0,
@@ -265,6 +302,11 @@ mod tests {
             response_id: None,
             local_port: 0,
             events: vec![ev(1000, 1), ev(1000, 1), ev(1600, 2)],
+            api: "openai-completions",
+            stream: true,
+            choices: 1,
+            first_body_ns: Some(950),
+            non_token_events: 1,
         };
         assert_eq!(
             r.ttft_ns(),
@@ -292,6 +334,82 @@ mod tests {
             (r.ttft_range(), reused.ttft_range()),
             (Some((900, 900)), Some((740, 800))),
             "the client's bounds: one value from connect(), the write's span otherwise"
+        );
+    }
+
+    #[test]
+    fn gaps_stay_within_each_choice_and_whole_answers_time_their_first_byte() {
+        let ev = |t, read, choice_index| EventArrival {
+            t_ns: t,
+            read,
+            choice: true,
+            content: true,
+            choice_index,
+            kind: TokenKind::Text,
+        };
+        let r = RequestRecord {
+            index: 0,
+            worker: 0,
+            ok: true,
+            error: None,
+            status: 200,
+            http_version: "1.1",
+            new_connection: false,
+            connect_start_ns: None,
+            connect_done_ns: None,
+            tls_done_ns: None,
+            request_start_ns: 100,
+            request_sent_ns: Some(110),
+            first_byte_ns: Some(500),
+            end_ns: 3000,
+            prompt_tokens: 1,
+            max_tokens: 2,
+            usage_completion_tokens: Some(4),
+            done_seen: true,
+            response_id: None,
+            local_port: 0,
+            events: vec![
+                ev(1000, 1, 0),
+                ev(1000, 1, 1),
+                ev(1500, 2, 0),
+                ev(1700, 3, 1),
+            ],
+            api: "openai-chat",
+            stream: true,
+            choices: 2,
+            first_body_ns: Some(600),
+            non_token_events: 0,
+        };
+        assert_eq!(r.first_token_ns(), Some(1000), "first token of any choice");
+        assert_eq!(
+            r.itl_ns(),
+            vec![500, 700],
+            "one gap per choice, none across choices"
+        );
+        assert_eq!(r.tpot_ns(), Some(600));
+        assert_eq!(
+            r.coalesced_tokens(),
+            0,
+            "choices sharing a read are not coalescing"
+        );
+        let whole = RequestRecord {
+            stream: false,
+            events: Vec::new(),
+            ..r
+        };
+        assert_eq!(
+            whole.first_token_ns(),
+            Some(600),
+            "a whole answer: its first body byte"
+        );
+        assert!(
+            whole.itl_ns().is_empty() && whole.tpot_ns().is_none(),
+            "and no ITL"
+        );
+        assert_eq!(
+            whole.output_tokens(),
+            4,
+            "its tokens are the server's count"
         );
     }
 }

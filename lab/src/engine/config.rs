@@ -50,6 +50,9 @@ pub struct EngineConfig {
     /// SO_SNDBUF of accepted connections (nginx's `listen ... sndbuf=`); None keeps the
     /// kernel's autotuning (up to 4 MiB, which a token stream never fills).
     pub send_buffer_bytes: Option<usize>,
+    /// How often APIs with keep-alive events (Anthropic's `ping`) send one while they
+    /// stream.
+    pub ping_interval: Duration,
     /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir; a
     /// path that does not exist yet gets the stand-in written there and kept.
     pub libcuda_path: Option<PathBuf>,
@@ -76,6 +79,7 @@ impl Default for EngineConfig {
             tcp_nodelay: true,
             split_chunk_writes: false,
             send_buffer_bytes: None,
+            ping_interval: Duration::from_secs(5),
             libcuda_path: None,
         }
     }

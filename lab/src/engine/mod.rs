@@ -1,5 +1,5 @@
 //! The simulated inference engine: a scheduler thread that runs continuous-batching steps
-//! on the stand-in GPU, and the OpenAI-compatible HTTP server in front of it.
+//! on the stand-in GPU, and the HTTP server of every streaming API in front of it.
 pub mod config;
 pub mod requests;
 pub mod scheduler;
@@ -185,7 +185,7 @@ impl Engine {
         self.addr
     }
 
-    /// `http://ADDR`, the base of the OpenAI routes (/v1/...).
+    /// `http://ADDR`, the base of every API's routes (/v1/..., /api/..., /generate_stream).
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }

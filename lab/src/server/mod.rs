@@ -1,8 +1,20 @@
-//! The engine's HTTP/1.1 front: OpenAI routes, SSE streaming, a slow gateway-auth route.
+//! The engine's HTTP/1.1 front: the streaming routes of every API the lab speaks (OpenAI
+//! Chat/Completions/Responses, Anthropic Messages, Gemini, TGI, Ollama), one engine and
+//! scheduler behind them all, and a slow gateway-auth route.
+mod anthropic;
+mod apis;
 mod conn_io;
+pub mod error;
+mod fields;
+mod framing;
+mod gemini;
+mod ollama;
 pub mod openai;
+mod responses;
+mod tgi;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,11 +29,14 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::api::Api;
 use crate::engine::{EngineCore, Prompt, RequestLog, ServedRequest, Submission, TokenEvent};
 use crate::words::seed_of;
+use apis::Parsed;
 use collector::clock::monotonic_ns;
 use conn_io::ConnIo;
-use openai::{ApiError, Endpoint, GenerationRequest, StreamFormatter};
+use error::ApiError;
+use framing::{Framer, StreamContext};
 
 /// Largest request body accepted (a 6,000-word prompt is ~40 KiB).
 const MAX_BODY_BYTES: usize = 16 << 20;
@@ -45,8 +60,17 @@ pub struct SseStream {
     tokens: mpsc::UnboundedReceiver<TokenEvent>,
     /// A token taken before the head was sent, framed first.
     first: Option<TokenEvent>,
-    formatter: StreamFormatter,
+    /// The API's opening events, not written yet.
+    preamble: Option<Vec<u8>>,
+    framer: Box<dyn Framer>,
+    keepalive: Option<Keepalive>,
     done: bool,
+}
+
+/// The timer of an API's keep-alive events (Anthropic's pings).
+struct Keepalive {
+    every: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl SseStream {
@@ -58,7 +82,19 @@ impl SseStream {
             ev.cached_prompt_tokens,
             ev.finished,
         );
-        Frame::data(self.formatter.on_token(&ev))
+        let mut out = self.preamble.take().unwrap_or_default();
+        out.extend_from_slice(&self.framer.on_token(&ev));
+        Frame::data(Bytes::from(out))
+    }
+
+    /// A keep-alive event when its interval has passed since the last one.
+    fn poll_keepalive(&mut self, cx: &mut Context<'_>) -> Option<Frame<Bytes>> {
+        let k = self.keepalive.as_mut()?;
+        k.timer.as_mut().poll(cx).is_ready().then(|| {
+            let next = tokio::time::Instant::now() + k.every;
+            k.timer.as_mut().reset(next);
+            Frame::data(Bytes::from(self.framer.keepalive()))
+        })
     }
 }
 
@@ -79,8 +115,14 @@ impl Body for LabBody {
                 if let Some(ev) = s.first.take() {
                     return Poll::Ready(Some(Ok(s.frame(ev))));
                 }
+                if let Some(p) = s.preamble.take().filter(|p| !p.is_empty()) {
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(p)))));
+                }
                 match s.tokens.poll_recv(cx) {
-                    Poll::Pending => Poll::Pending,
+                    Poll::Pending => match s.poll_keepalive(cx) {
+                        Some(frame) => Poll::Ready(Some(Ok(frame))),
+                        None => Poll::Pending,
+                    },
                     Poll::Ready(None) => {
                         s.done = true;
                         Poll::Ready(None)
@@ -123,11 +165,15 @@ fn error_response(e: &ApiError) -> Response<LabBody> {
     json_response(e.status, e.body())
 }
 
-fn unix_now() -> u64 {
+/// The error in the shape `api`'s clients parse.
+fn api_error_response(api: Api, e: &ApiError) -> Response<LabBody> {
+    json_response(e.status, e.body_for(api))
+}
+
+fn unix_now() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 /// Accepts connections until `shutdown` turns true.
@@ -168,12 +214,32 @@ pub(crate) async fn serve(
     }
 }
 
+/// The API a generation route speaks.
+fn api_of_path(path: &str) -> Option<Api> {
+    match path {
+        "/v1/completions" => Some(Api::OpenAiCompletions),
+        "/v1/chat/completions" => Some(Api::OpenAiChat),
+        "/v1/responses" => Some(Api::OpenAiResponses),
+        "/v1/messages" => Some(Api::Anthropic),
+        "/generate_stream" => Some(Api::Tgi),
+        "/api/generate" => Some(Api::OllamaGenerate),
+        "/api/chat" => Some(Api::OllamaChat),
+        p if gemini::model_of_path(p).is_some() => Some(Api::Gemini),
+        _ => None,
+    }
+}
+
 async fn route(core: EngineCore, req: Request<Incoming>) -> Response<LabBody> {
     let path = req.uri().path().to_string();
-    match (req.method(), path.as_str()) {
+    let method = req.method().clone();
+    let api = api_of_path(&path);
+    if let (Some(api), &Method::POST) = (api, &method) {
+        return generate(core, req, api).await;
+    }
+    match (&method, path.as_str()) {
         (&Method::GET, "/health") => json_response(200, Bytes::new()),
         (&Method::GET, "/v1/models") => {
-            json_response(200, openai::models_body(&core.cfg, unix_now()))
+            json_response(200, openai::models_body(&core.cfg, unix_now().as_secs()))
         }
         (_, AUTH_PATH) => {
             // The gateway's auth service: its latency is the hop's cost.
@@ -182,15 +248,11 @@ async fn route(core: EngineCore, req: Request<Incoming>) -> Response<LabBody> {
             *r.status_mut() = StatusCode::NO_CONTENT;
             r
         }
-        (&Method::POST, "/v1/completions") => generate(core, req, Endpoint::Completions).await,
-        (&Method::POST, "/v1/chat/completions") => {
-            generate(core, req, Endpoint::ChatCompletions).await
-        }
-        (_, "/health" | "/v1/models" | "/v1/completions" | "/v1/chat/completions") => {
+        (_, p) if api.is_some() || matches!(p, "/health" | "/v1/models") => {
             error_response(&ApiError::new(
                 405,
                 "invalid_request_error",
-                format!("method {} not allowed on {path}", req.method()),
+                format!("method {method} not allowed on {path}"),
             ))
         }
         _ => error_response(&ApiError::new(
@@ -222,91 +284,109 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
     }
 }
 
-async fn generate(
-    core: EngineCore,
-    req: Request<Incoming>,
-    endpoint: Endpoint,
-) -> Response<LabBody> {
+/// Serves one generation request of `api`: validate, hand to the scheduler, then stream
+/// the API's framing of the tokens (or write the whole body after the last one).
+async fn generate(core: EngineCore, req: Request<Incoming>, api: Api) -> Response<LabBody> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
     let body = match read_body(req).await {
         Ok(b) => b,
-        Err(e) => return error_response(&e),
+        Err(e) => return api_error_response(api, &e),
     };
-    let gen = match openai::parse_request(endpoint, &body, &core.cfg) {
-        Ok(g) => g,
-        Err(e) => return error_response(&e),
+    let parsed = match Parsed::parse(api, &path, query.as_deref(), &body, &core.cfg) {
+        Ok(p) => p,
+        Err(e) => return api_error_response(api, &e),
     };
-    let prompt = Prompt::from_text(&gen.prompt_text, core.cfg.block_size);
+    let prompt = Prompt::from_text(parsed.prompt_text(), core.cfg.block_size);
     let prompt_tokens = prompt.tokens;
     let id_num = core.next_request_id();
-    let id = match endpoint {
-        Endpoint::Completions => format!("cmpl-lab-{id_num}"),
-        Endpoint::ChatCompletions => format!("chatcmpl-lab-{id_num}"),
-    };
+    let now = unix_now();
+    let received_ns = monotonic_ns();
+    let framer = parsed.framer(StreamContext {
+        request_id: id_num,
+        model: parsed.model(&core.cfg).to_string(),
+        created_unix: now.as_secs(),
+        created_unix_ns: now.as_nanos(),
+        received_ns,
+        prompt_tokens,
+    });
     let (tx, rx) = mpsc::unbounded_channel();
     let submitted = core.submit(Submission {
         id: id_num,
         prompt,
-        max_tokens: gen.max_tokens,
-        seed: seed_of(&gen.prompt_text),
+        max_tokens: parsed.max_tokens(),
+        seed: seed_of(parsed.prompt_text()),
         sink: tx,
     });
     if !submitted {
-        return error_response(&engine_stopped());
+        return api_error_response(api, &engine_stopped());
     }
     core.requests.received(ServedRequest {
         request_id: id_num,
-        response_id: id.clone(),
-        stream: gen.stream,
+        response_id: framer.response_id().to_string(),
+        stream: parsed.stream(),
         prompt_tokens: prompt_tokens as u32,
         cached_prompt_tokens: 0,
-        received_ns: monotonic_ns(),
+        received_ns,
         token_ns: Vec::new(),
         finished: false,
     });
-    let created = unix_now();
-    if gen.stream {
-        let mut sse = SseStream {
-            request_id: id_num,
-            log: core.requests.clone(),
-            tokens: rx,
-            first: None,
-            formatter: StreamFormatter::new(&gen, id, created, prompt_tokens),
-            done: false,
-        };
-        if core.cfg.split_chunk_writes {
-            // The head then leaves with the first token, in one write.
-            match sse.tokens.recv().await {
-                Some(ev) => sse.first = Some(ev),
-                None => return error_response(&engine_stopped()),
-            }
-        }
-        stream_response(&core, sse)
+    if parsed.stream() {
+        stream_response(&core, api, id_num, framer, rx).await
     } else {
-        full_response(&core, &gen, id_num, id, created, prompt_tokens, rx).await
+        whole_response(&core, api, id_num, framer, rx).await
     }
 }
 
-fn stream_response(core: &EngineCore, sse: SseStream) -> Response<LabBody> {
+async fn stream_response(
+    core: &EngineCore,
+    api: Api,
+    request_id: u64,
+    mut framer: Box<dyn Framer>,
+    rx: mpsc::UnboundedReceiver<TokenEvent>,
+) -> Response<LabBody> {
+    let keepalive = framer.sends_keepalives().then(|| Keepalive {
+        every: core.cfg.ping_interval,
+        timer: Box::pin(tokio::time::sleep(core.cfg.ping_interval)),
+    });
+    let content_type = framer.content_type();
+    let id = HeaderValue::from_str(framer.response_id()).ok();
+    let mut sse = SseStream {
+        request_id,
+        log: core.requests.clone(),
+        tokens: rx,
+        first: None,
+        preamble: Some(framer.preamble()),
+        framer,
+        keepalive,
+        done: false,
+    };
+    if core.cfg.split_chunk_writes {
+        // The head then leaves with the first token, in one write.
+        match sse.tokens.recv().await {
+            Some(ev) => sse.first = Some(ev),
+            None => return api_error_response(api, &engine_stopped()),
+        }
+    }
     let mut r = Response::new(LabBody::Sse(sse));
     let h = r.headers_mut();
-    h.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Some(id) = id {
+        h.insert("x-request-id", id);
+    }
     if core.cfg.x_accel_buffering_no {
         h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     }
     r
 }
 
-async fn full_response(
+/// `"stream": false`: waits for the last token, then one JSON body.
+async fn whole_response(
     core: &EngineCore,
-    gen: &GenerationRequest,
+    api: Api,
     request_id: u64,
-    id: String,
-    created: u64,
-    prompt_tokens: usize,
+    mut framer: Box<dyn Framer>,
     mut rx: mpsc::UnboundedReceiver<TokenEvent>,
 ) -> Response<LabBody> {
     let mut tokens = Vec::new();
@@ -314,16 +394,78 @@ async fn full_response(
         let done = ev.finished;
         core.requests
             .token(request_id, monotonic_ns(), ev.cached_prompt_tokens, done);
+        // The framer keeps its counts and timings; the streamed bytes are not sent.
+        let _ = framer.on_token(&ev);
         tokens.push(ev);
         if done {
             break;
         }
     }
     if !tokens.last().is_some_and(|t| t.finished) {
-        return error_response(&engine_stopped());
+        return api_error_response(api, &engine_stopped());
     }
-    json_response(
-        200,
-        openai::full_response(gen, &id, created, prompt_tokens, &tokens),
-    )
+    let Some(body) = framer.whole_body(&tokens) else {
+        return api_error_response(
+            api,
+            &ApiError::new(500, "InternalServerError", "this route only streams"),
+        );
+    };
+    let mut r = json_response(200, body);
+    if let Ok(id) = HeaderValue::from_str(framer.response_id()) {
+        r.headers_mut().insert("x-request-id", id);
+    }
+    r
+}
+
+/// What the server writes for one request of `api` (its route with the query, its body),
+/// piece by piece as the connection gets it: the opening events, then each engine
+/// token's bytes with a keep-alive after the first where the API sends them; or the
+/// whole body for `"stream": false`. The tokens are the scheduler's words for this prompt,
+/// made without an engine or a clock: for tests and for the wire-shape examples.
+pub fn render_response(
+    api: Api,
+    route: &str,
+    body: &[u8],
+    cfg: &crate::engine::EngineConfig,
+) -> Result<Vec<Bytes>, ApiError> {
+    let (path, query) = route
+        .split_once('?')
+        .map_or((route, None), |(p, q)| (p, Some(q)));
+    let parsed = Parsed::parse(api, path, query, body, cfg)?;
+    let prompt = Prompt::from_text(parsed.prompt_text(), cfg.block_size);
+    let seed = seed_of(parsed.prompt_text());
+    let mut framer = parsed.framer(StreamContext {
+        request_id: 1,
+        model: parsed.model(cfg).to_string(),
+        created_unix: 1_700_000_000,
+        created_unix_ns: 1_700_000_000_000_000_000,
+        received_ns: monotonic_ns(),
+        prompt_tokens: prompt.tokens,
+    });
+    let max = parsed.max_tokens();
+    let tokens: Vec<TokenEvent> = (0..max)
+        .map(|i| TokenEvent {
+            index: i,
+            text: format!(" {}", crate::words::pseudo_word(seed, i as u64)),
+            finished: i + 1 == max,
+            cached_prompt_tokens: 0,
+        })
+        .collect();
+    let mut out = Vec::new();
+    if !parsed.stream() {
+        for t in &tokens {
+            let _ = framer.on_token(t);
+        }
+        out.extend(framer.whole_body(&tokens));
+        return Ok(out);
+    }
+    out.push(Bytes::from(framer.preamble()));
+    for t in &tokens {
+        out.push(Bytes::from(framer.on_token(t)));
+        if t.index == 0 && framer.sends_keepalives() {
+            out.push(Bytes::from(framer.keepalive()));
+        }
+    }
+    out.retain(|piece| !piece.is_empty());
+    Ok(out)
 }

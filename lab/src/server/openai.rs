@@ -3,7 +3,13 @@
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::error::field_error;
+pub use super::error::ApiError;
+use super::fields;
+use super::framing::{push_data, Framer};
+pub use crate::api::MAX_CHOICES;
 use crate::engine::{EngineConfig, TokenEvent};
+use crate::words::{pseudo_word, seed_of};
 
 /// Which generation route a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,52 +28,8 @@ pub struct GenerationRequest {
     pub max_tokens: usize,
     pub stream: bool,
     pub include_usage: bool,
-}
-
-/// An OpenAI-style error response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub status: u16,
-    pub message: String,
-    pub kind: &'static str,
-    pub param: Option<&'static str>,
-}
-
-impl ApiError {
-    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
-        ApiError {
-            status: 400,
-            message: message.into(),
-            kind: "invalid_request_error",
-            param,
-        }
-    }
-
-    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
-            kind,
-            param: None,
-        }
-    }
-
-    /// `{"error": {"message", "type", "param", "code"}}` as OpenAI sends it.
-    pub fn body(&self) -> Bytes {
-        let v = json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.status,
-            }
-        });
-        Bytes::from(v.to_string())
-    }
-}
-
-fn field_error(param: &'static str, expected: &str) -> ApiError {
-    ApiError::bad_request(format!("'{param}' must be {expected}"), Some(param))
+    /// Choices sampled per step (`n`): each engine step yields one token for each.
+    pub n: usize,
 }
 
 /// Parses and validates a /v1/completions or /v1/chat/completions body.
@@ -76,57 +38,19 @@ pub fn parse_request(
     body: &[u8],
     cfg: &EngineConfig,
 ) -> Result<GenerationRequest, ApiError> {
-    // Parse to Value first: serde's typed errors would quote the offending value.
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(
-            format!(
-                "request body is not valid JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ),
-            None,
-        )
-    })?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| ApiError::bad_request("request body must be a JSON object", None))?;
-    let model = match obj.get("model") {
-        None | Some(Value::Null) => cfg.model.clone(),
-        Some(Value::String(m)) => m.clone(),
-        Some(_) => return Err(field_error("model", "a string")),
-    };
-    if model != cfg.model {
-        return Err(ApiError::new(
-            404,
-            "NotFoundError",
-            format!("The model `{model}` does not exist."),
-        ));
-    }
+    let obj = fields::json_object(body)?;
+    let model = fields::model(&obj, cfg)?;
     let prompt_text = match endpoint {
         Endpoint::Completions => completion_prompt(obj.get("prompt"))?,
         Endpoint::ChatCompletions => chat_prompt(obj.get("messages"))?,
     };
-    let max_tokens = match obj
-        .get("max_completion_tokens")
-        .or_else(|| obj.get("max_tokens"))
-    {
-        None | Some(Value::Null) => cfg.default_max_tokens,
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(t) if t >= 1 && t as usize <= cfg.max_tokens_limit => t as usize,
-            _ => {
-                return Err(field_error(
-                    "max_tokens",
-                    &format!("an integer from 1 to {}", cfg.max_tokens_limit),
-                ))
-            }
-        },
-        Some(_) => return Err(field_error("max_tokens", "an integer")),
-    };
-    let stream = match obj.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(field_error("stream", "a boolean")),
-    };
+    let max_tokens = fields::max_tokens(
+        obj.get("max_completion_tokens")
+            .or_else(|| obj.get("max_tokens")),
+        "max_tokens",
+        cfg,
+    )?;
+    let stream = fields::boolean(&obj, "stream", false)?;
     let include_usage = match obj.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => match o.get("include_usage") {
@@ -142,11 +66,19 @@ pub fn parse_request(
             Some("stream_options"),
         ));
     }
-    match obj.get("n") {
-        None | Some(Value::Null) => {}
-        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
-        Some(_) => return Err(field_error("n", "1 (the lab samples one choice)")),
-    }
+    let n = match obj.get("n") {
+        None | Some(Value::Null) => 1,
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(n) if (1..=MAX_CHOICES as u64).contains(&n) => n as usize,
+            _ => {
+                return Err(field_error(
+                    "n",
+                    &format!("an integer from 1 to {MAX_CHOICES}"),
+                ))
+            }
+        },
+        Some(_) => return Err(field_error("n", "an integer")),
+    };
     Ok(GenerationRequest {
         endpoint,
         model,
@@ -154,6 +86,7 @@ pub fn parse_request(
         max_tokens,
         stream,
         include_usage,
+        n,
     })
 }
 
@@ -181,58 +114,17 @@ fn completion_prompt(p: Option<&Value>) -> Result<String, ApiError> {
     }
 }
 
+/// Chat messages flattened with their roles.
 fn chat_prompt(m: Option<&Value>) -> Result<String, ApiError> {
-    let messages = match m {
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        None | Some(Value::Null) => {
-            return Err(ApiError::bad_request(
-                "'messages' is required",
-                Some("messages"),
-            ))
-        }
-        Some(_) => return Err(field_error("messages", "a non-empty list of messages")),
-    };
-    let mut text = String::new();
-    for msg in messages {
-        let role = msg
-            .get("role")
-            .and_then(Value::as_str)
-            .ok_or_else(|| field_error("messages", "messages with a string 'role'"))?;
-        if !matches!(
-            role,
-            "system" | "user" | "assistant" | "tool" | "developer" | "function"
-        ) {
-            return Err(field_error(
-                "messages",
-                "messages whose role is system, user, assistant, tool or developer",
-            ));
-        }
-        text.push_str(role);
-        text.push_str(": ");
-        match msg.get("content") {
-            Some(Value::String(s)) => text.push_str(s),
-            Some(Value::Array(parts)) => {
-                for part in parts {
-                    match part.get("text").and_then(Value::as_str) {
-                        Some(t) => {
-                            text.push_str(t);
-                            text.push(' ');
-                        }
-                        None => {
-                            return Err(field_error(
-                                "messages",
-                                "content parts of type text with a 'text' string",
-                            ))
-                        }
-                    }
-                }
-            }
-            None | Some(Value::Null) if role == "assistant" => {}
-            _ => return Err(field_error("messages", "messages with string content")),
-        }
-        text.push('\n');
-    }
-    Ok(text)
+    const ROLES: [&str; 6] = [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "developer",
+        "function",
+    ];
+    fields::messages_text(m, "messages", &ROLES)
 }
 
 /// Turns engine tokens into SSE frames: `data: {json}\n\n`, then `data: [DONE]\n\n`.
@@ -244,6 +136,7 @@ pub struct StreamFormatter {
     include_usage: bool,
     prompt_tokens: usize,
     completion_tokens: usize,
+    n: usize,
 }
 
 impl StreamFormatter {
@@ -256,6 +149,7 @@ impl StreamFormatter {
             include_usage: req.include_usage,
             prompt_tokens,
             completion_tokens: 0,
+            n: req.n.max(1),
         }
     }
 
@@ -278,43 +172,65 @@ impl StreamFormatter {
     }
 
     fn push_event(out: &mut Vec<u8>, v: &Value) {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(v.to_string().as_bytes());
-        out.extend_from_slice(b"\n\n");
+        push_data(out, &v.to_string());
     }
 
-    /// The frame(s) for one token, written in one piece: the chat role chunk precedes the
-    /// first token (as vLLM sends it), the usage chunk and [DONE] follow the last.
-    pub fn on_token(&mut self, ev: &TokenEvent) -> Bytes {
-        let mut out = Vec::with_capacity(256);
+    /// The chunk of choice `index`'s token.
+    fn token_chunk(&self, ev: &TokenEvent, index: usize) -> Value {
         let finish = if ev.finished {
             Value::from("length")
         } else {
             Value::Null
         };
-        self.completion_tokens += 1;
-        match self.endpoint {
-            Endpoint::Completions => {
-                let c = self.chunk(json!([{
-                    "index": 0, "text": ev.text, "logprobs": null,
-                    "finish_reason": finish, "stop_reason": null,
+        let text = choice_text(ev, index);
+        let choice = match self.endpoint {
+            Endpoint::Completions => json!({
+                "index": index, "text": text, "logprobs": null,
+                "finish_reason": finish, "stop_reason": null,
+            }),
+            Endpoint::ChatCompletions => json!({
+                "index": index, "delta": {"content": text}, "logprobs": null,
+                "finish_reason": finish, "stop_reason": null,
+            }),
+        };
+        self.chunk(json!([choice]))
+    }
+}
+
+/// Choice `index`'s text for an engine token: choice 0 is the engine's word, the others
+/// words of their own (the same step samples every choice).
+fn choice_text(ev: &TokenEvent, index: usize) -> String {
+    if index == 0 {
+        ev.text.clone()
+    } else {
+        let seed =
+            seed_of(&ev.text).wrapping_add((index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        format!(" {}", pseudo_word(seed, ev.index as u64))
+    }
+}
+
+impl Framer for StreamFormatter {
+    fn response_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The frame(s) for one token, written in one piece: the chat role chunks (one per
+    /// choice) precede the first tokens (as vLLM sends them), then one chunk per choice;
+    /// the usage chunk and [DONE] follow the last.
+    fn on_token(&mut self, ev: &TokenEvent) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256 * self.n);
+        self.completion_tokens += self.n;
+        if self.endpoint == Endpoint::ChatCompletions && ev.index == 0 {
+            for index in 0..self.n {
+                let role = self.chunk(json!([{
+                    "index": index, "delta": {"role": "assistant", "content": ""},
+                    "logprobs": null, "finish_reason": null,
                 }]));
-                Self::push_event(&mut out, &c);
+                Self::push_event(&mut out, &role);
             }
-            Endpoint::ChatCompletions => {
-                if ev.index == 0 {
-                    let role = self.chunk(json!([{
-                        "index": 0, "delta": {"role": "assistant", "content": ""},
-                        "logprobs": null, "finish_reason": null,
-                    }]));
-                    Self::push_event(&mut out, &role);
-                }
-                let c = self.chunk(json!([{
-                    "index": 0, "delta": {"content": ev.text}, "logprobs": null,
-                    "finish_reason": finish, "stop_reason": null,
-                }]));
-                Self::push_event(&mut out, &c);
-            }
+        }
+        for index in 0..self.n {
+            Self::push_event(&mut out, &self.token_chunk(ev, index));
         }
         if ev.finished {
             if self.include_usage {
@@ -328,7 +244,7 @@ impl StreamFormatter {
             }
             out.extend_from_slice(b"data: [DONE]\n\n");
         }
-        Bytes::from(out)
+        out
     }
 }
 
@@ -341,6 +257,34 @@ fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     })
 }
 
+/// The non-streaming response: the same words as the stream would carry, per choice.
+pub struct WholeResponse {
+    pub req: GenerationRequest,
+    pub id: String,
+    pub created: u64,
+    pub prompt_tokens: usize,
+}
+
+impl Framer for WholeResponse {
+    fn response_id(&self) -> &str {
+        &self.id
+    }
+
+    fn on_token(&mut self, _ev: &TokenEvent) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn whole_body(&self, tokens: &[TokenEvent]) -> Option<Bytes> {
+        Some(full_response(
+            &self.req,
+            &self.id,
+            self.created,
+            self.prompt_tokens,
+            tokens,
+        ))
+    }
+}
+
 /// The non-streaming response body.
 pub fn full_response(
     req: &GenerationRequest,
@@ -349,28 +293,37 @@ pub fn full_response(
     prompt_tokens: usize,
     tokens: &[TokenEvent],
 ) -> Bytes {
-    let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
     let cached = tokens.last().map(|t| t.cached_prompt_tokens).unwrap_or(0);
     let finish = if tokens.last().is_some_and(|t| t.finished) {
         Value::from("length")
     } else {
         Value::Null
     };
-    let usage = usage(prompt_tokens, tokens.len(), cached);
-    let v = match req.endpoint {
-        Endpoint::Completions => json!({
-            "id": id, "object": "text_completion", "created": created, "model": req.model,
-            "choices": [{"index": 0, "text": text, "logprobs": null,
-                         "finish_reason": finish, "stop_reason": null}],
-            "usage": usage,
-        }),
-        Endpoint::ChatCompletions => json!({
-            "id": id, "object": "chat.completion", "created": created, "model": req.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": null, "finish_reason": finish, "stop_reason": null}],
-            "usage": usage,
-        }),
+    let n = req.n.max(1);
+    let choices: Vec<Value> = (0..n)
+        .map(|index| {
+            let text: String = tokens.iter().map(|t| choice_text(t, index)).collect();
+            match req.endpoint {
+                Endpoint::Completions => json!({
+                    "index": index, "text": text, "logprobs": null,
+                    "finish_reason": finish, "stop_reason": null,
+                }),
+                Endpoint::ChatCompletions => json!({
+                    "index": index, "message": {"role": "assistant", "content": text},
+                    "logprobs": null, "finish_reason": finish, "stop_reason": null,
+                }),
+            }
+        })
+        .collect();
+    let usage = usage(prompt_tokens, tokens.len() * n, cached);
+    let object = match req.endpoint {
+        Endpoint::Completions => "text_completion",
+        Endpoint::ChatCompletions => "chat.completion",
     };
+    let v = json!({
+        "id": id, "object": object, "created": created, "model": req.model,
+        "choices": choices, "usage": usage,
+    });
     Bytes::from(v.to_string())
 }
 
