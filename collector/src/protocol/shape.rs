@@ -50,42 +50,156 @@ struct Shape<'a> {
     #[serde(borrow)]
     object: Option<Cow<'a, str>>,
     choices: Option<Vec<Choice>>,
-    delta: Option<serde_json::Value>,
-    #[serde(borrow)]
-    candidates: Option<Vec<Candidate<'a>>>,
+    delta: Option<Loose>,
+    candidates: Option<Vec<Candidate>>,
     token: Option<TgiToken>,
     #[serde(default, deserialize_with = "present")]
     generated_text: Option<bool>,
     done: Option<bool>,
-    response: Option<serde_json::Value>,
-    message: Option<serde_json::Value>,
+    response: Option<Loose>,
+    message: Option<Loose>,
+    thinking: Option<Loose>,
+}
+
+/// A field read without keeping it: whether it is a non-empty string (or array), or of
+/// an object: its `type` (Anthropic's delta kinds), whether its `content` or
+/// `thinking` is non-empty (Ollama's chat message), and whether it carries reasoning
+/// or tool calls (an OpenAI delta). Nothing is allocated.
+#[derive(Default)]
+struct Loose {
+    text: bool,
+    kind: Option<DeltaKind>,
+    content: bool,
+    thinking: bool,
+    reasoning: bool,
+    tool: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DeltaKind {
+    Text,
+    Thinking,
+    InputJson,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Loose {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Loose, D::Error> {
+        d.deserialize_any(LooseVisitor)
+    }
+}
+
+struct LooseVisitor;
+
+impl<'de> serde::de::Visitor<'de> for LooseVisitor {
+    type Value = Loose;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Loose, E> {
+        Ok(Loose {
+            text: !v.is_empty(),
+            ..Loose::default()
+        })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Loose, A::Error> {
+        let mut out = Loose::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "type" => {
+                    let v: Loose = map.next_value_seed(KindSeed)?;
+                    out.kind = v.kind;
+                }
+                "content" => out.content = map.next_value::<Loose>()?.text,
+                "thinking" => out.thinking = map.next_value::<Loose>()?.text,
+                "reasoning_content" | "reasoning" => {
+                    out.reasoning |= map.next_value::<Loose>()?.text;
+                }
+                "tool_calls" => out.tool = map.next_value::<Loose>()?.text,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Loose, A::Error> {
+        let mut items = false;
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            items = true;
+        }
+        Ok(Loose {
+            text: items,
+            ..Loose::default()
+        })
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Loose, E> {
+        Ok(Loose::default())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Loose, E> {
+        Ok(Loose::default())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Loose, E> {
+        Ok(Loose::default())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Loose, E> {
+        Ok(Loose::default())
+    }
+    fn visit_unit<E>(self) -> Result<Loose, E> {
+        Ok(Loose::default())
+    }
+}
+
+/// An object's `type` value, as the delta kind it names.
+struct KindSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for KindSeed {
+    type Value = Loose;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Loose, D::Error> {
+        let v: Option<Cow<'de, str>> = Option::deserialize(d)?;
+        let kind = match v.as_deref() {
+            Some("text_delta") => DeltaKind::Text,
+            Some("thinking_delta") => DeltaKind::Thinking,
+            Some("input_json_delta") => DeltaKind::InputJson,
+            _ => DeltaKind::Other,
+        };
+        Ok(Loose {
+            kind: Some(kind),
+            ..Loose::default()
+        })
+    }
 }
 
 #[derive(Deserialize)]
 struct Choice {
     index: Option<u32>,
-    delta: Option<IgnoredAny>,
+    delta: Option<Loose>,
     text: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
-struct Candidate<'a> {
-    #[serde(borrow)]
-    content: Option<Content<'a>>,
+struct Candidate {
+    index: Option<u32>,
+    content: Option<Content>,
     #[serde(rename = "finishReason")]
     finish_reason: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
-struct Content<'a> {
-    #[serde(borrow)]
-    parts: Option<Vec<Part<'a>>>,
+struct Content {
+    parts: Option<Vec<Part>>,
 }
 
 #[derive(Deserialize)]
-struct Part<'a> {
-    #[serde(borrow)]
-    text: Option<Cow<'a, str>>,
+struct Part {
+    text: Option<Loose>,
+    thought: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -136,17 +250,23 @@ fn openai(shape: &Shape, choices: &[Choice]) -> Vec<Verdict> {
         _ if choices.iter().any(|c| c.text.is_some()) => Api::OpenaiCompletions,
         _ => Api::Openai,
     };
-    if choices.is_empty() {
+    let Some(first) = choices.first() else {
         // The usage chunk.
         return vec![Verdict::new(SseKind::Data, api)];
-    }
-    choices
-        .iter()
-        .map(|c| Verdict {
-            choice: c.index.unwrap_or(0),
-            ..Verdict::token(api, TokenKind::Text)
-        })
-        .collect()
+    };
+    // One event, one token (vllm bench serve's rule), of its first choice.
+    let delta = first.delta.as_ref();
+    let token = if delta.is_some_and(|d| d.reasoning) {
+        TokenKind::Reasoning
+    } else if delta.is_some_and(|d| d.tool) {
+        TokenKind::Tool
+    } else {
+        TokenKind::Text
+    };
+    vec![Verdict {
+        choice: first.index.unwrap_or(0),
+        ..Verdict::token(api, token)
+    }]
 }
 
 /// OpenAI Responses: `response.*` event types.
@@ -167,11 +287,10 @@ fn anthropic(kind: &str, shape: &Shape) -> Option<Verdict> {
     let api = Api::Anthropic;
     match kind {
         "content_block_delta" => {
-            let delta = shape.delta.as_ref().and_then(|d| d.get("type")?.as_str());
-            Some(match delta {
-                Some("text_delta") => Verdict::token(api, TokenKind::Text),
-                Some("thinking_delta") => Verdict::token(api, TokenKind::Reasoning),
-                Some("input_json_delta") => Verdict::token(api, TokenKind::Tool),
+            Some(match shape.delta.as_ref().and_then(|d| d.kind) {
+                Some(DeltaKind::Text) => Verdict::token(api, TokenKind::Text),
+                Some(DeltaKind::Thinking) => Verdict::token(api, TokenKind::Reasoning),
+                Some(DeltaKind::InputJson) => Verdict::token(api, TokenKind::Tool),
                 // signature_delta, citations_delta: no generated text.
                 _ => Verdict::new(SseKind::Data, api),
             })
@@ -190,20 +309,26 @@ fn anthropic(kind: &str, shape: &Shape) -> Option<Verdict> {
 /// Gemini: a token when a part has text; the end when a candidate has a finish reason.
 fn gemini(candidates: &[Candidate]) -> Vec<Verdict> {
     let api = Api::Gemini;
-    let text = candidates.iter().any(|c| {
-        c.content
-            .as_ref()
-            .and_then(|c| c.parts.as_ref())
-            .is_some_and(|parts| {
-                parts
-                    .iter()
-                    .any(|p| p.text.as_deref().is_some_and(|t| !t.is_empty()))
-            })
+    // The first part with text, and its candidate.
+    let text = candidates.iter().find_map(|c| {
+        let parts = c.content.as_ref()?.parts.as_ref()?;
+        let part = parts
+            .iter()
+            .find(|p| p.text.as_ref().is_some_and(|t| t.text))?;
+        Some((c.index.unwrap_or(0), part.thought == Some(true)))
     });
     let end = candidates.iter().any(|c| c.finish_reason.is_some());
     let mut v = Vec::with_capacity(2);
-    if text {
-        v.push(Verdict::token(api, TokenKind::Text));
+    if let Some((choice, thought)) = text {
+        let kind = if thought {
+            TokenKind::Reasoning
+        } else {
+            TokenKind::Text
+        };
+        v.push(Verdict {
+            choice,
+            ..Verdict::token(api, kind)
+        });
     }
     if end {
         v.push(Verdict::new(SseKind::Done, api));
@@ -235,13 +360,14 @@ fn ollama(done: bool, shape: &Shape) -> Verdict {
     if done {
         return Verdict::new(SseKind::Done, api);
     }
-    let text = shape
-        .response
-        .as_ref()
-        .and_then(|r| r.as_str())
-        .or_else(|| shape.message.as_ref()?.get("content")?.as_str());
-    if text.is_some_and(|t| !t.is_empty()) {
+    let text = shape.response.as_ref().is_some_and(|r| r.text)
+        || shape.message.as_ref().is_some_and(|m| m.content);
+    let thinking = shape.thinking.as_ref().is_some_and(|t| t.text)
+        || shape.message.as_ref().is_some_and(|m| m.thinking);
+    if text {
         Verdict::token(api, TokenKind::Text)
+    } else if thinking {
+        Verdict::token(api, TokenKind::Reasoning)
     } else {
         Verdict::new(SseKind::Data, api)
     }
@@ -283,8 +409,18 @@ mod tests {
             Data
         );
         assert_eq!(one("[DONE]").0, Done);
-        let two = classify(br#"{"choices":[{"index":0,"text":"a"},{"index":1,"text":"b"}]}"#);
-        assert_eq!(two.iter().map(|v| v.choice).collect::<Vec<_>>(), [0, 1]);
+        let two = classify(br#"{"choices":[{"index":1,"text":"a"},{"index":0,"text":"b"}]}"#);
+        assert_eq!(
+            two.iter().map(|v| v.choice).collect::<Vec<_>>(),
+            [1],
+            "one event, one token, of its first choice"
+        );
+        let reasoning = r#"{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}"#;
+        assert_eq!(one(reasoning).3, TokenKind::Reasoning);
+        let tool = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#;
+        assert_eq!(one(tool).3, TokenKind::Tool);
+        let empty = r#"{"choices":[{"index":0,"delta":{"content":"x","tool_calls":[]}}]}"#;
+        assert_eq!(one(empty).3, TokenKind::Text);
     }
 
     #[test]
@@ -383,6 +519,16 @@ mod tests {
             one(r#"{"model":"m","response":"","done":true,"eval_count":4}"#).0,
             Done
         );
+        assert_eq!(
+            one(r#"{"model":"m","response":"","thinking":"h","done":false}"#).3,
+            TokenKind::Reasoning
+        );
+        let chat_thinking = r#"{"model":"m","message":{"role":"assistant","content":"","thinking":"h"},"done":false}"#;
+        assert_eq!(one(chat_thinking).0, Tok);
+        assert_eq!(one(r#"{"model":"m","response":"","done":false}"#).0, Data);
+        let thought =
+            r#"{"candidates":[{"index":2,"content":{"parts":[{"text":"h","thought":true}]}}]}"#;
+        assert_eq!(one(thought), (Tok, Api::Gemini, 2, TokenKind::Reasoning));
     }
 
     #[test]
