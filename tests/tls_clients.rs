@@ -128,6 +128,88 @@ fn openai_sdk_over_http2_gets_its_client_read_point_from_its_own_ssl_read() {
     );
 }
 
+/// Token times per choice, in the order choices first appear.
+fn series(times: &[u64], choices: &[u64]) -> Vec<Vec<u64>> {
+    let mut order: Vec<u64> = Vec::new();
+    let mut out: Vec<Vec<u64>> = Vec::new();
+    for (t, c) in times.iter().zip(choices) {
+        let slot = order.iter().position(|o| o == c).unwrap_or_else(|| {
+            order.push(*c);
+            out.push(Vec::new());
+            out.len() - 1
+        });
+        out[slot].push(*t);
+    }
+    out
+}
+
+#[test]
+fn openai_sdk_responses_and_two_choices_are_timed_per_choice_as_the_sdk_saw_them() {
+    const REQUESTS: usize = 12;
+    let python = python();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, engine, nginx) = engine_behind_nginx(dir.path());
+    let ports = [engine.addr().port().to_string(), nginx.h2_port.to_string()];
+    let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
+    let out = Command::new(&python)
+        .arg(client_script("openai_sdk_apis.py"))
+        .arg(format!("https://127.0.0.1:{}/v1", nginx.h2_port))
+        .arg("sk-SECRET-sdk-key-5150")
+        .arg(REQUESTS.to_string())
+        .arg("16")
+        .output()
+        .expect("run the openai SDK");
+    let path = rec.path.clone();
+    rec.stop();
+    drop(nginx);
+    rt.block_on(engine.shutdown());
+    assert!(
+        out.status.success(),
+        "the SDK client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sdk: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    let report = report_json(&path);
+    let mut requests: Vec<&Value> = report["requests"].as_array().unwrap().iter().collect();
+    assert_eq!(requests.len(), REQUESTS, "every SDK request once");
+    requests.sort_by_key(|r| ns(&r["first_byte_ns"]));
+    let (mut first_err, mut itl_err) = (Vec::new(), Vec::new());
+    for (r, s) in requests.iter().zip(&sdk) {
+        let (api, choices) = match s["call"].as_str() {
+            Some("responses") => ("openai-responses", 1),
+            _ => ("openai-chat", 2),
+        };
+        assert_eq!(r["api"], api, "request {} named by its events", r["id"]);
+        let client = point(r, "client_read").expect("the SDK's client-read point");
+        let ours_t: Vec<u64> = client["token_ns"].as_array().unwrap().iter().map(ns).collect();
+        let ours_c: Vec<u64> = client["token_choice"]
+            .as_array()
+            .map_or_else(|| vec![0; ours_t.len()], |c| c.iter().map(ns).collect());
+        let theirs_t: Vec<u64> = s["token_ns"].as_array().unwrap().iter().map(ns).collect();
+        let theirs_c: Vec<u64> = s["choice"].as_array().unwrap().iter().map(ns).collect();
+        assert_eq!(ours_c, theirs_c, "request {}: each token's choice", r["id"]);
+        let (ours, theirs) = (series(&ours_t, &ours_c), series(&theirs_t, &theirs_c));
+        assert_eq!(ours.len(), choices, "request {}: a token stream per choice", r["id"]);
+        first_err.push(ours_t[0].abs_diff(theirs_t[0]));
+        for (a, b) in ours.iter().zip(&theirs) {
+            assert_eq!(a.len(), b.len(), "request {}: tokens of a choice", r["id"]);
+            let gaps = |t: &[u64]| t.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>();
+            itl_err.extend(gaps(a).iter().zip(gaps(b)).map(|(x, y)| x.abs_diff(y)));
+        }
+    }
+    assert_within_a_millisecond(
+        "the openai SDK's Responses and n=2 chat streams (client read vs its own reads)",
+        "first token",
+        first_err,
+        itl_err,
+    );
+    assert_no_secrets_in_outputs(
+        &path,
+        dir.path(),
+        &["sk-SECRET-sdk-key-5150", "SECRET-sdk-prompt"],
+    );
+}
+
 #[test]
 fn recording_that_starts_mid_connection_decodes_later_streams_and_times_earlier_ones() {
     const EARLY: usize = 8;
