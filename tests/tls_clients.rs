@@ -181,7 +181,12 @@ fn openai_sdk_responses_and_two_choices_are_timed_per_choice_as_the_sdk_saw_them
         };
         assert_eq!(r["api"], api, "request {} named by its events", r["id"]);
         let client = point(r, "client_read").expect("the SDK's client-read point");
-        let ours_t: Vec<u64> = client["token_ns"].as_array().unwrap().iter().map(ns).collect();
+        let ours_t: Vec<u64> = client["token_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(ns)
+            .collect();
         let ours_c: Vec<u64> = client["token_choice"]
             .as_array()
             .map_or_else(|| vec![0; ours_t.len()], |c| c.iter().map(ns).collect());
@@ -189,7 +194,12 @@ fn openai_sdk_responses_and_two_choices_are_timed_per_choice_as_the_sdk_saw_them
         let theirs_c: Vec<u64> = s["choice"].as_array().unwrap().iter().map(ns).collect();
         assert_eq!(ours_c, theirs_c, "request {}: each token's choice", r["id"]);
         let (ours, theirs) = (series(&ours_t, &ours_c), series(&theirs_t, &theirs_c));
-        assert_eq!(ours.len(), choices, "request {}: a token stream per choice", r["id"]);
+        assert_eq!(
+            ours.len(),
+            choices,
+            "request {}: a token stream per choice",
+            r["id"]
+        );
         first_err.push(ours_t[0].abs_diff(theirs_t[0]));
         for (a, b) in ours.iter().zip(&theirs) {
             assert_eq!(a.len(), b.len(), "request {}: tokens of a choice", r["id"]);
