@@ -8,7 +8,7 @@
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use collector::analyze::percentile;
@@ -27,19 +27,19 @@ fn client_script(name: &str) -> String {
     format!("{}/tests/clients/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-#[test]
-fn openai_sdk_over_http2_gets_its_client_read_point_from_its_own_ssl_read() {
-    const REQUESTS: usize = 12;
+/// Runs a client script of tests/clients (argv: base URL, API key, requests, max
+/// tokens 16) over HTTP/2 + TLS through nginx to the lab engine while recording; what
+/// it printed (one JSON array) and the recording.
+fn sdk_recorded(dir: &Path, script: &str, requests: usize) -> (Vec<Value>, PathBuf) {
     let python = python();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (rt, engine, nginx) = engine_behind_nginx(dir.path());
+    let (rt, engine, nginx) = engine_behind_nginx(dir);
     let ports = [engine.addr().port().to_string(), nginx.h2_port.to_string()];
-    let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
+    let rec = Recorder::start(dir, &["--port", &ports[0], "--port", &ports[1]]);
     let out = Command::new(&python)
-        .arg(client_script("openai_sdk_h2.py"))
+        .arg(client_script(script))
         .arg(format!("https://127.0.0.1:{}/v1", nginx.h2_port))
         .arg("sk-SECRET-sdk-key-5150")
-        .arg(REQUESTS.to_string())
+        .arg(requests.to_string())
         .arg("16")
         .output()
         .expect("run the openai SDK");
@@ -52,7 +52,15 @@ fn openai_sdk_over_http2_gets_its_client_read_point_from_its_own_ssl_read() {
         "the SDK client failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let sdk: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    let sdk = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    (sdk, path)
+}
+
+#[test]
+fn openai_sdk_over_http2_gets_its_client_read_point_from_its_own_ssl_read() {
+    const REQUESTS: usize = 12;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sdk, path) = sdk_recorded(dir.path(), "openai_sdk_h2.py", REQUESTS);
     assert!(
         sdk.iter().all(|r| r["http_version"] == "HTTP/2"),
         "httpx spoke HTTP/2: {sdk:?}"
@@ -146,29 +154,8 @@ fn series(times: &[u64], choices: &[u64]) -> Vec<Vec<u64>> {
 #[test]
 fn openai_sdk_responses_and_two_choices_are_timed_per_choice_as_the_sdk_saw_them() {
     const REQUESTS: usize = 12;
-    let python = python();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (rt, engine, nginx) = engine_behind_nginx(dir.path());
-    let ports = [engine.addr().port().to_string(), nginx.h2_port.to_string()];
-    let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
-    let out = Command::new(&python)
-        .arg(client_script("openai_sdk_apis.py"))
-        .arg(format!("https://127.0.0.1:{}/v1", nginx.h2_port))
-        .arg("sk-SECRET-sdk-key-5150")
-        .arg(REQUESTS.to_string())
-        .arg("16")
-        .output()
-        .expect("run the openai SDK");
-    let path = rec.path.clone();
-    rec.stop();
-    drop(nginx);
-    rt.block_on(engine.shutdown());
-    assert!(
-        out.status.success(),
-        "the SDK client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let sdk: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    let (sdk, path) = sdk_recorded(dir.path(), "openai_sdk_apis.py", REQUESTS);
     let report = report_json(&path);
     let mut requests: Vec<&Value> = report["requests"].as_array().unwrap().iter().collect();
     assert_eq!(requests.len(), REQUESTS, "every SDK request once");

@@ -10,25 +10,13 @@ handed the event over, as the lab's bench times its events) and its choice index
 argv: base_url api_key requests max_tokens
 """
 import json
-import ssl
 import sys
 import time
 
 import httpx
 import openai
 
-_recv = ssl.SSLSocket.recv
-last_read_ns = 0
-
-
-def timed_recv(self, *args, **kwargs):
-    global last_read_ns
-    data = _recv(self, *args, **kwargs)
-    last_read_ns = time.monotonic_ns()
-    return data
-
-
-ssl.SSLSocket.recv = timed_recv
+import timed_tls
 
 DELTAS = {
     "response.output_text.delta",
@@ -54,7 +42,7 @@ for i in range(requests):
         )
         for event in stream:
             if event.type in DELTAS:
-                tokens.append(last_read_ns)
+                tokens.append(timed_tls.last_read_ns)
                 choices.append(0)
     else:
         kind = "chat-n2"
@@ -67,7 +55,7 @@ for i in range(requests):
         )
         for chunk in stream:
             if chunk.choices:
-                tokens.append(last_read_ns)
+                tokens.append(timed_tls.last_read_ns)
                 choices.append(chunk.choices[0].index)
     out.append({"call": kind, "start_ns": start, "token_ns": tokens, "choice": choices})
 print(json.dumps(out))

@@ -8,26 +8,13 @@ times its events), and the HTTP version httpx used.
 argv: base_url api_key requests max_tokens
 """
 import json
-import ssl
 import sys
 import time
 
 import httpx
 import openai
 
-# httpcore's sync backend reads TLS with SSLSocket.recv: stamp when each read returns.
-_recv = ssl.SSLSocket.recv
-last_read_ns = 0
-
-
-def timed_recv(self, *args, **kwargs):
-    global last_read_ns
-    data = _recv(self, *args, **kwargs)
-    last_read_ns = time.monotonic_ns()
-    return data
-
-
-ssl.SSLSocket.recv = timed_recv
+import timed_tls
 
 base_url, api_key, requests, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 http = httpx.Client(http2=True, verify=False)
@@ -46,6 +33,6 @@ for i in range(requests):
         for chunk in raw.parse():
             if chunk.choices:
                 handed.append(time.monotonic_ns())
-                tokens.append(last_read_ns)
+                tokens.append(timed_tls.last_read_ns)
     out.append({"start_ns": start, "token_ns": tokens, "chunk_ns": handed, "http_version": version})
 print(json.dumps(out))

@@ -270,17 +270,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn metrics_follow_design_section_2() {
-        let ev = |t, read| EventArrival {
-            t_ns: t,
-            read,
-            choice: true,
-            content: true,
-            choice_index: 0,
-            kind: TokenKind::Text,
-        };
-        let r = RequestRecord {
+    /// A request on a new connection; each test gives it its events.
+    fn sample() -> RequestRecord {
+        RequestRecord {
             index: 0,
             worker: 0,
             ok: true,
@@ -301,12 +293,28 @@ mod tests {
             done_seen: true,
             response_id: None,
             local_port: 0,
-            events: vec![ev(1000, 1), ev(1000, 1), ev(1600, 2)],
+            events: Vec::new(),
             api: "openai-completions",
             stream: true,
             choices: 1,
             first_body_ns: Some(950),
             non_token_events: 1,
+        }
+    }
+
+    #[test]
+    fn metrics_follow_design_section_2() {
+        let ev = |t, read| EventArrival {
+            t_ns: t,
+            read,
+            choice: true,
+            content: true,
+            choice_index: 0,
+            kind: TokenKind::Text,
+        };
+        let r = RequestRecord {
+            events: vec![ev(1000, 1), ev(1000, 1), ev(1600, 2)],
+            ..sample()
         };
         assert_eq!(
             r.ttft_ns(),
@@ -348,26 +356,15 @@ mod tests {
             kind: TokenKind::Text,
         };
         let r = RequestRecord {
-            index: 0,
-            worker: 0,
-            ok: true,
-            error: None,
-            status: 200,
-            http_version: "1.1",
             new_connection: false,
             connect_start_ns: None,
             connect_done_ns: None,
-            tls_done_ns: None,
             request_start_ns: 100,
             request_sent_ns: Some(110),
             first_byte_ns: Some(500),
             end_ns: 3000,
-            prompt_tokens: 1,
             max_tokens: 2,
             usage_completion_tokens: Some(4),
-            done_seen: true,
-            response_id: None,
-            local_port: 0,
             events: vec![
                 ev(1000, 1, 0),
                 ev(1000, 1, 1),
@@ -375,10 +372,10 @@ mod tests {
                 ev(1700, 3, 1),
             ],
             api: "openai-chat",
-            stream: true,
             choices: 2,
             first_body_ns: Some(600),
             non_token_events: 0,
+            ..sample()
         };
         assert_eq!(r.first_token_ns(), Some(1000), "first token of any choice");
         assert_eq!(

@@ -27,12 +27,7 @@ pub(crate) struct MessagesRequest {
 pub(crate) fn parse(body: &[u8], cfg: &EngineConfig) -> Result<MessagesRequest, ApiError> {
     let obj = fields::json_object(body)?;
     let model = fields::model(&obj, cfg)?;
-    if !fields::boolean(&obj, "stream", false)? {
-        return Err(ApiError::bad_request(
-            "the lab serves /v1/messages streaming only: send \"stream\": true",
-            Some("stream"),
-        ));
-    }
+    fields::streaming_only(&obj, "/v1/messages")?;
     let mut prompt_text = match fields::content_text(obj.get("system"), "system")? {
         Some(s) => format!("system: {s}\n"),
         None => String::new(),

@@ -82,6 +82,17 @@ pub(crate) fn boolean(
     }
 }
 
+/// Refuses a body that does not ask for a stream (`route` serves streams only).
+pub(crate) fn streaming_only(obj: &Map<String, Value>, route: &str) -> Result<(), ApiError> {
+    if boolean(obj, "stream", false)? {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        format!("the lab serves {route} streaming only: send \"stream\": true"),
+        Some("stream"),
+    ))
+}
+
 /// The text of a message's `content`: a string, or a list of parts (objects; their
 /// `text` strings count).
 /// None when the content is absent or null (assistant turns that only called tools).

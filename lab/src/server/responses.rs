@@ -27,12 +27,7 @@ pub(crate) struct ResponsesRequest {
 pub(crate) fn parse(body: &[u8], cfg: &EngineConfig) -> Result<ResponsesRequest, ApiError> {
     let obj = fields::json_object(body)?;
     let model = fields::model(&obj, cfg)?;
-    if !fields::boolean(&obj, "stream", false)? {
-        return Err(ApiError::bad_request(
-            "the lab serves /v1/responses streaming only: send \"stream\": true",
-            Some("stream"),
-        ));
-    }
+    fields::streaming_only(&obj, "/v1/responses")?;
     let mut prompt_text = match obj.get("instructions") {
         Some(Value::String(s)) => format!("system: {s}\n"),
         None | Some(Value::Null) => String::new(),
