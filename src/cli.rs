@@ -193,7 +193,9 @@ struct RecordArgs {
     nvml_interval: Duration,
     /// Listen here for the CUPTI hook: start the engine with
     /// CUDA_INJECTION64_PATH=<dir of tokenscope>/libtokenscope_cupti_hook.so and
-    /// TOKENSCOPE_CUPTI_SOCKET=<this path> for exact kernel and copy spans.
+    /// TOKENSCOPE_CUPTI_SOCKET=<this path> for exact kernel and copy spans. The socket is
+    /// owner-only (0600; missing directories are made 0700) and takes hooks running as
+    /// this user or root; others are refused and counted.
     #[arg(long, value_name = "PATH")]
     cupti_socket: Option<PathBuf>,
     /// Print the report (as `tokenscope report`) when the recording ends.
@@ -401,8 +403,8 @@ fn export(
 ) -> anyhow::Result<ExitCode> {
     use collector::export::perfetto::{write_trace_streamed, PerfettoError, Windowing};
     let mut reader = collector::ingest::record::RecordReader::open(path)?;
-    let file =
-        std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?;
+    let file = collector::ingest::record::create_private(output)
+        .with_context(|| format!("creating {}", output.display()))?;
     let windowing = Windowing {
         window_ns: window.as_nanos().max(1) as u64,
     };

@@ -178,6 +178,14 @@ pub fn run(
             h.cupti_received = stats.records_received;
             h.cupti_dropped = stats.records_dropped;
         })?;
+        if stats.refused + stats.oversized > 0 {
+            observer.note(&format!(
+                "CUPTI: {} hook connections refused (not this user or root), {} ended at the {} MiB message limit",
+                stats.refused,
+                stats.oversized,
+                tokenscope_cupti_hook::MAX_MESSAGE_BYTES >> 20
+            ));
+        }
     }
     if let Some(sampler) = sampler {
         drain_nvml(Some(&sampler), &mut writer, &mut counters)?;

@@ -17,7 +17,7 @@ pub use inject::{
     InitializeInjection, DEFAULT_QUEUE_RECORDS, ENV_CUPTI_LIB, ENV_MODE, ENV_NVTX_INJECTION,
     ENV_QUEUE_RECORDS, ENV_SOCKET,
 };
-pub use listener::{read_hook_stream, GpuActivity, HookListener, HookStats};
+pub use listener::{read_hook_stream, GpuActivity, HookListener, HookStats, MAX_MESSAGE_BYTES};
 
 /// Where build.rs put the stand-in libcupti (`libcupti_standin.so`) and the host
 /// program that loads the hook like CUDA does (`cupti_host`), for tests.

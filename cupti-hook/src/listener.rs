@@ -1,7 +1,13 @@
 //! Collector side: accepts hook connections on a Unix socket, decodes their records.
+//! The socket is private (0600, bound in a 0700 directory and moved into place, so it is
+//! never reachable with looser modes), a peer must run as the recorder's user or root
+//! (SO_PEERCRED), and a message longer than `MAX_MESSAGE_BYTES` ends its connection
+//! before anything is allocated for it: a local stranger can neither feed records nor
+//! make the recorder allocate.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -63,10 +69,18 @@ impl GpuActivity {
     }
 }
 
+/// Longest hook message read (a batch is 512 records: well under 1 MiB with long kernel
+/// names). A longer length ends the connection and is counted in `HookStats::oversized`.
+pub const MAX_MESSAGE_BYTES: u64 = 16 << 20;
+
 /// What the hooks told us so far.
 #[derive(Clone, Debug, Default)]
 pub struct HookStats {
     pub connections: u64,
+    /// Connections refused: the peer runs as another user (not root, not the recorder's).
+    pub refused: u64,
+    /// Connections ended by a message longer than `MAX_MESSAGE_BYTES`.
+    pub oversized: u64,
     /// Connections whose stream has ended (hook process exited or closed).
     pub closed: u64,
     pub records_received: u64,
@@ -94,13 +108,11 @@ pub struct HookListener {
 }
 
 impl HookListener {
-    /// Binds `path` (removing a stale socket file) and accepts hooks on a background thread.
+    /// Binds `path` (removing a stale socket file; creating missing directories 0700)
+    /// and accepts hooks on a background thread.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<HookListener> {
         let path = path.as_ref().to_path_buf();
-        if path.exists() {
-            std::fs::remove_file(&path)?;
-        }
-        let listener = UnixListener::bind(&path)?;
+        let listener = bind_private(&path)?;
         let shared: Arc<(Mutex<Shared>, Condvar)> = Arc::default();
         let accept_shared = shared.clone();
         thread::Builder::new()
@@ -109,6 +121,11 @@ impl HookListener {
                 for (conn_id, stream) in (0u64..).zip(listener.incoming()) {
                     let Ok(stream) = stream else { continue };
                     let conn_shared = accept_shared.clone();
+                    if !peer_allowed(&stream) {
+                        lock(&conn_shared.0).stats.refused += 1;
+                        conn_shared.1.notify_all();
+                        continue; // dropped: closed unread
+                    }
                     lock(&conn_shared.0).stats.connections += 1;
                     conn_shared.1.notify_all();
                     let _ = thread::Builder::new()
@@ -167,6 +184,59 @@ impl Drop for HookListener {
     }
 }
 
+/// Binds the socket in a fresh 0700 directory beside `path`, makes it 0600 and moves it
+/// to `path`: at no moment can another user reach it.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&parent)?;
+    if path.exists() {
+        std::fs::remove_file(path)?;
+    }
+    let private = parent.join(format!(".tokenscope-cupti-{}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&private)?;
+    let staged = private.join("s");
+    let bound = UnixListener::bind(&staged).and_then(|l| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    bound
+}
+
+/// The peer runs as root or as this process's effective user (SO_PEERCRED: its
+/// credentials when it connected).
+fn peer_allowed(stream: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is the stream's, open for this call; `cred` and `len` are valid for
+    // writes of the size passed.
+    let got = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::addr_of_mut!(cred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    got == 0 && (cred.uid == 0 || cred.uid == me)
+}
+
 fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -217,6 +287,9 @@ fn serve_connection(conn_id: u64, stream: UnixStream, shared: &(Mutex<Shared>, C
     });
     let mut s = lock(&shared.0);
     if let Err(e) = result {
+        if e.kind() == io::ErrorKind::FileTooLarge {
+            s.stats.oversized += 1;
+        }
         s.stats
             .decode_errors
             .push(format!("hook connection {conn_id}: {e}"));
@@ -227,11 +300,21 @@ fn serve_connection(conn_id: u64, stream: UnixStream, shared: &(Mutex<Shared>, C
 }
 
 /// Reads length-delimited `HookMessage`s until end of stream, handing each to `sink`.
-/// Refuses a Hello of another wire version.
+/// Refuses a Hello of another wire version, and a length over `MAX_MESSAGE_BYTES`
+/// (`ErrorKind::FileTooLarge`) before reading or allocating it.
 pub fn read_hook_stream(reader: impl Read, mut sink: impl FnMut(HookMessage)) -> io::Result<()> {
     let mut reader = BufReader::with_capacity(256 * 1024, reader);
     let mut buf = Vec::new();
     while let Some(len) = read_varint(&mut reader)? {
+        if len > MAX_MESSAGE_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!(
+                    "a message of {len} bytes, over the {} MiB limit: connection ended",
+                    MAX_MESSAGE_BYTES >> 20
+                ),
+            ));
+        }
         buf.resize(len as usize, 0);
         reader.read_exact(&mut buf)?;
         let msg = HookMessage::decode(buf.as_slice())
@@ -309,5 +392,90 @@ mod tests {
             read_hook_stream(cut, |_| {}).is_err(),
             "a truncated message must not pass"
         );
+    }
+
+    #[test]
+    fn a_huge_length_is_refused_before_anything_is_allocated() {
+        let mut bytes = Vec::new();
+        wire::encode_message(&hello(wire::WIRE_VERSION), &mut bytes);
+        // A 4 GiB length, and nothing after it.
+        let mut len = 4u64 << 30;
+        while len >= 0x80 {
+            bytes.push((len as u8 & 0x7f) | 0x80);
+            len >>= 7;
+        }
+        bytes.push(len as u8);
+        let mut seen = 0;
+        let err = read_hook_stream(bytes.as_slice(), |_| seen += 1).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::FileTooLarge);
+        assert!(err.to_string().contains("4294967296 bytes"), "{err}");
+        assert_eq!(seen, 1, "what came before is kept");
+    }
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+                line.split_whitespace().nth(1)?.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Privileged (the project's tests run as root): a stranger's connection (another
+    /// uid, made reachable on purpose) is refused and counted; an owner's 4 GiB length
+    /// ends its connection, counted, and the memory does not move.
+    #[test]
+    fn strangers_are_refused_and_huge_lengths_cut_without_allocating() {
+        use std::io::Write;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(euid, 0, "run as root (cargo xtask test)");
+        let dir = std::env::temp_dir().join(format!("ts-cupti-test-{}", std::process::id()));
+        let path = dir.join("hook.sock");
+        let listener = HookListener::bind(&path).expect("bind");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (mode(&dir), mode(&path)),
+            (0o700, 0o600),
+            "private by default"
+        );
+
+        // Open it up so that uid 65534 can reach it: only SO_PEERCRED stands in the way.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let stranger = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                // SAFETY: a raw setresuid changes this thread's credentials only.
+                let r = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+                assert_eq!(r, 0, "setresuid");
+                let mut s = UnixStream::connect(&path).expect("the kernel lets it connect");
+                let mut bytes = Vec::new();
+                wire::encode_message(&hello(wire::WIRE_VERSION), &mut bytes);
+                let _ = s.write_all(&bytes);
+            })
+        };
+        stranger.join().unwrap();
+        assert!(
+            listener.wait_until(Duration::from_secs(5), |s| s.refused == 1),
+            "refused and counted: {:?}",
+            listener.stats()
+        );
+        assert!(listener.stats().hellos.is_empty(), "nothing of it was read");
+
+        let before = rss_kib();
+        let mut s = UnixStream::connect(&path).expect("connect as root");
+        s.write_all(&[0x80, 0x80, 0x80, 0x80, 0x10]).unwrap(); // 4 GiB
+        assert!(
+            listener.wait_until(Duration::from_secs(5), |s| s.oversized == 1
+                && s.closed == 1),
+            "cut and counted: {:?}",
+            listener.stats()
+        );
+        let grew = rss_kib().saturating_sub(before);
+        assert!(grew < 16 << 10, "memory did not move: +{grew} KiB");
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -29,6 +29,14 @@ pub struct Protocols {
     pub h2_unknown_headers: u64,
     /// Streams already open when the recording began: timed, head unknown.
     pub h2_attached_mid: usize,
+    /// gzip-encoded event streams cut at the inflate limit (a gzip bomb, or a stream
+    /// longer than any token stream): their events past it are not read.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inflate_cut: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Connections added one at a time (in any order); `finish` gives the summary.
@@ -60,6 +68,7 @@ impl ProtocolTally {
                 }
             }
         }
+        self.counts.inflate_cut += c.inflate_cut;
         if c.h2 {
             let p = &mut self.counts;
             p.h2_connections += 1;

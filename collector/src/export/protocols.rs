@@ -25,6 +25,14 @@ pub fn write_text(p: &Protocols, out: &mut dyn Write) -> io::Result<()> {
             p.tls_untied
         )?;
     }
+    if p.inflate_cut > 0 {
+        writeln!(
+            out,
+            "gzip: {} streams cut at the {} MiB inflate limit (their events past it are not read)",
+            p.inflate_cut,
+            crate::protocol::MAX_INFLATED_BYTES >> 20
+        )?;
+    }
     if p.h2_connections > 0 {
         writeln!(
             out,

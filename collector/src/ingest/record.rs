@@ -150,13 +150,28 @@ pub struct RecordWriter {
     written: u64,
 }
 
+/// Creates (or truncates) `path` readable and writable by its owner only (0600, also
+/// when it already existed with looser modes): recordings and traces show who talked
+/// to whom and when.
+pub fn create_private(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
 impl RecordWriter {
     pub fn create(path: &Path, mut header: FileHeader) -> Result<Self, RecordError> {
         let io_err = |source| RecordError::Io {
             path: path.to_path_buf(),
             err: source,
         };
-        let file = File::create(path).map_err(io_err)?;
+        let file = create_private(path).map_err(io_err)?;
         header.format_version = FORMAT_VERSION;
         header.complete = false;
         let mut w = RecordWriter {
@@ -601,5 +616,17 @@ mod tests {
                 let _ = r.read_all();
             }
         }
+    }
+
+    #[test]
+    fn recordings_are_created_owner_only_even_over_a_looser_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.tsrec");
+        std::fs::write(&path, b"old").expect("a file already there");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write(&path, 10, true);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 }

@@ -16,6 +16,12 @@ const BODY_PRINT_BYTES: usize = 1024;
 /// `PREFIX_BYTES`: two prompts that share a prefix (a system prompt) share those.
 const PREFIX_STEP: usize = 1024;
 const PREFIX_BYTES: usize = 64 << 10;
+/// Most bytes one gzip-encoded stream is inflated to (a gzip bomb is read this far, then
+/// no further: counted in `Sniff::inflate_cut`, its events past it unseen).
+pub const MAX_INFLATED_BYTES: u64 = 8 << 20;
+/// Compressed bytes inflated at a time: deflate expands at most ~1032x, so one step
+/// makes at most ~264 KiB, and the limit is checked between steps.
+const INFLATE_STEP: usize = 256;
 
 /// What a message body's content feeds, whatever framed it (HTTP/1.x framing or
 /// HTTP/2 DATA frames): byte counts, the request print and prefix prints, and
@@ -26,6 +32,8 @@ pub(super) struct BodyContent {
     /// A gzip-encoded event stream, inflated to read its events (gateways compress
     /// SSE; the timing of what they let through is the point).
     inflate: Option<Box<GzDecoder<Vec<u8>>>>,
+    /// Bytes inflated so far (see `MAX_INFLATED_BYTES`).
+    inflated: u64,
     /// For request bodies: running hash of the first bytes, the declared length, bytes hashed.
     print: Option<(u64, Option<u64>, usize)>,
     /// For request bodies: running hash over every byte so far, and the hash at
@@ -174,13 +182,24 @@ impl BodyContent {
         }
         match (self.sse.as_mut(), self.inflate.as_mut()) {
             (Some(splitter), Some(gz)) => {
-                let inflated = gz.write_all(content).and_then(|()| gz.flush());
-                if inflated.is_ok() {
+                let mut stop = false;
+                for piece in content.chunks(INFLATE_STEP) {
+                    if gz.write_all(piece).and_then(|()| gz.flush()).is_err() {
+                        // Not gzip after all, or corrupt: its events stay unseen.
+                        stop = true;
+                        break;
+                    }
+                    self.inflated += gz.get_ref().len() as u64;
+                    if self.inflated > MAX_INFLATED_BYTES {
+                        out.inflate_cut = true;
+                        stop = true;
+                        break;
+                    }
                     let events = past_gap(&mut self.gap, gz.get_ref());
                     out.sse.extend(splitter.feed(events));
                     gz.get_mut().clear();
-                } else {
-                    // Not gzip after all, or corrupt: its events stay unseen.
+                }
+                if stop {
                     self.sse = None;
                     self.inflate = None;
                 }

@@ -4,6 +4,7 @@
 
 pub mod body;
 mod content;
+pub use content::MAX_INFLATED_BYTES;
 pub mod decoder;
 pub mod h2;
 pub mod hpack;

@@ -402,3 +402,45 @@ fn bytes_lost_inside_an_event_drop_that_event_only() {
         "no event made of the tail"
     );
 }
+
+#[test]
+fn a_gzip_bomb_is_inflated_to_the_limit_then_cut_and_counted() {
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::Write;
+    // 64 MiB of token events, compressed to a few hundred KiB, in 4 KiB chunks.
+    let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+    let event = sse_event(1);
+    let mut inflated = 0;
+    while inflated < 64 << 20 {
+        enc.write_all(event.as_bytes()).unwrap();
+        inflated += event.len();
+    }
+    let body = enc.finish().unwrap();
+    let mut p = StreamParser::default();
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut sniffs = vec![p.feed(head, head.len() as u64)];
+    for piece in body.chunks(4096) {
+        let mut io = format!("{:x}\r\n", piece.len()).into_bytes();
+        io.extend_from_slice(piece);
+        io.extend_from_slice(b"\r\n");
+        sniffs.push(p.feed(&io, io.len() as u64));
+    }
+    const MAX_INFLATED_BYTES: u64 = crate::protocol::MAX_INFLATED_BYTES;
+    let cuts = sniffs.iter().filter(|s| s.inflate_cut).count();
+    assert_eq!(cuts, 1, "cut once, where the limit was reached");
+    let at = sniffs.iter().position(|s| s.inflate_cut).unwrap();
+    let tokens = events(&sniffs)
+        .iter()
+        .filter(|e| e.kind() == SseKind::Choice)
+        .count();
+    let read = (tokens * event.len()) as u64;
+    assert!(
+        read <= MAX_INFLATED_BYTES && read > MAX_INFLATED_BYTES - (300 << 10),
+        "events up to the limit are read ({read} bytes of events), none past it"
+    );
+    assert!(
+        sniffs[at + 1..].iter().all(|s| s.sse.is_empty()),
+        "nothing after the cut"
+    );
+    assert!(at < sniffs.len() - 1, "the cut came well before the end");
+}

@@ -56,6 +56,8 @@ pub struct Connection {
     pub exchange_base: usize,
     /// I/Os whose bytes could not be read as HTTP or TLS.
     pub unparsed_ios: u64,
+    /// gzip streams cut at the inflate limit (`protocol::content::MAX_INFLATED_BYTES`).
+    pub inflate_cut: u64,
     /// TLS plaintext (OpenSSL uprobes) was seen: exchanges come from it, and the
     /// TLS records only time the handshake.
     pub plaintext: bool,
@@ -336,6 +338,7 @@ impl Connection {
             exchanges: Vec::new(),
             exchange_base: 0,
             unparsed_ios: 0,
+            inflate_cut: 0,
             plaintext: false,
             h2: false,
             h2_control_frames: 0,
@@ -417,6 +420,9 @@ impl Connection {
         }
         if sn.unparsed {
             self.unparsed_ios += 1;
+        }
+        if sn.inflate_cut {
+            self.inflate_cut += 1;
         }
         if let Some(sniff::Kind::Tls(t)) = &sn.kind {
             self.tls_records(ev.ts_ns, io.dir(), t);
