@@ -85,6 +85,22 @@ fn compare_with_bench(
         ns(&at["ttft_ns"]),
         b.ttft_range().expect("bench ttft"),
     ));
+    // An outlier says which side moved (CI saw 3 of 192 at 2.5 ms once; never alone).
+    if *ttft_err.last().unwrap() > 1_000_000 {
+        eprintln!(
+            "TTFT outlier, request {}: ours {} (start {}, first byte {}, first token {}); bench start {}, sent {:?}, first token {:?}, range {:?}, new connection {}",
+            r["id"],
+            ns(&at["ttft_ns"]),
+            ns(&r["start_ns"]),
+            ns(&r["first_byte_ns"]),
+            tokens[0],
+            b.request_start_ns,
+            b.request_sent_ns,
+            b.first_token_ns(),
+            b.ttft_range(),
+            b.new_connection
+        );
+    }
     let gaps = tokens.windows(2).map(|w| w[1] - w[0]);
     itl_err.extend(gaps.zip(b.itl_ns()).map(|(a, b)| a.abs_diff(b)));
 }
