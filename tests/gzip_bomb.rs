@@ -39,24 +39,10 @@ fn a_gzip_bomb_is_cut_at_the_inflate_limit_and_the_streams_around_it_are_whole()
     assert!(made.success(), "gzip the bomb");
     let compressed = std::fs::metadata(&bomb).unwrap().len();
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let engine = rt
-        .block_on(tokenscope_lab::Engine::start(
-            tokenscope_lab::EngineConfig::default(),
-            "127.0.0.1:0".parse().unwrap(),
-        ))
-        .expect("lab engine");
-    let up = engine.addr();
-    let nginx = Nginx::start(
+    let (rt, engine, nginx) = engine_behind_nginx_with(
         dir.path(),
         &format!(
-            "proxy_pass http://{up}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
-             proxy_buffering off; \
-             location = /bomb {{ alias {}; default_type text/event-stream; \
+            "location = /bomb {{ alias {}; default_type text/event-stream; \
              add_header Content-Encoding gzip; gzip off; sendfile off; output_buffers 1 4k; }}",
             bomb.display()
         ),

@@ -17,7 +17,9 @@ pub mod tmux;
 
 pub use bin::{demo_recording, demo_stdout, lab, lab_command, profiler};
 pub use events::{io_bytes, io_events, read_recording, transitions};
-pub use nginx::{curl, engine_behind_nginx, free_port, wait_for_port, Nginx};
+pub use nginx::{
+    curl, engine_behind_nginx, engine_behind_nginx_with, free_port, wait_for_port, Nginx,
+};
 pub use recorder::{wait_timeout, Recorder};
 pub use report::{
     assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within,

@@ -192,6 +192,15 @@ pub fn curl(args: &[&str]) -> (u32, String) {
 /// The lab engine (on a runtime the caller keeps) behind real nginx on its four
 /// listeners, proxying with HTTP/1.1 keep-alive upstream and no buffering.
 pub fn engine_behind_nginx(dir: &Path) -> (tokio::runtime::Runtime, tokenscope_lab::Engine, Nginx) {
+    engine_behind_nginx_with(dir, "")
+}
+
+/// `engine_behind_nginx` with more directives in its location (e.g. a nested
+/// location that serves something else).
+pub fn engine_behind_nginx_with(
+    dir: &Path,
+    extra: &str,
+) -> (tokio::runtime::Runtime, tokenscope_lab::Engine, Nginx) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -208,7 +217,7 @@ pub fn engine_behind_nginx(dir: &Path) -> (tokio::runtime::Runtime, tokenscope_l
         dir,
         &format!(
             "proxy_pass http://{up}; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
-             proxy_buffering off;"
+             proxy_buffering off; {extra}"
         ),
     );
     (rt, engine, nginx)
