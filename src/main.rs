@@ -23,7 +23,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// No BTF or no usable I/O source: the host cannot run the probes (exit status 2).
+/// No BTF, no usable I/O source, or no privilege to load eBPF: the host (or this
+/// process) cannot run the probes (exit status 2).
 fn unsupported_kernel(e: &anyhow::Error) -> bool {
     use collector::probes::ProbeError;
     use collector::record::RecordSessionError;

@@ -91,12 +91,18 @@ fn duration_ends_the_recording() {
 
 /// Runs the binary and returns (exit code, stderr); asserts stderr is one error line.
 fn fails_with(cmd: &mut Command) -> String {
+    fails_with_code(cmd, 1)
+}
+
+/// As `fails_with`, with the exit code the failure must give (2: this host or these
+/// privileges cannot run the probes).
+fn fails_with_code(cmd: &mut Command, code: i32) -> String {
     let out = cmd.stdout(Stdio::null()).output().expect("run tokenscope");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(
         out.status.code(),
-        Some(1),
-        "exit code 1 for a failure; stderr: {stderr}"
+        Some(code),
+        "exit code {code} for this failure; stderr: {stderr}"
     );
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line of error, got: {stderr}");
@@ -132,14 +138,61 @@ fn unprivileged_is_one_clear_line() {
         .status()
         .expect("chmod");
     let out = dir.path().join("x.tsrec");
-    let e = fails_with(
+    let e = fails_with_code(
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(profiler())
             .args(["record", "--duration", "1s", "-o"])
             .arg(&out),
+        2,
     );
     assert!(e.contains("not privileged") && e.contains("CAP_BPF"), "{e}");
+}
+
+/// Root with capabilities taken away (setpriv drops them from the bounding and
+/// inheritable sets): without CAP_SYS_ADMIN and CAP_BPF or CAP_PERFMON, one line that
+/// names what is missing and the fix, exit 2; without CAP_SYS_ADMIN alone, the
+/// tracepoints record and each uprobe is skipped with a line.
+#[test]
+fn each_missing_capability_is_named_in_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("x.tsrec");
+    let without = |caps: &str| {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--bounding-set={caps}"))
+            .arg(format!("--inh-caps={caps}"))
+            .arg(profiler())
+            .args(["record", "--duration", "1s", "-o"])
+            .arg(&out);
+        cmd
+    };
+    for (caps, named) in [
+        ("-bpf,-sys_admin", "CAP_BPF"),
+        ("-perfmon,-sys_admin", "CAP_PERFMON"),
+        (
+            "-bpf,-perfmon,-sys_admin",
+            "CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN",
+        ),
+    ] {
+        let e = fails_with_code(&mut without(caps), 2);
+        assert!(
+            e.contains(&format!("not privileged (no {named}")) && e.contains("setcap"),
+            "{caps}: {e}"
+        );
+    }
+    let run = without("-sys_admin").output().expect("run tokenscope");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "tracepoints need no CAP_SYS_ADMIN: {stderr}"
+    );
+    assert!(
+        stderr.contains("probe skipped: uprobe:") && stderr.contains("recording:"),
+        "uprobes skipped with a line each, the rest recorded: {stderr}"
+    );
+    let (header, _) = read_recording(&out);
+    assert!(header.complete);
 }
 
 #[test]

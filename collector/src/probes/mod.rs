@@ -69,8 +69,8 @@ impl Default for ProbeConfig {
 pub enum ProbeError {
     #[error("this tokenscope was built without its eBPF probes (clang was missing at build time); run `cargo xtask setup` and rebuild")]
     NotBuilt,
-    #[error("not privileged: loading eBPF needs root, or CAP_BPF and CAP_PERFMON (plus CAP_SYS_ADMIN for uprobes)")]
-    NotPrivileged,
+    #[error("not privileged (no {0}): loading eBPF needs root, or CAP_BPF and CAP_PERFMON (plus CAP_SYS_ADMIN for uprobes); run as root or: setcap cap_bpf,cap_perfmon,cap_sys_admin+ep tokenscope")]
+    NotPrivileged(String),
     #[error("kernel BTF not found at {0}: this kernel was built without CONFIG_DEBUG_INFO_BTF; pass one for it with --btf FILE (BTFHub-style)")]
     NoBtf(String),
     #[error("--btf {path}: {reason}")]
@@ -96,8 +96,8 @@ pub enum ProbeError {
 }
 
 impl ProbeError {
-    /// The kernel cannot host tokenscope (as opposed to a usage or a transient error):
-    /// callers exit with status 2 for these.
+    /// This kernel, or this process's privileges, cannot host tokenscope (as opposed to
+    /// a usage or a transient error): callers exit with status 2 for these.
     pub fn is_unsupported_kernel(&self) -> bool {
         matches!(
             self,
@@ -105,6 +105,7 @@ impl ProbeError {
                 | ProbeError::BadBtf { .. }
                 | ProbeError::NoIoSource(_)
                 | ProbeError::IoSourceUnavailable { .. }
+                | ProbeError::NotPrivileged(_)
         )
     }
 }

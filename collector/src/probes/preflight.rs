@@ -14,7 +14,13 @@ pub(super) fn check(cfg: &ProbeConfig) -> Result<(), ProbeError> {
     let caps = effective_caps().unwrap_or(0);
     let has = |c: u32| caps & (1u64 << c) != 0;
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
-        return Err(ProbeError::NotPrivileged);
+        let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+            .into_iter()
+            .filter(|(c, _)| !has(*c))
+            .map(|(_, name)| name)
+            .chain(["CAP_SYS_ADMIN"])
+            .collect();
+        return Err(ProbeError::NotPrivileged(missing.join(", ")));
     }
     if cfg.btf.is_none() {
         let btf = kernel_btf_path();
