@@ -359,26 +359,50 @@ impl Spill {
     }
 }
 
-/// A file with no name in the temporary directory (O_TMPFILE, mode 0600): gone when
-/// closed, whatever ends the process.
+/// A file with no name in the temporary directory, mode 0600: gone when closed,
+/// whatever ends the process.
 fn unnamed_file() -> io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = std::env::temp_dir();
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE)
-        .open(&dir)
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "a temporary file in {} for the report's requests: {e}",
-                    dir.display()
-                ),
-            )
-        })
+    unnamed_file_in(&dir, true).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "a temporary file in {} for the report's requests: {e}",
+                dir.display()
+            ),
+        )
+    })
+}
+
+/// O_TMPFILE where the filesystem has it (`tmpfile`); else (9p, some overlay and
+/// network filesystems: EOPNOTSUPP) a new 0600 file unlinked as soon as it is open.
+fn unnamed_file_in(dir: &std::path::Path, tmpfile: bool) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |flags: i32| {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).write(true).mode(0o600).custom_flags(flags);
+        o
+    };
+    if tmpfile {
+        match open(libc::O_TMPFILE).open(dir) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {} // a kernel without it
+            Err(e) => return Err(e),
+        }
+    }
+    for n in 0u32.. {
+        let path = dir.join(format!(".tokenscope-report-{}-{n}", std::process::id()));
+        match open(0).create_new(true).open(&path) {
+            Ok(f) => {
+                std::fs::remove_file(&path)?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 fn cupti_kind(kind: crate::ingest::model::GpuActivityKind) -> Option<&'static str> {
@@ -545,5 +569,24 @@ mod tests {
             .expect("empty");
         let v: serde_json::Value = serde_json::from_str(&json(&empty)).expect("JSON");
         assert_eq!(v["requests"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn the_spill_file_has_no_name_with_or_without_o_tmpfile() {
+        use std::io::{Read, Seek};
+        let dir = tempfile::tempdir().expect("tempdir");
+        for tmpfile in [true, false] {
+            let mut f = unnamed_file_in(dir.path(), tmpfile).expect("a file");
+            f.write_all(b"spilled").unwrap();
+            f.rewind().unwrap();
+            let mut back = String::new();
+            f.read_to_string(&mut back).unwrap();
+            assert_eq!(back, "spilled");
+            let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert!(
+                names.is_empty(),
+                "tmpfile {tmpfile}: no name left: {names:?}"
+            );
+        }
     }
 }
