@@ -19,7 +19,6 @@ use tokenscope_lab::{Engine, EngineConfig};
 /// 16 concurrent streams, two requests each.
 const STREAMS: usize = 16;
 const REQUESTS: u64 = 32;
-const MS: u64 = 1_000_000;
 
 /// What one bench run sent: its API's label in the report, and bench's records.
 struct Run {

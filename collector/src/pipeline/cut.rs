@@ -77,6 +77,16 @@ impl Cutter {
     /// them, cut or not: all of the recording's in one window, as a whole-recording
     /// join has them).
     pub fn cut(&mut self, end_ns: u64) -> Cut {
+        let from = self.steps_cut;
+        let requests = self.cut_requests(end_ns);
+        Cut {
+            requests,
+            steps: self.steps[from..self.steps_cut].to_vec(),
+        }
+    }
+
+    /// `cut` without a copy of the window's steps (for views that do not draw them).
+    pub fn cut_requests(&mut self, end_ns: u64) -> Vec<Request> {
         let (mut requests, later): (Vec<Request>, Vec<Request>) =
             std::mem::take(&mut self.requests)
                 .into_iter()
@@ -88,10 +98,8 @@ impl Cutter {
         }
         self.next_id += requests.len();
         attribution::attribute(&mut requests, &mut self.steps);
-        let n = self.steps[self.steps_cut..].partition_point(|s| s.start_ns < end_ns);
-        let steps = self.steps[self.steps_cut..self.steps_cut + n].to_vec();
-        self.steps_cut += n;
-        Cut { requests, steps }
+        self.steps_cut += self.steps[self.steps_cut..].partition_point(|s| s.start_ns < end_ns);
+        requests
     }
 
     /// Every step held, cut or not, in start order (what a window's diagnoses read).

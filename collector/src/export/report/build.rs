@@ -13,7 +13,7 @@ use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
-use crate::pipeline::cut::{Cut, Cutter};
+use crate::pipeline::cut::Cutter;
 use crate::pipeline::{self, Output, Pipeline};
 use crate::stitch::Request;
 
@@ -187,8 +187,7 @@ impl Builder {
 
     fn cut(&mut self, end: u64) {
         self.origin = Some(self.origin());
-        let Cut { requests, steps } = self.cutter.cut(end);
-        drop(steps);
+        let requests = self.cutter.cut_requests(end);
         let keep = self.nvml.partition_point(|(ts, _)| *ts < end);
         let nvml: Vec<_> = self.nvml.drain(..keep).collect();
         if !requests.is_empty() {
