@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::protocol::limits::Limit;
 use crate::stitch::{Connection, Conns};
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -29,14 +30,10 @@ pub struct Protocols {
     pub h2_unknown_headers: u64,
     /// Streams already open when the recording began: timed, head unknown.
     pub h2_attached_mid: usize,
-    /// gzip-encoded event streams cut at the inflate limit (a gzip bomb, or a stream
-    /// longer than any token stream): their events past it are not read.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub inflate_cut: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
+    /// Parser bounds that input reached (`protocol::limits`), by key: a gzip bomb cut
+    /// at the inflate limit, an endless HTTP head, ... Only those reached.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<&'static str, u64>,
 }
 
 /// Connections added one at a time (in any order); `finish` gives the summary.
@@ -68,7 +65,11 @@ impl ProtocolTally {
                 }
             }
         }
-        self.counts.inflate_cut += c.inflate_cut;
+        for (limit, &n) in Limit::ALL.iter().zip(&c.limits) {
+            if n > 0 {
+                *self.counts.limits.entry(limit.key()).or_default() += n;
+            }
+        }
         if c.h2 {
             let p = &mut self.counts;
             p.h2_connections += 1;

@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 
 pub use crate::analyze::protocols::{summarize, Protocols};
+use crate::protocol::limits::Limit;
 
 pub fn write_text(p: &Protocols, out: &mut dyn Write) -> io::Result<()> {
     if !p.tls_plaintext.is_empty() {
@@ -25,13 +26,10 @@ pub fn write_text(p: &Protocols, out: &mut dyn Write) -> io::Result<()> {
             p.tls_untied
         )?;
     }
-    if p.inflate_cut > 0 {
-        writeln!(
-            out,
-            "gzip: {} streams cut at the {} MiB inflate limit (their events past it are not read)",
-            p.inflate_cut,
-            crate::protocol::MAX_INFLATED_BYTES >> 20
-        )?;
+    for limit in Limit::ALL {
+        if let Some(&n) = p.limits.get(limit.key()) {
+            writeln!(out, "limit: {}", limit.describe(n))?;
+        }
     }
     if p.h2_connections > 0 {
         writeln!(

@@ -204,9 +204,17 @@ pub(crate) mod test_records {
     }
 
     pub(crate) fn io_record(payload: &[u8]) -> Vec<u8> {
+        io_record_on(tcp_sock().skaddr, payload)
+    }
+
+    /// An I/O on the socket at kernel address `skaddr`.
+    pub(crate) fn io_record_on(skaddr: u64, payload: &[u8]) -> Vec<u8> {
         let head = abi::TsIoEventHead {
             hdr: header(abi::EV_IO),
-            sock: tcp_sock(),
+            sock: TsSock {
+                skaddr,
+                ..tcp_sock()
+            },
             dir: abi::DIR_SEND,
             syscall: abi::SYS_SENDTO,
             fd: 3,

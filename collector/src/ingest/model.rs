@@ -299,10 +299,10 @@ pub struct Sniff {
     /// first SETTINGS.
     #[prost(bool, tag = "31")]
     pub h2_preface: bool,
-    /// A gzip stream reached the inflate limit here (`protocol::content::MAX_INFLATED_BYTES`):
-    /// its events from here on are not read.
-    #[prost(bool, tag = "32")]
-    pub inflate_cut: bool,
+    /// The parser bounds this I/O reached, one bit per `protocol::limits::Limit`
+    /// (`Sniff::hit`, `Sniff::hits`). Tag 32 (a gzip-only flag) is retired.
+    #[prost(uint32, tag = "33")]
+    pub limits: u32,
 }
 
 /// One HTTP/2 stream's share of an I/O.

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use flate2::write::GzDecoder;
 
+use super::limits::Limit;
 use super::sse::SseSplitter;
 use super::{fnv_extend, http, FNV_OFFSET};
 use crate::ingest::model::{BodyPrint, Header, Sniff};
@@ -17,7 +18,7 @@ const BODY_PRINT_BYTES: usize = 1024;
 const PREFIX_STEP: usize = 1024;
 const PREFIX_BYTES: usize = 64 << 10;
 /// Most bytes one gzip-encoded stream is inflated to (a gzip bomb is read this far, then
-/// no further: counted in `Sniff::inflate_cut`, its events past it unseen).
+/// no further: `Limit::Inflate`, its events past it unseen).
 pub const MAX_INFLATED_BYTES: u64 = 8 << 20;
 /// Compressed bytes inflated at a time: deflate expands at most ~1032x, so one step
 /// makes at most ~264 KiB, and the limit is checked between steps.
@@ -191,13 +192,16 @@ impl BodyContent {
                     }
                     self.inflated += gz.get_ref().len() as u64;
                     if self.inflated > MAX_INFLATED_BYTES {
-                        out.inflate_cut = true;
+                        out.hit(Limit::Inflate);
                         stop = true;
                         break;
                     }
                     let events = past_gap(&mut self.gap, gz.get_ref());
                     out.sse.extend(splitter.feed(events));
                     gz.get_mut().clear();
+                }
+                if splitter.take_cut() {
+                    out.hit(Limit::SseEvent);
                 }
                 if stop {
                     self.sse = None;
@@ -207,6 +211,9 @@ impl BodyContent {
             (Some(splitter), None) => {
                 out.sse
                     .extend(splitter.feed(past_gap(&mut self.gap, content)));
+                if splitter.take_cut() {
+                    out.hit(Limit::SseEvent);
+                }
             }
             (None, _) => {}
         }

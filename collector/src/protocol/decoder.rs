@@ -6,12 +6,13 @@
 
 use std::collections::HashMap;
 
+use super::limits::Limit;
 use super::stream::StreamParser;
 use crate::ingest::decode::{decode_record, DecodeError};
 use crate::ingest::model::{event::Body, Direction, Event, TcpState};
 
 /// Streams tracked at once; the least recently used are forgotten past this.
-const MAX_STREAMS: usize = 1 << 16;
+pub(crate) const MAX_STREAMS: usize = 1 << 16;
 
 type StreamKey = (u64, i32, bool);
 
@@ -42,22 +43,29 @@ impl Decoder {
             Some(Body::Io(io)) => {
                 let skaddr = io.sock.as_ref().map_or(0, |s| s.skaddr);
                 let key = (skaddr, io.dir, io.syscall().is_tls_plaintext());
-                io.sniff = Some(self.stream(key).feed(payload, io.bytes));
+                let (parser, evicted) = self.stream(key);
+                let mut sniff = parser.feed(payload, io.bytes);
+                if evicted {
+                    sniff.hit(Limit::TrackedStreams);
+                }
+                io.sniff = Some(sniff);
             }
             _ => {}
         }
         Ok(event)
     }
 
-    fn stream(&mut self, key: StreamKey) -> &mut StreamParser {
+    /// `key`'s parser, and whether others were let go to make room for it.
+    fn stream(&mut self, key: StreamKey) -> (&mut StreamParser, bool) {
         self.tick += 1;
-        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&key) {
+        let full = self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&key);
+        if full {
             let horizon = self.tick.saturating_sub(MAX_STREAMS as u64 / 2);
             self.streams.retain(|_, (_, used)| *used >= horizon);
         }
         let entry = self.streams.entry(key).or_default();
         entry.1 = self.tick;
-        &mut entry.0
+        (&mut entry.0, full)
     }
 
     fn forget(&mut self, skaddr: u64) {
@@ -72,8 +80,9 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::decode::test_records::io_record;
+    use crate::ingest::decode::test_records::{io_record, io_record_on};
     use crate::ingest::model::{sniff, Syscall};
+    use crate::protocol::limits::Limit;
 
     #[test]
     fn io_event_sniffs_and_drops_payload() {
@@ -94,6 +103,35 @@ mod tests {
         assert!(
             !format!("{ev:?}").contains("hunter2"),
             "the Authorization value must not survive decoding"
+        );
+    }
+
+    #[test]
+    fn past_the_tracked_streams_the_oldest_half_goes_and_the_limit_is_named() {
+        let mut d = Decoder::new();
+        let hits = |d: &mut Decoder, skaddr: u64| -> Vec<Limit> {
+            let ev = d
+                .decode(&io_record_on(skaddr, b"x"))
+                .expect("valid io event");
+            ev.io()
+                .and_then(|io| io.sniff.as_ref())
+                .expect("sniff")
+                .hits()
+                .collect()
+        };
+        for skaddr in 1..=MAX_STREAMS as u64 {
+            assert!(hits(&mut d, skaddr).is_empty(), "socket {skaddr} fits");
+        }
+        // An I/O on a socket already tracked makes no room.
+        assert!(hits(&mut d, 1).is_empty());
+        assert_eq!(
+            hits(&mut d, MAX_STREAMS as u64 + 1),
+            [Limit::TrackedStreams]
+        );
+        assert!(
+            d.streams.len() <= MAX_STREAMS / 2 + 2,
+            "{} kept",
+            d.streams.len()
         );
     }
 }

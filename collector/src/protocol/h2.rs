@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::content::BodyContent;
 use super::hpack;
 use super::http;
+use super::limits::Limit;
 use crate::ingest::model::{sniff, H2StreamSniff, Sniff};
 
 /// The client connection preface (RFC 9113 section 3.4).
@@ -522,6 +523,7 @@ impl H2Conn {
     /// A header block over the limit: dropped, with the table it may have changed.
     fn oversized(&mut self, head: FrameHead, io: &mut Io) {
         io.error();
+        io.out.hit(Limit::H2HeaderBlock);
         self.drop_block();
         if !head.has(END_HEADERS) {
             self.block = Some(PendingBlock::dropped(head.stream));
@@ -589,6 +591,7 @@ impl H2Conn {
         if self.streams.len() >= MAX_STREAMS {
             self.streams.pop_first();
             io.error();
+            io.out.hit(Limit::H2Streams);
         }
         self.streams.insert(id, H2Stream::default());
         true

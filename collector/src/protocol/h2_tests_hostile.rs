@@ -2,6 +2,7 @@
 //! skipped, never a panic, never taken for something it is not.
 
 use super::*;
+use crate::protocol::limits::Limit;
 
 #[test]
 fn malformed_frames_are_counted_and_skipped() {
@@ -88,8 +89,9 @@ fn oversized_header_block_is_dropped_with_the_table() {
     }
     frames.extend(frame(CONTINUATION, END_HEADERS, 3, &[0x88]));
     frames.extend(frame(HEADERS, END_HEADERS | END_STREAM, 5, &[0x88, 0xbe]));
-    let (_, sum) = server_with(&frames);
+    let (sniffs, sum) = server_with(&frames);
     assert_eq!(sum.errors, 1);
+    assert_eq!(hits(&sniffs), [Limit::H2HeaderBlock], "the limit is named");
     assert!(sum
         .streams
         .get(&3)
@@ -100,7 +102,13 @@ fn oversized_header_block_is_dropped_with_the_table() {
     );
     // A single HEADERS frame over the limit, too.
     let big = frame(HEADERS, END_HEADERS, 1, &vec![0x88; MAX_BLOCK + 300]);
-    assert_eq!(server_with(&big).1.errors, 1);
+    let (sniffs, sum) = server_with(&big);
+    assert_eq!(sum.errors, 1);
+    assert_eq!(hits(&sniffs), [Limit::H2HeaderBlock]);
+}
+
+fn hits(sniffs: &[Sniff]) -> Vec<Limit> {
+    sniffs.iter().flat_map(Sniff::hits).collect()
 }
 
 #[test]
@@ -190,11 +198,15 @@ fn push_promise_keeps_the_table_in_step() {
 fn open_streams_are_capped() {
     let mut p = StreamParser::default();
     let mut sum = summarize(&[p.feed(&settings(&[]), 9)]);
+    let mut cut = Vec::new();
     for id in 0..(MAX_STREAMS as u32 + 4) {
         let f = frame(HEADERS, END_HEADERS, 2 * id + 1, &[0x88]);
-        sum.errors += p.feed(&f, f.len() as u64).h2_errors;
+        let sniff = p.feed(&f, f.len() as u64);
+        sum.errors += sniff.h2_errors;
+        cut.extend(sniff.hits());
     }
     assert_eq!(sum.errors, 4, "the four oldest were dropped");
+    assert_eq!(cut, [Limit::H2Streams; 4], "each drop names the limit");
     // Closed streams are released: no error however many come and go.
     let mut p = StreamParser::default();
     p.feed(&settings(&[]), 9);

@@ -9,6 +9,7 @@ pub mod decoder;
 pub mod h2;
 pub mod hpack;
 pub mod http;
+pub mod limits;
 pub mod shape;
 pub mod sse;
 pub mod stream;

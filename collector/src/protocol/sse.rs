@@ -7,7 +7,7 @@ use super::{fingerprint, shape};
 use crate::ingest::model::{SseEvent, SseKind};
 
 /// Longest event kept whole for fingerprinting; longer ones are fingerprinted on this prefix.
-const MAX_EVENT: usize = 64 << 10;
+pub(crate) const MAX_EVENT: usize = 64 << 10;
 
 #[derive(Debug, Default)]
 pub struct SseSplitter {
@@ -18,6 +18,8 @@ pub struct SseSplitter {
     event: Vec<u8>,
     /// Bytes of the current event beyond MAX_EVENT (not kept).
     overflow: usize,
+    /// An event longer than MAX_EVENT ended since `take_cut` last asked.
+    cut: bool,
     /// The previous byte was a line feed (a second one ends the event).
     at_line_start: bool,
     /// A carriage return was the last byte; a following LF belongs to it.
@@ -36,6 +38,7 @@ impl SseSplitter {
             self.after_cr = b == b'\r';
             let newline = b == b'\n' || b == b'\r';
             if newline && (self.at_line_start || self.ndjson) {
+                self.cut |= self.overflow > 0;
                 if !self.event.is_empty() || self.overflow > 0 {
                     if self.ndjson {
                         done.extend(verdicts(&self.event));
@@ -56,6 +59,12 @@ impl SseSplitter {
             self.at_line_start = newline;
         }
         done
+    }
+
+    /// Whether an event longer than MAX_EVENT ended since the last call
+    /// (`Limit::SseEvent`).
+    pub fn take_cut(&mut self) -> bool {
+        std::mem::take(&mut self.cut)
     }
 
     /// Drops a partial event (the stream lost bytes).

@@ -6,11 +6,12 @@
 use super::body::{BodyReader, Chunk};
 use super::content::{sse_start, BodyContent};
 use super::h2::{self, H2Conn};
+use super::limits::Limit;
 use super::{fingerprint, http, tls};
 use crate::ingest::model::{sniff, Header, Sniff, TlsRecord, TlsRecords};
 
 /// Longest HTTP head accepted before the stream is declared unparsable.
-const MAX_HEAD: usize = 64 << 10;
+pub(crate) const MAX_HEAD: usize = 64 << 10;
 
 #[derive(Debug, Default)]
 pub struct StreamParser {
@@ -178,6 +179,7 @@ impl StreamParser {
         else {
             if buf.len() > MAX_HEAD {
                 out.unparsed = true;
+                out.hit(Limit::HttpHead);
                 self.phase = Phase::Lost;
             } else {
                 self.phase = Phase::Head(buf);

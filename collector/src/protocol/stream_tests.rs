@@ -1,5 +1,6 @@
 use super::*;
 use crate::ingest::model::{SseEvent, SseKind, TlsRecords};
+use crate::protocol::sse;
 
 fn sse_event(i: usize) -> String {
     format!("data: {{\"id\":\"cmpl-1\",\"choices\":[{{\"index\":0,\"text\":\" tok{i}\"}}]}}\n\n")
@@ -426,9 +427,10 @@ fn a_gzip_bomb_is_inflated_to_the_limit_then_cut_and_counted() {
         sniffs.push(p.feed(&io, io.len() as u64));
     }
     const MAX_INFLATED_BYTES: u64 = crate::protocol::MAX_INFLATED_BYTES;
-    let cuts = sniffs.iter().filter(|s| s.inflate_cut).count();
+    let cut = |s: &&Sniff| s.hits().eq([Limit::Inflate]);
+    let cuts = sniffs.iter().filter(cut).count();
     assert_eq!(cuts, 1, "cut once, where the limit was reached");
-    let at = sniffs.iter().position(|s| s.inflate_cut).unwrap();
+    let at = sniffs.iter().position(|s| cut(&s)).unwrap();
     let tokens = events(&sniffs)
         .iter()
         .filter(|e| e.kind() == SseKind::Choice)
@@ -443,4 +445,37 @@ fn a_gzip_bomb_is_inflated_to_the_limit_then_cut_and_counted() {
         "nothing after the cut"
     );
     assert!(at < sniffs.len() - 1, "the cut came well before the end");
+}
+
+#[test]
+fn a_head_past_its_limit_ends_parsing_and_names_the_limit() {
+    let mut p = StreamParser::default();
+    let mut head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n".to_vec();
+    let line = b"x-filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let mut hits = Vec::new();
+    while head.len() <= MAX_HEAD + line.len() {
+        head.extend_from_slice(line);
+    }
+    for piece in head.chunks(4096) {
+        hits.extend(p.feed(piece, piece.len() as u64).hits());
+    }
+    assert_eq!(hits, [Limit::HttpHead], "named once, where it was passed");
+    let after = p.feed(b"\r\n\r\n", 4);
+    assert!(after.kind.is_none(), "nothing is parsed past the limit");
+}
+
+#[test]
+fn an_event_past_its_limit_is_counted_and_the_stream_goes_on() {
+    let mut stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n".to_vec();
+    let long = format!("data: {{\"x\":\"{}\"}}\n\n", "a".repeat(sse::MAX_EVENT));
+    stream.extend_from_slice(long.as_bytes());
+    stream.extend_from_slice(sse_event(1).as_bytes());
+    let sniffs = feed_all(&stream.chunks(1000).collect::<Vec<_>>());
+    let hits: Vec<Limit> = sniffs.iter().flat_map(Sniff::hits).collect();
+    assert_eq!(hits, [Limit::SseEvent]);
+    let tokens = events(&sniffs)
+        .iter()
+        .filter(|e| e.kind() == SseKind::Choice)
+        .count();
+    assert_eq!(tokens, 1, "the event after the long one is read");
 }

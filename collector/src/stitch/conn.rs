@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use crate::ingest::model::{
-    event::Body, sniff, Api, Direction, Event, SseKind, TcpState, TokenKind,
+    event::Body, sniff, Api, Direction, Event, Sniff, SseKind, TcpState, TokenKind,
 };
+use crate::protocol::limits::Limit;
 use crate::protocol::{http, tls};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -56,8 +57,8 @@ pub struct Connection {
     pub exchange_base: usize,
     /// I/Os whose bytes could not be read as HTTP or TLS.
     pub unparsed_ios: u64,
-    /// gzip streams cut at the inflate limit (`protocol::content::MAX_INFLATED_BYTES`).
-    pub inflate_cut: u64,
+    /// Parser bounds its I/Os reached, by `protocol::limits::Limit` (in `Limit::ALL` order).
+    pub limits: [u64; Limit::ALL.len()],
     /// TLS plaintext (OpenSSL uprobes) was seen: exchanges come from it, and the
     /// TLS records only time the handshake.
     pub plaintext: bool,
@@ -338,7 +339,7 @@ impl Connection {
             exchanges: Vec::new(),
             exchange_base: 0,
             unparsed_ios: 0,
-            inflate_cut: 0,
+            limits: [0; Limit::ALL.len()],
             plaintext: false,
             h2: false,
             h2_control_frames: 0,
@@ -421,8 +422,9 @@ impl Connection {
         if sn.unparsed {
             self.unparsed_ios += 1;
         }
-        if sn.inflate_cut {
-            self.inflate_cut += 1;
+        let streams = sn.h2_streams.iter().filter_map(|s| s.sniff.as_ref());
+        for limit in std::iter::once(sn).chain(streams).flat_map(Sniff::hits) {
+            self.limits[limit as usize] += 1;
         }
         if let Some(sniff::Kind::Tls(t)) = &sn.kind {
             self.tls_records(ev.ts_ns, io.dir(), t);
