@@ -129,6 +129,35 @@ fn choice_series(at: &Value) -> Vec<Vec<u64>> {
     series
 }
 
+/// What a failed count needs to be understood: bench's requests on one connection, the
+/// report's, and what the recording lost.
+fn explain(report: &Value, bench: &[&RequestRecord], ours: &[&Value]) -> String {
+    let mut out = format!(
+        "recording: {}, unparsed ios {}\nbench (start ns, tokens):",
+        report["recording"], report["unparsed_ios"]
+    );
+    for b in bench {
+        let tokens = b.events.iter().filter(|e| e.choice).count();
+        out += &format!(" ({}, {tokens})", b.request_start_ns);
+    }
+    out += "\nreport:";
+    for r in ours {
+        out += &format!(
+            "\n  id {} start {} first byte {} end {} on-connection {} dropped {} truncated {} points {:?} tokens {}",
+            r["id"],
+            r["start_ns"],
+            r["first_byte_ns"],
+            r["end_ns"],
+            r["connection_requests"],
+            r["events_dropped"],
+            r["truncated"],
+            point_kinds(r),
+            tokens_at(r, "client_read")
+        );
+    }
+    out
+}
+
 #[test]
 fn every_api_through_nginx_is_found_named_counted_and_timed_as_bench_saw_it() {
     let (runs, report) = record_every_api();
@@ -155,7 +184,13 @@ fn every_api_through_nginx_is_found_named_counted_and_timed_as_bench_saw_it() {
             });
             bs.sort_by_key(|b| b.request_start_ns);
             rs.sort_by_key(|r| ns(&r["first_byte_ns"]));
-            assert_eq!(bs.len(), rs.len(), "{}: requests on :{port}", run.name);
+            assert_eq!(
+                bs.len(),
+                rs.len(),
+                "{}: requests on :{port}\n{}",
+                run.name,
+                explain(&report, &bs, &rs)
+            );
             for (b, r) in bs.iter().zip(rs) {
                 assert_eq!(
                     r["api"], run.label,
