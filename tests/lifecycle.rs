@@ -374,3 +374,41 @@ fn sigkill_at_any_point_leaves_no_programs_and_a_readable_file() {
     println!("20 SIGKILLs: {read} files read back ({cut_off} flagged cut off), {refused} refused with one line");
     assert!(read >= 10, "most kills came after the header: {read} read");
 }
+
+/// tracefs mounted by `record` (a host that had none) is unmounted when it exits; one
+/// that was mounted before stays. Run in a private mount namespace with tracefs
+/// unmounted, so the host's own mount is untouched.
+#[test]
+fn tracefs_mounted_by_record_is_unmounted_at_exit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.tsrec");
+    let script = format!(
+        "umount /sys/kernel/debug/tracing 2>/dev/null; umount /sys/kernel/tracing 2>/dev/null; \
+         grep -c ' - tracefs ' /proc/self/mountinfo; \
+         {bin} record --duration 300ms -o {out} || exit 9; \
+         grep -c ' - tracefs ' /proc/self/mountinfo; \
+         mount -t tracefs nodev /sys/kernel/tracing || exit 8; \
+         {bin} record --duration 300ms -o {out} || exit 9; \
+         grep -c ' - tracefs ' /proc/self/mountinfo; true",
+        bin = profiler().display(),
+        out = path.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("run unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counts: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        counts,
+        ["0", "0", "1"],
+        "tracefs mounts: none before, none after record mounted its own, and the one that was there stays"
+    );
+    let (header, _) = read_recording(&path);
+    assert!(header.complete);
+}

@@ -123,6 +123,8 @@ pub struct Probes {
     pub attached: Vec<String>,
     /// `category:name: reason` of each tracepoint the kernel lacked.
     pub skipped: Vec<String>,
+    /// Last, so that it is unmounted (when mounted here) after the probes detached.
+    tracefs: Option<preflight::Tracefs>,
 }
 
 impl Probes {
@@ -154,7 +156,7 @@ impl Probes {
             })?),
             None => None,
         };
-        let candidates = KernelFeatures::probe(&tracefs)
+        let candidates = KernelFeatures::probe(&tracefs.path)
             .candidates(cfg.io_source)
             .map_err(|(forced, why)| match forced {
                 Some(s) => ProbeError::IoSourceUnavailable {
@@ -167,8 +169,9 @@ impl Probes {
         // function the kernel blacklists): fall back to the next, and say so.
         let mut fell_back = Vec::new();
         for (i, &source) in candidates.iter().enumerate() {
-            match Self::load_with(cfg, object, &tracefs, source, btf.as_ref()) {
+            match Self::load_with(cfg, object, &tracefs.path, source, btf.as_ref()) {
                 Ok(mut probes) => {
+                    probes.tracefs = Some(tracefs);
                     probes.skipped.extend(fell_back);
                     return Ok(probes);
                 }
@@ -264,6 +267,7 @@ impl Probes {
             io_source: source,
             attached,
             skipped,
+            tracefs: None,
         })
     }
 

@@ -61,10 +61,39 @@ pub fn tracefs_root() -> Option<PathBuf> {
         .find(|p| p.join("events").is_dir())
 }
 
+/// tracefs as the probes need it: found mounted, or mounted here and unmounted again
+/// when dropped (after the probes it served), so the host is left as it was found.
+#[derive(Debug)]
+pub(super) struct Tracefs {
+    pub path: PathBuf,
+    mounted_here: bool,
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if !self.mounted_here {
+            return;
+        }
+        let Ok(path) = std::ffi::CString::new(self.path.as_os_str().as_encoded_bytes()) else {
+            return;
+        };
+        // SAFETY: a valid NUL-terminated path. Busy (another process opened a file in
+        // it since): detached, so it goes once that file is closed.
+        unsafe {
+            if libc::umount2(path.as_ptr(), 0) != 0 {
+                libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+    }
+}
+
 /// The mounted tracefs, mounting it at /sys/kernel/tracing when it is not.
-pub(super) fn ensure_tracefs() -> Result<PathBuf, ProbeError> {
-    if let Some(p) = tracefs_root() {
-        return Ok(p);
+pub(super) fn ensure_tracefs() -> Result<Tracefs, ProbeError> {
+    if let Some(path) = tracefs_root() {
+        return Ok(Tracefs {
+            path,
+            mounted_here: false,
+        });
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: valid NUL-terminated strings; no data argument.
@@ -82,6 +111,14 @@ pub(super) fn ensure_tracefs() -> Result<PathBuf, ProbeError> {
             std::io::Error::last_os_error().to_string(),
         ));
     }
-    tracefs_root()
-        .ok_or_else(|| ProbeError::NoTracefs("mounted, but no events directory appeared".into()))
+    let mounted = Tracefs {
+        path: PathBuf::from("/sys/kernel/tracing"),
+        mounted_here: true,
+    };
+    match tracefs_root() {
+        Some(path) if path == mounted.path => Ok(mounted),
+        _ => Err(ProbeError::NoTracefs(
+            "mounted, but no events directory appeared".into(),
+        )),
+    }
 }
