@@ -3,7 +3,10 @@
 //! and cleartext HTTP/2 with prior knowledge (h2c). The OpenSSL uprobes give the
 //! plaintext at curl and at nginx, the HTTP/2 decoder turns streams into requests,
 //! and each request must come out once, joined from curl to the engine, with every
-//! token the client received timed at every point, and no secret in any output.
+//! token the client received timed at every point, and no secret in any output: the
+//! secrets audit plants every kind (Authorization, Proxy-Authorization, Cookie,
+//! Set-Cookie, x-api-key, api-key, a query string, the prompt) and checks the
+//! completion text too, on every hop and in every output.
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
@@ -17,6 +20,10 @@ const COOKIE: &str = "session=SECRET-cookie-9a9a";
 const API_KEY: &str = "SECRET-x-api-key-77";
 const QUERY: &str = "SECRET-query-3131";
 const PROMPT: &str = "SECRET-prompt-words-of-the-user";
+const PROXY_AUTH: &str = "SECRET-proxy-auth-2b2b";
+const AZURE_KEY: &str = "SECRET-api-key-header-6c6c";
+/// nginx sets it on every response to curl.
+const SET_COOKIE: &str = "sid=SECRET-set-cookie-0e0e";
 const TOKENS: usize = 12;
 
 /// How curl speaks to nginx.
@@ -27,8 +34,9 @@ enum Wire {
     H2c,
 }
 
-/// Streams one chat completion with curl; returns the token events curl received.
-fn stream_with_curl(nginx: &Nginx, wire: Wire) -> usize {
+/// Streams one chat completion with curl; returns the token events curl received and
+/// the completion's text.
+fn stream_with_curl(nginx: &Nginx, wire: Wire) -> (usize, String) {
     let (flag, scheme, port) = match wire {
         Wire::Http1Tls => ("--http1.1", "https", nginx.https_port),
         Wire::Http2Tls => ("--http2", "https", nginx.h2_port),
@@ -40,6 +48,8 @@ fn stream_with_curl(nginx: &Nginx, wire: Wire) -> usize {
     );
     let (_, out) = curl(&[
         "-sSNk",
+        "-D",
+        "-", // the response head too: the Set-Cookie secret was on the wire
         flag,
         "-H",
         &format!("Authorization: Bearer {AUTH}"),
@@ -48,29 +58,56 @@ fn stream_with_curl(nginx: &Nginx, wire: Wire) -> usize {
         "-H",
         &format!("x-api-key: {API_KEY}"),
         "-H",
+        &format!("Proxy-Authorization: Basic {PROXY_AUTH}"),
+        "-H",
+        &format!("api-key: {AZURE_KEY}"),
+        "-H",
         "Content-Type: application/json",
         "--data-binary",
         &body,
         &url,
     ]);
-    let tokens = out
+    let choices: Vec<Value> = out
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
         .filter(|v| v["choices"].as_array().is_some_and(|c| !c.is_empty()))
-        .count();
+        .collect();
+    let tokens = choices.len();
+    assert!(
+        out.to_ascii_lowercase()
+            .contains(&SET_COOKIE.to_ascii_lowercase()),
+        "nginx sent Set-Cookie ({wire:?}):\n{out}"
+    );
+    let text: String = choices
+        .iter()
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
+        .collect();
     // The last choice event carries finish_reason: one more than max_tokens.
     assert!(
         tokens >= TOKENS,
         "curl ({wire:?}) received the stream:\n{out}"
     );
-    tokens
+    (tokens, text)
+}
+
+/// What of a completion's text must not leave: the whole of it and every run of
+/// three tokens' worth of it (long enough never to occur by chance).
+fn completion_pieces(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    let mut pieces = vec![text.to_string()];
+    pieces.extend(words.windows(3).map(|w| w.concat()));
+    pieces.retain(|p| p.trim().len() >= 8);
+    pieces
 }
 
 #[test]
 fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (rt, engine, nginx) = engine_behind_nginx(dir.path());
+    let (rt, engine, nginx) = engine_behind_nginx_with(
+        dir.path(),
+        &format!("add_header Set-Cookie \"{SET_COOKIE}\" always;"),
+    );
     let up = engine.addr();
     let ports: Vec<String> = [up.port(), nginx.https_port, nginx.h2_port, nginx.h2c_port]
         .iter()
@@ -82,7 +119,8 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
     }
     let rec = Recorder::start(dir.path(), &filter);
     let wires = [Wire::Http1Tls, Wire::Http2Tls, Wire::H2c];
-    let received: Vec<usize> = wires.iter().map(|&w| stream_with_curl(&nginx, w)).collect();
+    let (received, texts): (Vec<usize>, Vec<String>) =
+        wires.iter().map(|&w| stream_with_curl(&nginx, w)).unzip();
     let path = rec.path.clone();
     let stderr = rec.stop();
     drop(nginx);
@@ -150,7 +188,16 @@ fn curl_over_tls_http2_and_h2c_through_nginx_is_read_in_plaintext_end_to_end() {
             );
         }
     }
-    assert_no_secrets_in_outputs(&path, dir.path(), &[AUTH, COOKIE, API_KEY, QUERY, PROMPT]);
+    let completions: Vec<String> = texts.iter().flat_map(|t| completion_pieces(t)).collect();
+    assert!(
+        completions.len() > 3 * wires.len(),
+        "curl received completion text: {texts:?}"
+    );
+    let mut secrets = vec![
+        AUTH, COOKIE, API_KEY, QUERY, PROMPT, PROXY_AUTH, AZURE_KEY, SET_COOKIE,
+    ];
+    secrets.extend(completions.iter().map(String::as_str));
+    assert_no_secrets_in_outputs(&path, dir.path(), &secrets);
     check_untied(&path);
 }
 
