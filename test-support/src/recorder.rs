@@ -56,6 +56,11 @@ impl Recorder {
         }
     }
 
+    /// The recorder's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal`, waits for exit, and returns the rest of stderr.
     pub fn stop_with(mut self, signal: i32) -> String {
         // SAFETY: plain kill(2) on our own child.
