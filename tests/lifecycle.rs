@@ -307,17 +307,74 @@ fn ours_left() -> Vec<&'static str> {
     }
 }
 
-/// SIGKILL at 20 points of a recording's life, from start-up (loading, attaching,
-/// writing the header) to recording under traffic: nothing stays in the kernel, and
-/// what was written reads back (up to its last whole frame, flagged as cut off) or
-/// fails with one clear line, never a panic.
+/// What SIGKILL left: the file read back (flagged as cut off), refused in one line, or
+/// never created.
+#[derive(Default)]
+struct Killed {
+    read: usize,
+    refused: usize,
+}
+
+impl Killed {
+    /// After a SIGKILL at `at_ms` of run `run` (writing `path`): nothing stays in the
+    /// kernel, and the file reads back up to its last whole frame, flagged as cut off,
+    /// or fails with one clear line, never a panic.
+    fn check(&mut self, what: &str, at_ms: u64, path: &std::path::Path) {
+        let left = ours_left();
+        assert!(
+            left.is_empty(),
+            "{what} (SIGKILL at {at_ms} ms): {left:?} still loaded"
+        );
+        if !path.exists() {
+            return; // killed before it created the file
+        }
+        let out = Command::new(profiler())
+            .arg("report")
+            .arg(path)
+            .output()
+            .expect("tokenscope report");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+        if out.status.success() {
+            self.read += 1;
+            assert!(
+                stdout.contains("never completed (cut off)"),
+                "{what}: a killed recording says it was cut off: {stdout}"
+            );
+        } else {
+            self.refused += 1;
+            assert_eq!(
+                stderr.lines().count(),
+                1,
+                "{what}: an unreadable file is one clear line: {stderr}"
+            );
+        }
+    }
+}
+
+/// Spread over start-up (loading, attaching, writing the header: the first ~1 s here)
+/// and recording, with traffic to `url` until then.
+fn traffic_until(run: u64, url: &str) -> u64 {
+    let at_ms = (run * 7_919) % 2_400;
+    let start = std::time::Instant::now();
+    while start.elapsed().as_millis() < u128::from(at_ms) {
+        curl(&["-s", "-o", "/dev/null", url]);
+    }
+    at_ms
+}
+
+/// SIGKILL at 20 points of the probes' life, 12 of `record` and 8 of `top` (live, on
+/// a terminal, keeping its recording), from start-up to recording under traffic:
+/// nothing stays in the kernel, and what was written reads back (up to its last whole
+/// frame, flagged as cut off) or fails with one clear line, never a panic.
 #[test]
 fn sigkill_at_any_point_leaves_no_programs_and_a_readable_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let nginx = Nginx::start(dir.path(), "return 204;");
     let url = format!("http://127.0.0.1:{}/", nginx.http_port);
-    let (mut read, mut cut_off, mut refused) = (0, 0, 0);
-    for run in 0..20u64 {
+    let mut killed = Killed::default();
+    for run in 0..12u64 {
         let path = dir.path().join(format!("kill-{run}.tsrec"));
         let mut child = Command::new(profiler())
             .args(["record", "-o"])
@@ -327,52 +384,39 @@ fn sigkill_at_any_point_leaves_no_programs_and_a_readable_file() {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn tokenscope record");
-        // Spread over start-up (the first ~1 s here) and recording, with traffic.
-        let at_ms = (run * 7_919) % 2_400;
-        let start = std::time::Instant::now();
-        while start.elapsed().as_millis() < u128::from(at_ms) {
-            curl(&["-s", "-o", "/dev/null", &url]);
-        }
+        let at_ms = traffic_until(run, &url);
         // SAFETY: plain kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().expect("reaped");
-        let left = ours_left();
-        assert!(
-            left.is_empty(),
-            "run {run} (SIGKILL at {at_ms} ms): {left:?} still loaded"
-        );
-        if !path.exists() {
-            continue; // killed before it created the file
-        }
-        let out = Command::new(profiler())
-            .arg("report")
-            .arg(&path)
-            .output()
-            .expect("tokenscope report");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!stderr.contains("panicked"), "run {run}: {stderr}");
-        match out.status.code() {
-            Some(0) => {
-                read += 1;
-                assert!(
-                    stdout.contains("never completed (cut off)"),
-                    "run {run}: a killed recording says it was cut off: {stdout}"
-                );
-                cut_off += 1;
-            }
-            _ => {
-                refused += 1;
-                assert_eq!(
-                    stderr.lines().count(),
-                    1,
-                    "run {run}: an unreadable file is one clear line: {stderr}"
-                );
-            }
-        }
+        killed.check(&format!("record run {run}"), at_ms, &path);
     }
-    println!("20 SIGKILLs: {read} files read back ({cut_off} flagged cut off), {refused} refused with one line");
-    assert!(read >= 10, "most kills came after the header: {read} read");
+    let record_read = killed.read;
+    for run in 12..20u64 {
+        let path = dir.path().join(format!("kill-{run}.tsrec"));
+        let tmux = test_support::tmux::Tmux::start(
+            100,
+            30,
+            &format!("exec {} top -o {}", profiler().display(), path.display()),
+        );
+        let pid: i32 = tmux.pane_flag("#{pane_pid}").parse().expect("top's pid");
+        let at_ms = traffic_until(run, &url);
+        // SAFETY: plain kill(2) on the pane's process, top itself (exec'd).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let gone = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // SAFETY: signal 0 only asks whether the process still exists.
+        while unsafe { libc::kill(pid, 0) } == 0 && std::time::Instant::now() < gone {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        killed.check(&format!("top run {run}"), at_ms, &path);
+    }
+    println!(
+        "20 SIGKILLs: {} files read back and flagged cut off ({record_read} of record's 12), {} refused with one line",
+        killed.read, killed.refused
+    );
+    assert!(
+        record_read >= 6 && killed.read - record_read >= 4,
+        "most kills came after the header"
+    );
 }
 
 /// tracefs mounted by `record` (a host that had none) is unmounted when it exits; one
