@@ -456,3 +456,41 @@ fn tracefs_mounted_by_record_is_unmounted_at_exit() {
     let (header, _) = read_recording(&path);
     assert!(header.complete);
 }
+
+/// A kernel locked down for confidentiality refuses eBPF reads of kernel memory: one
+/// line naming the fix, exit 2. Integrity lockdown does not stop the probes. Played in a
+/// private mount namespace whose securityfs is a tmpfs holding the mode.
+#[test]
+fn a_locked_down_kernel_is_one_line_and_integrity_mode_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("l.tsrec");
+    let in_mode = |mode: &str| {
+        let script = format!(
+            "mount -t tmpfs none /sys/kernel/security || exit 8; \
+             echo '{mode}' > /sys/kernel/security/lockdown; \
+             exec {bin} record --duration 300ms -o {out}",
+            bin = profiler().display(),
+            out = path.display()
+        );
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .output()
+            .expect("run unshare (util-linux)")
+    };
+    let out = in_mode("none integrity [confidentiality]");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit 2: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("locked down") && stderr.contains("lockdown=integrity"),
+        "names the cause and the fix: {stderr}"
+    );
+    let out = in_mode("none [integrity] confidentiality");
+    assert!(
+        out.status.success(),
+        "integrity lockdown records: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(read_recording(&path).0.complete);
+}

@@ -71,6 +71,8 @@ pub enum ProbeError {
     NotBuilt,
     #[error("not privileged (no {0}): loading eBPF needs root, or CAP_BPF and CAP_PERFMON (plus CAP_SYS_ADMIN for uprobes); run as root or: setcap cap_bpf,cap_perfmon,cap_sys_admin+ep tokenscope")]
     NotPrivileged(String),
+    #[error("the kernel is locked down ({0}): it refuses eBPF programs that read kernel memory, which every tokenscope probe does; boot with lockdown=integrity (or none), e.g. by turning off Secure Boot's lockdown for this host")]
+    LockedDown(String),
     #[error("kernel BTF not found at {0}: this kernel was built without CONFIG_DEBUG_INFO_BTF; pass one for it with --btf FILE (BTFHub-style)")]
     NoBtf(String),
     #[error("--btf {path}: {reason}")]
@@ -102,6 +104,7 @@ impl ProbeError {
         matches!(
             self,
             ProbeError::NoBtf(_)
+                | ProbeError::LockedDown(_)
                 | ProbeError::BadBtf { .. }
                 | ProbeError::NoIoSource(_)
                 | ProbeError::IoSourceUnavailable { .. }

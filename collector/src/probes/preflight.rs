@@ -22,6 +22,11 @@ pub(super) fn check(cfg: &ProbeConfig) -> Result<(), ProbeError> {
             .collect();
         return Err(ProbeError::NotPrivileged(missing.join(", ")));
     }
+    if let Some(mode) = lockdown() {
+        if mode == "confidentiality" {
+            return Err(ProbeError::LockedDown(format!("{LOCKDOWN}: [{mode}]")));
+        }
+    }
     if cfg.btf.is_none() {
         let btf = kernel_btf_path();
         if !btf.exists() {
@@ -34,6 +39,18 @@ pub(super) fn check(cfg: &ProbeConfig) -> Result<(), ProbeError> {
         }
     }
     Ok(())
+}
+
+const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
+
+/// The kernel's lockdown mode (`none`, `integrity`, `confidentiality`: the one in
+/// brackets), when securityfs shows it. Only `confidentiality` stops the probes: it
+/// denies eBPF reads of kernel memory (LOCKDOWN_BPF_READ_KERNEL).
+fn lockdown() -> Option<String> {
+    let text = std::fs::read_to_string(LOCKDOWN).ok()?;
+    let start = text.find('[')? + 1;
+    let end = start + text[start..].find(']')?;
+    Some(text[start..end].to_string())
 }
 
 /// The kernel's own BTF. `TOKENSCOPE_KERNEL_BTF` points elsewhere, so a kernel without
