@@ -87,6 +87,14 @@ pub struct RecordingInfo {
     pub delivered: u64,
     pub dropped: u64,
     pub decode_errors: u64,
+    /// Events later than the replay's reorder window (`pipeline::Config::replay`):
+    /// used out of order. Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub late_events: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Serialize)]
@@ -176,6 +184,14 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
             "WARNING: the recording never completed (cut off); its counters are not final"
+        )?;
+    }
+    if r.late_events > 0 {
+        writeln!(
+            out,
+            "WARNING: {} events came later than the replay's {} ms reorder window (used out of order; timings next to them may be off)",
+            r.late_events,
+            crate::pipeline::Config::replay().reorder_ns / 1_000_000
         )?;
     }
     super::protocols::write_text(&report.protocols, out)?;
@@ -468,8 +484,18 @@ mod tests {
             }),
             ..Default::default()
         };
-        let report = build(&header, &net.events);
+        let mut events = net.events.clone();
+        // A ring reading 3 s on, then one far later than the reorder window allows:
+        // used, and counted.
+        let reading = |ts_ns: u64| Event {
+            ts_ns,
+            body: Some(crate::ingest::model::event::Body::Ring(Default::default())),
+            ..Default::default()
+        };
+        events.extend([reading(4_000 * MS), reading(1)]);
+        let report = build(&header, &events);
         assert_eq!(report.requests.len(), 2);
+        assert_eq!(report.recording.late_events, 1);
         let mut buf = Vec::new();
         write_json(&report, &mut buf).expect("json");
         let value: serde_json::Value = serde_json::from_slice(&buf).expect("valid JSON");
@@ -500,7 +526,10 @@ mod tests {
         let text = String::from_utf8(text).expect("utf8");
         assert!(
             text.contains("client read")
-                && text.contains("WARNING: the recording dropped 1 events"),
+                && text.contains("WARNING: the recording dropped 1 events")
+                && text.contains(
+                    "WARNING: 1 events came later than the replay's 1000 ms reorder window"
+                ),
             "{text}"
         );
         assert!(

@@ -236,6 +236,7 @@ impl Builder {
                 delivered: c.delivered,
                 dropped: c.dropped,
                 decode_errors: c.decode_errors,
+                late_events: self.last.late_events,
             },
             unparsed_ios: self.last.unparsed_ios,
             protocols: self.pipeline.protocols(h.tls_untied),
