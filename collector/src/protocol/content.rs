@@ -6,7 +6,7 @@ use std::io::Write;
 
 use flate2::write::GzDecoder;
 
-use super::limits::Limit;
+use super::limits::{Limit, MAX_INFLATED_BYTES};
 use super::sse::SseSplitter;
 use super::{fnv_extend, http, FNV_OFFSET};
 use crate::ingest::model::{BodyPrint, Header, Sniff};
@@ -17,9 +17,6 @@ const BODY_PRINT_BYTES: usize = 1024;
 /// `PREFIX_BYTES`: two prompts that share a prefix (a system prompt) share those.
 const PREFIX_STEP: usize = 1024;
 const PREFIX_BYTES: usize = 64 << 10;
-/// Most bytes one gzip-encoded stream is inflated to (a gzip bomb is read this far, then
-/// no further: `Limit::Inflate`, its events past it unseen).
-pub const MAX_INFLATED_BYTES: u64 = 8 << 20;
 /// Compressed bytes inflated at a time: deflate expands at most ~1032x, so one step
 /// makes at most ~264 KiB, and the limit is checked between steps.
 const INFLATE_STEP: usize = 256;

@@ -6,13 +6,10 @@
 
 use std::collections::HashMap;
 
-use super::limits::Limit;
+use super::limits::{Limit, MAX_TRACKED_STREAMS as MAX_STREAMS};
 use super::stream::StreamParser;
 use crate::ingest::decode::{decode_record, DecodeError};
 use crate::ingest::model::{event::Body, Direction, Event, TcpState};
-
-/// Streams tracked at once; the least recently used are forgotten past this.
-pub(crate) const MAX_STREAMS: usize = 1 << 16;
 
 type StreamKey = (u64, i32, bool);
 

@@ -9,6 +9,7 @@ use super::content::BodyContent;
 use super::hpack;
 use super::http;
 use super::limits::Limit;
+pub use super::limits::{MAX_H2_BLOCK as MAX_BLOCK, MAX_H2_STREAMS as MAX_STREAMS};
 use crate::ingest::model::{sniff, H2StreamSniff, Sniff};
 
 /// The client connection preface (RFC 9113 section 3.4).
@@ -20,15 +21,11 @@ pub use detect::{
 };
 
 const FRAME_HEADER: usize = 9;
-/// Largest header block reassembled; a larger one is dropped (and the HPACK table with it).
-pub const MAX_BLOCK: usize = 64 << 10;
 /// A header-carrying frame's payload beyond its fragment: pad length and padding,
 /// priority fields, promised stream id.
 const BLOCK_FRAME_EXTRA: usize = 1 + 255 + 5 + 4;
 /// SETTINGS_MAX_FRAME_SIZE's initial value: what nearly every peer keeps.
 const DEFAULT_MAX_FRAME: u32 = 16 << 10;
-/// Open streams tracked per direction; over it the oldest (lowest id) is dropped.
-pub const MAX_STREAMS: usize = 4096;
 
 const DATA: u8 = 0;
 const HEADERS: u8 = 1;

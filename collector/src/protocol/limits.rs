@@ -1,38 +1,61 @@
-//! The parsers' bounds. Every parser holds a bounded amount of state per stream, so
-//! that bytes a stranger sends can cost neither a crash nor unbounded memory. Each
-//! bound is a named constant next to the parser that keeps it; hitting one marks the
-//! I/O's sniff (`Sniff::limits`, one bit per limit), the stitcher counts the marks per
-//! connection, and the report names them ("1 gzip stream cut at the 8 MiB inflate
-//! limit"). What the recorder itself bounds (the ring buffer, the CUPTI socket) is
-//! counted where it happens: `dropped` in the recording, `HookStats` for CUPTI.
+//! The parsers' and the stitcher's bounds, in one table. Every parser holds a bounded
+//! amount of state per stream, so that bytes a stranger sends can cost neither a crash
+//! nor unbounded memory. Hitting a bound marks the I/O's sniff (`Sniff::limits`, one
+//! bit per limit), the stitcher counts the marks per connection, and the report names
+//! them ("gzip streams cut at the 8 MiB inflate limit: 1"). What the recorder itself
+//! bounds is counted where it happens: the ring buffer's `dropped` in the recording,
+//! the CUPTI socket's `HookStats`, the reorder window's `late_events`.
 
 use crate::ingest::model::Sniff;
+
+/// Most bytes one gzip-encoded stream is inflated to (a gzip bomb is read this far,
+/// then no further: its events past it unseen).
+pub const MAX_INFLATED_BYTES: u64 = 8 << 20;
+/// Longest HTTP/1.x head held before its blank line; past it the direction is unparsable.
+pub const MAX_HTTP_HEAD: usize = 64 << 10;
+/// Longest SSE event (or NDJSON line) kept whole for fingerprinting; a longer one is
+/// fingerprinted on this prefix.
+pub const MAX_SSE_EVENT: usize = 64 << 10;
+/// Largest HTTP/2 header block reassembled; a larger one is dropped (and the HPACK
+/// table with it).
+pub const MAX_H2_BLOCK: usize = 64 << 10;
+/// Open HTTP/2 streams tracked per connection direction; past it the oldest (lowest
+/// id) is dropped.
+pub const MAX_H2_STREAMS: usize = 4096;
+/// Socket directions parsed at once; past it the least recently used half is forgotten.
+pub const MAX_TRACKED_STREAMS: usize = 1 << 16;
+/// Connections the stitcher holds at once by default (`stitch::Settle::max_connections`).
+pub const MAX_CONNECTIONS: usize = 1 << 16;
 
 /// A parser bound that input reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Limit {
-    /// Bytes inflated from one gzip-encoded event stream (`content::MAX_INFLATED_BYTES`).
+    /// Bytes inflated from one gzip-encoded event stream (`MAX_INFLATED_BYTES`).
     Inflate,
-    /// Bytes of an HTTP/1.x head held before its blank line (`stream::MAX_HEAD`).
+    /// Bytes of an HTTP/1.x head held before its blank line (`MAX_HTTP_HEAD`).
     HttpHead,
-    /// Bytes of one SSE event or NDJSON line (`sse::MAX_EVENT`).
+    /// Bytes of one SSE event or NDJSON line (`MAX_SSE_EVENT`).
     SseEvent,
-    /// Bytes of one HTTP/2 header block (`h2::MAX_BLOCK`).
+    /// Bytes of one HTTP/2 header block (`MAX_H2_BLOCK`).
     H2HeaderBlock,
-    /// Open streams of one HTTP/2 connection (`h2::MAX_STREAMS`).
+    /// Open streams of one HTTP/2 connection (`MAX_H2_STREAMS`).
     H2Streams,
-    /// Socket directions parsed at once (`decoder::MAX_STREAMS`).
+    /// Socket directions parsed at once (`MAX_TRACKED_STREAMS`).
     TrackedStreams,
+    /// Connections the stitcher holds at once (`MAX_CONNECTIONS`): counted by
+    /// the stitcher on the connection it let go, not on an I/O.
+    Connections,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 6] = [
+    pub const ALL: [Limit; 7] = [
         Limit::Inflate,
         Limit::HttpHead,
         Limit::SseEvent,
         Limit::H2HeaderBlock,
         Limit::H2Streams,
         Limit::TrackedStreams,
+        Limit::Connections,
     ];
 
     fn bit(self) -> u32 {
@@ -48,6 +71,7 @@ impl Limit {
             Limit::H2HeaderBlock => "h2_header_block",
             Limit::H2Streams => "h2_streams",
             Limit::TrackedStreams => "tracked_streams",
+            Limit::Connections => "connections",
         }
     }
 
@@ -56,12 +80,13 @@ impl Limit {
         let mib = |b: u64| format!("{} MiB", b >> 20);
         let kib = |b: usize| format!("{} KiB", b >> 10);
         match self {
-            Limit::Inflate => mib(super::content::MAX_INFLATED_BYTES),
-            Limit::HttpHead => kib(super::stream::MAX_HEAD),
-            Limit::SseEvent => kib(super::sse::MAX_EVENT),
-            Limit::H2HeaderBlock => kib(super::h2::MAX_BLOCK),
-            Limit::H2Streams => format!("{} streams", super::h2::MAX_STREAMS),
-            Limit::TrackedStreams => format!("{} socket directions", super::decoder::MAX_STREAMS),
+            Limit::Inflate => mib(MAX_INFLATED_BYTES),
+            Limit::HttpHead => kib(MAX_HTTP_HEAD),
+            Limit::SseEvent => kib(MAX_SSE_EVENT),
+            Limit::H2HeaderBlock => kib(MAX_H2_BLOCK),
+            Limit::H2Streams => format!("{MAX_H2_STREAMS} streams"),
+            Limit::TrackedStreams => format!("{MAX_TRACKED_STREAMS} socket directions"),
+            Limit::Connections => format!("{MAX_CONNECTIONS} connections"),
         }
     }
 
@@ -92,6 +117,11 @@ impl Limit {
             Limit::TrackedStreams => (
                 format!("times past {bound} parsed at once"),
                 "the least recently used half was let go; their next I/Os start afresh".to_string(),
+            ),
+            Limit::Connections => (
+                format!("connections let go early, past {bound} held at once"),
+                "the quietest went as if idle; a request still open on one ends truncated"
+                    .to_string(),
             ),
         };
         format!("{what}: {n} ({cost})")

@@ -4,7 +4,7 @@
 
 pub mod body;
 mod content;
-pub use content::MAX_INFLATED_BYTES;
+pub use limits::MAX_INFLATED_BYTES;
 pub mod decoder;
 pub mod h2;
 pub mod hpack;

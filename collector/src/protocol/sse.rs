@@ -3,11 +3,9 @@
 //! here: a fingerprint of its data and its verdict by `shape` (a token, of which API,
 //! choice and kind; the end; anything else).
 
+use super::limits::MAX_SSE_EVENT as MAX_EVENT;
 use super::{fingerprint, shape};
 use crate::ingest::model::{SseEvent, SseKind};
-
-/// Longest event kept whole for fingerprinting; longer ones are fingerprinted on this prefix.
-pub(crate) const MAX_EVENT: usize = 64 << 10;
 
 #[derive(Debug, Default)]
 pub struct SseSplitter {

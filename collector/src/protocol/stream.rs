@@ -6,12 +6,9 @@
 use super::body::{BodyReader, Chunk};
 use super::content::{sse_start, BodyContent};
 use super::h2::{self, H2Conn};
-use super::limits::Limit;
+use super::limits::{Limit, MAX_HTTP_HEAD as MAX_HEAD};
 use super::{fingerprint, http, tls};
 use crate::ingest::model::{sniff, Header, Sniff, TlsRecord, TlsRecords};
-
-/// Longest HTTP head accepted before the stream is declared unparsable.
-pub(crate) const MAX_HEAD: usize = 64 << 10;
 
 #[derive(Debug, Default)]
 pub struct StreamParser {

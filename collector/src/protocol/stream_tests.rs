@@ -1,6 +1,5 @@
 use super::*;
 use crate::ingest::model::{SseEvent, SseKind, TlsRecords};
-use crate::protocol::sse;
 
 fn sse_event(i: usize) -> String {
     format!("data: {{\"id\":\"cmpl-1\",\"choices\":[{{\"index\":0,\"text\":\" tok{i}\"}}]}}\n\n")
@@ -467,7 +466,10 @@ fn a_head_past_its_limit_ends_parsing_and_names_the_limit() {
 #[test]
 fn an_event_past_its_limit_is_counted_and_the_stream_goes_on() {
     let mut stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n".to_vec();
-    let long = format!("data: {{\"x\":\"{}\"}}\n\n", "a".repeat(sse::MAX_EVENT));
+    let long = format!(
+        "data: {{\"x\":\"{}\"}}\n\n",
+        "a".repeat(crate::protocol::limits::MAX_SSE_EVENT)
+    );
     stream.extend_from_slice(long.as_bytes());
     stream.extend_from_slice(sse_event(1).as_bytes());
     let sniffs = feed_all(&stream.chunks(1000).collect::<Vec<_>>());

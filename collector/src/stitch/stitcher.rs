@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use super::conn::{ConnTracker, Connection, Conns, Exchange};
 use super::{chain, request, Request};
 use crate::ingest::Event;
+use crate::protocol::limits::{Limit, MAX_CONNECTIONS};
 
 /// When held things are let go (event time).
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +21,10 @@ pub struct Settle {
     /// With nothing seen on a connection for this long, its exchanges are finalised
     /// as they are (a stream that never ended is truncated) and it is released.
     pub idle_ns: u64,
+    /// Connections held at once. Past it (a flood of connections that stay open), the
+    /// quietest are treated as idle now, down to half of it, and each is counted
+    /// (`Limit::Connections`): memory stays bounded whatever the peers do.
+    pub max_connections: usize,
 }
 
 impl Default for Settle {
@@ -27,6 +32,7 @@ impl Default for Settle {
         Settle {
             settle_ns: 2_000_000_000,
             idle_ns: 30_000_000_000,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -68,6 +74,11 @@ impl Stitcher {
             next_id: 0,
             now_ns: 0,
         }
+    }
+
+    /// Connections held now (bounded by `Settle::max_connections` after an advance).
+    pub fn held_connections(&self) -> usize {
+        self.conns.conns.len()
     }
 
     /// The next socket event, in time order.
@@ -115,10 +126,24 @@ impl Stitcher {
         self.settle_at(true)
     }
 
+    /// Past `max_connections`: connections quiet since this time are let go as if
+    /// idle (the quietest, down to half the cap).
+    fn crowded_from(&self) -> Option<u64> {
+        let n = self.conns.conns.len();
+        if n <= self.settle.max_connections {
+            return None;
+        }
+        let mut last: Vec<u64> = self.conns.conns.values().map(|c| c.last_ns).collect();
+        let k = n - self.settle.max_connections / 2;
+        Some(*last.select_nth_unstable(k - 1).1)
+    }
+
     fn settle_at(&mut self, all: bool) -> Settled {
         let now = self.now_ns;
+        let crowded_from = self.crowded_from();
         let conns = &self.conns.conns;
         let idle_from = now.saturating_sub(self.settle.idle_ns);
+        let crowded = |c: &Connection| crowded_from.is_some_and(|t| c.last_ns <= t);
         let ready = |(c, i): chain::End| {
             let c = &conns[&c];
             let x = c.exchange(i);
@@ -126,6 +151,7 @@ impl Stitcher {
                 || x.response_end_ns.is_some()
                 || c.close_ns.is_some()
                 || c.last_ns <= idle_from
+                || crowded(c)
         };
         let links = chain::link_ready(conns, &ready);
         let chains = chain::chains(conns, &links);
@@ -148,7 +174,7 @@ impl Stitcher {
             done.push(
                 all || ends
                     .iter()
-                    .all(|&e| !links.undecided.contains(&e) && self.settled(e, now)),
+                    .all(|&e| !links.undecided.contains(&e) && self.settled(e, now, crowded_from)),
             );
             in_chain.extend(ends);
         }
@@ -179,13 +205,14 @@ impl Stitcher {
                 c.exchange_mut(i).retired = true;
             }
         }
-        self.release(now, all, &in_chain, &mut out);
+        self.release(now, all, crowded_from, &in_chain, &mut out);
         out
     }
 
     /// Whether an exchange is over: its response ended (or its connection closed) a
-    /// settle ago, or nothing moved on its connection for the idle time.
-    fn settled(&self, (c, i): chain::End, now: u64) -> bool {
+    /// settle ago, or nothing moved on its connection for the idle time (or since
+    /// `crowded_from`).
+    fn settled(&self, (c, i): chain::End, now: u64, crowded_from: Option<u64>) -> bool {
         let c = &self.conns.conns[&c];
         let x = c.exchange(i);
         let ended = x.response_end_ns.or(c.close_ns).or_else(|| {
@@ -195,11 +222,19 @@ impl Stitcher {
         });
         ended.is_some_and(|t| t.saturating_add(self.settle.settle_ns) <= now)
             || c.last_ns.saturating_add(self.settle.idle_ns) <= now
+            || crowded_from.is_some_and(|t| c.last_ns <= t)
     }
 
     /// Releases retired exchanges, then connections with nothing left that closed a
     /// settle ago or went idle; exchanges that joined no request go with them.
-    fn release(&mut self, now: u64, all: bool, in_chain: &HashSet<chain::End>, out: &mut Settled) {
+    fn release(
+        &mut self,
+        now: u64,
+        all: bool,
+        crowded_from: Option<u64>,
+        in_chain: &HashSet<chain::End>,
+        out: &mut Settled,
+    ) {
         let settle = self.settle;
         let exchanges = &mut out.exchanges;
         let gone: Vec<usize> = self
@@ -211,12 +246,16 @@ impl Stitcher {
                     || c.close_ns
                         .is_some_and(|t| t.saturating_add(settle.settle_ns) <= now)
                     || c.last_ns.saturating_add(settle.idle_ns) <= now;
+                let crowded = crowded_from.is_some_and(|t| c.last_ns <= t);
                 // Exchanges in no chain (a role never known, a client seen only as TLS
                 // records whose server end told the request) go when their connection does.
-                if over
+                if (over || crowded)
                     && c.live_exchange_ids()
                         .all(|i| !in_chain.contains(&(c.id, i)))
                 {
+                    if !over {
+                        c.limits[Limit::Connections as usize] += 1;
+                    }
                     return Some(c.id);
                 }
                 let id = c.id;

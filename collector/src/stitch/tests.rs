@@ -2,6 +2,7 @@
 
 use super::testnet::*;
 use super::*;
+use crate::protocol::limits::Limit;
 
 #[test]
 fn one_request_through_a_proxy_has_every_point_and_stage() {
@@ -303,4 +304,53 @@ fn an_unknown_event_stream_counts_every_data_event_and_json_is_timed_to_its_body
         "to the first body byte, not the head"
     );
     assert!(p.itl_ns().is_empty());
+}
+
+#[test]
+fn past_the_connection_cap_the_quietest_go_early_and_are_counted() {
+    let mut net = Net::default();
+    for i in 0..40u16 {
+        let t = (1_000 + u64::from(i)) * MS;
+        let csk = net.connect(t, (7, "client", 40000 + i), (9, "engine", 8000));
+        net.send(t + MS, 7, csk, &request_bytes("held open"), 10_000);
+    }
+    let settle = Settle {
+        max_connections: 8,
+        ..Settle::default()
+    };
+    let mut s = Stitcher::new(settle, false);
+    let mut early = 0;
+    let mut peak = 0;
+    for ev in &net.events {
+        s.push(ev);
+        let out = s.advance();
+        peak = peak.max(s.held_connections());
+        early += out
+            .connections
+            .iter()
+            .map(|c| c.limits[Limit::Connections as usize])
+            .sum::<u64>();
+    }
+    assert!(
+        peak <= 9,
+        "held at most the cap (+ the one just opened): {peak}"
+    );
+    assert!(
+        early >= 70,
+        "the 80 ends went early, but the last few: {early}"
+    );
+    let out = s.finish();
+    let at_end: u64 = out
+        .connections
+        .iter()
+        .map(|c| c.limits[Limit::Connections as usize])
+        .sum();
+    assert_eq!(at_end, 0, "what the end releases is not early");
+    // Without the cap, all 80 ends are held until the end.
+    let mut s = Stitcher::new(Settle::default(), false);
+    for ev in &net.events {
+        s.push(ev);
+        s.advance();
+    }
+    assert_eq!(s.held_connections(), 80);
 }
