@@ -86,7 +86,7 @@ fn built(package: &str, bin: &str) -> PathBuf {
     }
     let mut done = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if !done.iter().any(|p| p == package) {
-        cargo_build(package, bin, &bin_dir());
+        cargo_build(bin, &bin_dir());
         done.push(package.to_string());
     }
     assert!(
@@ -109,7 +109,7 @@ const TEST_RUN_VARS: &[&str] = &[
     "OUT_DIR",
 ];
 
-fn cargo_build(package: &str, bin: &str, bin_dir: &Path) {
+fn cargo_build(bin: &str, bin_dir: &Path) {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("test-support lies in the workspace");
@@ -130,7 +130,10 @@ fn cargo_build(package: &str, bin: &str, bin_dir: &Path) {
             cmd.env_remove(name);
         }
     }
-    cmd.args(["build", "--quiet", "-p", package, "--bin", bin])
+    // The whole workspace, as `cargo xtask test` builds it: building one package
+    // alone resolves its dependencies' features differently and compiles a second copy
+    // of them (100 s on CI's 2 cores); after the workspace build this is a no-op.
+    cmd.args(["build", "--quiet", "--workspace", "--all-targets"])
         .arg("--manifest-path")
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")
