@@ -112,6 +112,20 @@ in-flight requests, engine queue depth, tokens/s and ring-buffer drops; a 'token
 diagnoses' track with one row per diagnosis (its evidence's time span, finding, fix and cited
 requests), and a 'cited by' instant on each cited request. See the README.")]
     Export(ExportArgs),
+    /// Two runs side by side: what a change did to TTFT, ITL, stages and diagnoses.
+    #[command(after_help = "\
+Examples:
+  tokenscope diff before.tsrec after.tsrec
+  tokenscope diff last-week.json today.tsrec          # a kept `report --json` and a recording
+  tokenscope diff before.tsrec after.tsrec --json > diff.json
+
+Each side is a recording or a JSON report (`tokenscope report --json`, gzipped or not).
+Overall and per route: requests, new connections, coalesced and truncated responses; TTFT
+p50/p95/p99 and ITL p50/p99 at every observation point; each stage's p50/p95; TPOT. A '*'
+marks a figure that moved by 10% or more (and 1 ms or more for times). Routes match by
+address, else by path (the engine's port changes between runs). Diagnoses: gone (fixed, with
+the saving estimated before), new, or kept.")]
+    Diff(DiffArgs),
     /// The live terminal view: requests, TTFT and ITL per hop, as they happen (or a replay).
     #[command(after_help = tokenscope_tui::AFTER_HELP)]
     Top(tokenscope_tui::TopArgs),
@@ -129,6 +143,17 @@ struct ReportArgs {
     /// 2 the recording could not be read.
     #[arg(long = "slo", value_name = "METRIC_STAT=DURATION")]
     slos: Vec<collector::diagnose::Slo>,
+}
+
+#[derive(Args, Debug)]
+struct DiffArgs {
+    /// The run before the change: a recording or a JSON report.
+    before: PathBuf,
+    /// The run after it.
+    after: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -241,6 +266,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Export(args) => export(&args.file, &args.output, args.window),
+        Command::Diff(args) => diff(&args),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
@@ -353,6 +379,28 @@ fn append_ext(path: &std::path::Path, ext: &str) -> PathBuf {
     s.push(".");
     s.push(ext);
     PathBuf::from(s)
+}
+
+fn diff(args: &DiffArgs) -> anyhow::Result<ExitCode> {
+    use collector::export::diff;
+    let before = diff::load(&args.before)?;
+    let after = diff::load(&args.after)?;
+    let label = |p: &std::path::Path| p.display().to_string();
+    let d = diff::compare(
+        (&label(&args.before), &before),
+        (&label(&args.after), &after),
+    );
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let written = if args.json {
+        diff::write_json(&d, &mut out)
+    } else {
+        diff::write_text(&d, &mut out)
+    };
+    match written.and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing the diff"),
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
 
 fn report(

@@ -144,3 +144,94 @@ fn savings_are_consistent() {
         }
     }
 }
+
+/// `tokenscope diff` on the untuned and tuned demo recordings names the five fixes'
+/// effects: each of the untuned diagnoses gone with its estimate, and the figures they
+/// act on moved (new connections, TTFT, ITL, the gateway's hold); a run against its own
+/// JSON report moves nothing.
+#[test]
+fn diff_of_untuned_and_tuned_names_the_five_fixes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (untuned, tuned) = (
+        fixture("untuned", dir.path()),
+        fixture("tuned-plain", dir.path()),
+    );
+    let diff = |before: &Path, after: &Path, json: bool| -> String {
+        let mut cmd = std::process::Command::new(test_support::profiler());
+        cmd.arg("diff").arg(before).arg(after);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("run tokenscope diff");
+        assert!(
+            out.status.success(),
+            "diff: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let text = diff(&untuned, &tuned, false);
+    println!("{text}");
+    for (rule, fix) in [
+        (1, "keep connections alive"),
+        (2, "turn proxy buffering off"),
+        (3, "do not gzip event streams"),
+        (4, "enable prefix caching"),
+        (5, "enable chunked prefill"),
+    ] {
+        assert!(
+            text.contains(&format!(
+                "gone [{rule}] {fix} on /v1/chat/completions (estimated before:"
+            )),
+            "rule {rule} named as gone with its estimate:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("  new [") && !text.contains("  kept ["),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&diff(&untuned, &tuned, true)).expect("JSON");
+    let row = |metric: &str| -> (f64, f64, bool) {
+        let r = json["sections"][0]["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .find(|r| r["metric"] == metric)
+            .unwrap_or_else(|| panic!("a {metric} row"));
+        (
+            r["before"].as_f64().unwrap(),
+            r["after"].as_f64().unwrap(),
+            r["moved"] == true,
+        )
+    };
+    for metric in [
+        "new connections",         // keep-alive
+        "TTFT p95 client read",    // buffering, gzip, prefix cache
+        "ITL p99 client read",     // buffering, gzip, chunked prefill
+        "stage p50 gateway",       // the proxy's hold
+        "stage p50 upstream wait", // prefix cache
+    ] {
+        let (before, after, moved) = row(metric);
+        assert!(moved && after < before, "{metric}: {before} -> {after}");
+    }
+
+    // Against its own JSON report (gzipped, as kept): nothing moved, nothing gone.
+    let kept = dir.path().join("tuned.report.json.gz");
+    let report = std::process::Command::new(test_support::profiler())
+        .args(["report", "--json"])
+        .arg(&tuned)
+        .output()
+        .expect("report");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &report.stdout).expect("gzip");
+    std::fs::write(&kept, gz.finish().expect("gzip")).expect("write");
+    let same: serde_json::Value = serde_json::from_str(&diff(&kept, &tuned, true)).expect("JSON");
+    let moved: Vec<&serde_json::Value> = same["sections"][0]["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["moved"] == true)
+        .collect();
+    assert!(moved.is_empty(), "a run against itself: {moved:?}");
+}

@@ -1,5 +1,6 @@
 //! Views of a recording for people and scripts.
 
+pub mod diff;
 pub mod dump;
 pub mod perfetto;
 pub mod protocols;
