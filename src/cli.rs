@@ -82,10 +82,11 @@ Examples:
   tokenscope report run.tsrec --json > report.json   # schema: schema/report.schema.json
   tokenscope report run.tsrec --slo ttft_p95=300ms --slo itl_p99=50ms   # exit 1 if violated
 
-Diagnoses: ten rules name a fix with its evidence (requests, figures) and an estimated saving
-of TTFT p95 / ITL p99: new connection per request, proxy buffering, gzip on event streams, no
-prefix cache, prefill stalling decodes, queueing, Nagle/delayed ACK, retransmits, slow client,
-GPU throttling. Causes that overlap are estimated together and shared out (see the README).
+Diagnoses: eleven rules name a fix with its evidence (requests, figures) and an estimated
+saving of TTFT p95 / ITL p99: new connection per request, proxy buffering, gzip on event
+streams, no prefix cache, prefill stalling decodes, queueing, Nagle/delayed ACK, retransmits,
+slow client, GPU throttling, and (for engines without a GPU source) requests waiting for an
+engine slot. Causes that overlap are estimated together and shared out (see the README).
 
 Definitions (as vllm bench serve): a request starts at the client's connect() when the
 connection was opened for it, else at its first request byte, so TTFT includes handshakes as

@@ -25,8 +25,8 @@ fn finding(rule: u8, ttft: &[(usize, u64)], itl: &[((usize, usize), i64)]) -> Fi
     Finding {
         diagnosis: Diagnosis {
             rule,
-            key: rules::RULES[usize::from(rule) - 1].1,
-            title: rules::RULES[usize::from(rule) - 1].2,
+            key: rules::RULES.iter().find(|r| r.0 == rule).unwrap().1,
+            title: rules::RULES.iter().find(|r| r.0 == rule).unwrap().2,
             finding: String::new(),
             scope: String::new(),
             evidence: Evidence::default(),

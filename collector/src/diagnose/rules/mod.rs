@@ -1,12 +1,14 @@
-//! The ten rules. Each reads the timeline, decides on a precise trigger, and
+//! The rules. Each reads the timeline, decides on a precise trigger, and
 //! returns its evidence plus what the fix would remove (per request TTFT, per
 //! inter-token gap); `super::share_savings` turns removals into savings. By what
 //! they read: `network` (connections, proxies, TCP hops: rules 1-3, 7-9), `engine`
-//! (prompts and GPU steps: rules 4-6), `gpu` (NVML: rule 10).
+//! (prompts and GPU steps: rules 4-6), `gpu` (NVML: rule 10), `slots` (an engine's
+//! writes when it has no GPU source: rule 13). Rules 11 and 12 are not written yet.
 
 mod engine;
 mod gpu;
 mod network;
+mod slots;
 
 use std::collections::BTreeMap;
 
@@ -17,7 +19,7 @@ use crate::stitch::Request;
 pub(super) use engine::shared_fractions;
 
 /// (number, key, title) of every rule, in order.
-pub const RULES: [(u8, &str, &str); 10] = [
+pub const RULES: [(u8, &str, &str); 11] = [
     (1, "new_connection_per_request", "keep connections alive"),
     (2, "proxy_buffering", "turn proxy buffering off"),
     (3, "compression_buffering", "do not gzip event streams"),
@@ -28,6 +30,7 @@ pub const RULES: [(u8, &str, &str); 10] = [
     (8, "retransmits", "find the packet loss"),
     (9, "slow_client", "the client reads too slowly"),
     (10, "gpu_throttled", "the GPU is throttled or idle"),
+    (13, "slot_saturation", "add engine slots"),
 ];
 
 /// A rule needs at least this many requests (or events) showing it.
@@ -46,6 +49,7 @@ pub(super) fn run(input: &Input) -> Vec<Finding> {
     out.extend(network::retransmits(input));
     out.extend(network::slow_client(input));
     out.extend(gpu::gpu_throttled(input));
+    out.extend(slots::slot_saturation(input));
     out
 }
 
@@ -62,7 +66,10 @@ fn fig(name: &'static str, value: f64, unit: &'static str) -> Figure {
 }
 
 fn rule_meta(n: u8) -> (&'static str, &'static str) {
-    let (_, key, title) = RULES[usize::from(n) - 1];
+    let (_, key, title) = RULES
+        .iter()
+        .find(|r| r.0 == n)
+        .expect("every rule is in RULES");
     (key, title)
 }
 
