@@ -195,12 +195,17 @@ fn passes(reqs: &[Request]) -> Vec<Pass> {
 pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
     let reqs = input.requests;
     let all = passes(reqs);
-    let mut by_proxy: BTreeMap<u32, Vec<&Pass>> = BTreeMap::new();
+    // Per proxy process and route: one nginx serves many locations, each with its own
+    // buffering and gzip settings; mixed behaviour is never averaged away.
+    let mut by_proxy: BTreeMap<(u32, String), Vec<&Pass>> = BTreeMap::new();
     for p in &all {
-        by_proxy.entry(p.pid).or_default().push(p);
+        by_proxy
+            .entry((p.pid, reqs[p.request].route()))
+            .or_default()
+            .push(p);
     }
     let mut out = Vec::new();
-    for (pid, ps) in by_proxy {
+    for ((pid, _), ps) in by_proxy {
         let comm = ps[0].comm.clone();
         let (gz, plain): (Vec<&Pass>, Vec<&Pass>) = ps.into_iter().partition(|p| p.compressed);
         let held = |v: &[&Pass]| -> bool {
@@ -233,11 +238,11 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
         let every: Vec<&Pass> = plain.iter().chain(&gz).copied().collect();
         if buffering {
             let (ttft, itl) = removals(&every, &buffered_share);
-            out.push(hold_finding(2, reqs, &plain, ttft, itl, pid, &comm));
+            out.push(hold_finding(2, reqs, &plain, ttft, itl, (pid, &comm)));
         }
         if held(&gz) {
             let (ttft, itl) = removals(&gz, &|p: &Pass| 1.0 - buffered_share(p));
-            out.push(hold_finding(3, reqs, &gz, ttft, itl, pid, &comm));
+            out.push(hold_finding(3, reqs, &gz, ttft, itl, (pid, &comm)));
         }
     }
     out
@@ -266,9 +271,9 @@ fn hold_finding(
     evidence: &[&Pass],
     ttft: BTreeMap<usize, u64>,
     itl: BTreeMap<(usize, usize), i64>,
-    pid: u32,
-    comm: &str,
+    (pid, comm): (u32, &str),
 ) -> Finding {
+    let path = &reqs[evidence[0].request].path;
     let holds: Vec<u64> = evidence.iter().map(|p| p.hold_ns).collect();
     let tokens: usize = evidence.iter().map(|p| p.tokens).sum();
     let writes: u32 = evidence.iter().map(|p| p.writes_down).sum();
@@ -312,8 +317,8 @@ fn hold_finding(
         )
     };
     let finding = format!(
-        "{comm}/{pid} {what} {} ms (p50) after reading it, {} ms p95, and writes {per_write:.1} \
-         token events per write (it read them one by one)",
+        "{comm}/{pid}, on {path}, {what} {} ms (p50) after reading it, {} ms p95, and writes \
+         {per_write:.1} token events per write (it read them one by one)",
         ms(median(&holds)),
         ms(crate::analyze::summarize(&holds).map_or(0, |s| s.p95_ns)),
     );
