@@ -116,3 +116,97 @@ fn buffering_and_gzip_are_diagnosed_in_the_location_that_has_them() {
         );
     }
 }
+
+/// EventSource-style `GET` streams through nginx carry no body to join the proxy's two
+/// sides by. Where nginx keeps the path (`/v1/`), method and path join them; where it
+/// strips a prefix (`/events/` -> `/`), the response's first events and time order do,
+/// and the request says `join: by-response`. Each request appears once, joined from curl
+/// to the engine, with the proxy's hold (the gateway stage) measured.
+#[test]
+fn get_streams_without_a_body_are_joined_end_to_end() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = rt
+        .block_on(Engine::start(
+            EngineConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .expect("engine");
+    let up = engine.addr();
+    let stream = "proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off;";
+    let nginx = Nginx::start(
+        dir.path(),
+        &format!(
+            "location /events/ {{ proxy_pass http://{up}/; {stream} }} \
+             location /v1/ {{ proxy_pass http://{up}; {stream} }}"
+        ),
+    );
+    let ports = [up.port().to_string(), nginx.http_port.to_string()];
+    let rec = Recorder::start(dir.path(), &["--port", &ports[0], "--port", &ports[1]]);
+    const EACH: usize = 6;
+    let curls: Vec<std::process::Child> = ["events/v1", "v1"]
+        .iter()
+        .flat_map(|prefix| (0..EACH).map(move |i| (prefix, i)))
+        .map(|(prefix, i)| {
+            std::process::Command::new("curl")
+                .args(["-sSN", "--fail"])
+                .arg(format!(
+                    "http://127.0.0.1:{}/{prefix}/completions?prompt=get+stream+{prefix}+{i}&max_tokens=12",
+                    nginx.http_port
+                ))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("curl")
+        })
+        .collect();
+    for c in curls {
+        let out = c.wait_with_output().expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("data: [DONE]"),
+            "curl streamed to the end: {text}"
+        );
+    }
+    let path = rec.path.clone();
+    rec.stop();
+    drop(nginx);
+    rt.block_on(engine.shutdown());
+
+    let report = report_json(&path);
+    let requests = report["requests"].as_array().expect("requests");
+    for (prefix, join) in [
+        ("/events/v1/completions", Some("by-response")),
+        ("/v1/completions", None),
+    ] {
+        let mine: Vec<&Value> = requests
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with(prefix)))
+            .collect();
+        assert_eq!(mine.len(), EACH, "{prefix}: each GET once: {mine:#?}");
+        for r in mine {
+            assert_eq!(r["method"], "GET");
+            assert_eq!(
+                point_kinds(r),
+                ["client_read", "proxy_write", "proxy_read", "engine_write"],
+                "{prefix}: request {} joined from curl to the engine",
+                r["id"]
+            );
+            assert_eq!(r["join"].as_str(), join, "{prefix}: how it was joined");
+            assert_eq!(
+                tokens_at(r, "client_read"),
+                tokens_at(r, "engine_write"),
+                "{prefix}: every token at both ends"
+            );
+            assert!(
+                r["stages"]["gateway_ns"].as_u64().is_some(),
+                "{prefix}: the proxy's hold is a stage: {}",
+                r["stages"]
+            );
+        }
+    }
+    check_report_schema(&report).expect("schema");
+}

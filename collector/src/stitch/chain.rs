@@ -25,6 +25,9 @@ pub struct Links {
     /// Upstream exchanges whose hop is not decided yet (`link_ready`), and the
     /// accepted exchanges they may join: their chains are not final.
     pub undecided: std::collections::HashSet<End>,
+    /// Accepted exchanges joined to their upstream one by the response alone (the
+    /// proxy rewrote a body-less request's path): weaker evidence, said so.
+    pub by_response: std::collections::HashSet<End>,
 }
 
 pub fn link(conns: &Conns) -> Links {
@@ -171,7 +174,76 @@ fn join_upstream(
             None => joined.unmatched.push(out),
         }
     }
+    let left: Vec<End> = buckets
+        .into_iter()
+        .filter(|(k, _)| matches!(k, RequestKey::Route(..)))
+        .flat_map(|(_, v)| v)
+        .collect();
+    join_by_response(conns, links, ready, left, &mut joined);
     joined
+}
+
+/// Body-less requests a proxy rewrote (`location /events/ { proxy_pass http://up/; }`
+/// strips the prefix): no body print and a different path, so the route key cannot
+/// join them. An upstream one is joined to the accepted one, of the same method, that
+/// arrived last before it left and whose response began with the same events (their
+/// fingerprints: the same event ids and text). Marked `by_response`.
+fn join_by_response(
+    conns: &Conns,
+    links: &mut Links,
+    ready: &dyn Fn(End) -> bool,
+    mut ins: Vec<End>,
+    joined: &mut Joined,
+) {
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+    let mut unmatched = Vec::new();
+    for out in std::mem::take(&mut joined.unmatched) {
+        let o = x(out);
+        let own_peer = links.peer.get(&out.0).copied();
+        let candidate = |i: End| {
+            let a = x(i);
+            a.body_print.is_none()
+                && a.method == o.method
+                && a.request_start_ns <= o.request_start_ns
+                && Some(i.0) != own_peer
+        };
+        if o.body_print.is_some() || o.sse.is_empty() || links.undecided.contains(&out) {
+            unmatched.push(out);
+            continue;
+        }
+        if !ready(out) || ins.iter().any(|&i| candidate(i) && !ready(i)) {
+            links.undecided.insert(out);
+            links
+                .undecided
+                .extend(ins.iter().copied().filter(|&i| candidate(i)));
+            continue;
+        }
+        let best = ins
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| candidate(i) && !x(i).sse.is_empty() && same_request_events(x(i), o))
+            .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
+        match best {
+            Some((k, &i)) => {
+                ins.swap_remove(k);
+                links.upstream.insert(i, out);
+                links.by_response.insert(i);
+                joined.pairs.push((i, out));
+            }
+            None => unmatched.push(out),
+        }
+    }
+    joined.unmatched = unmatched;
+}
+
+/// Both responses begin with the same events (up to three).
+fn same_request_events(inbound: &Exchange, outbound: &Exchange) -> bool {
+    inbound
+        .sse
+        .iter()
+        .zip(&outbound.sse)
+        .take(3)
+        .all(|(a, b)| a.fingerprint == b.fingerprint)
 }
 
 /// Unmatched upstream exchanges made while an accepted request was held (between its
@@ -228,13 +300,7 @@ fn same_request(inbound: &Exchange, outbound: &Exchange) -> bool {
             (None, None) => inbound.method == outbound.method && inbound.path == outbound.path,
             _ => false,
         };
-    let responses_agree = inbound
-        .sse
-        .iter()
-        .zip(&outbound.sse)
-        .take(3)
-        .all(|(a, b)| a.fingerprint == b.fingerprint);
-    requests_agree && responses_agree
+    requests_agree && same_request_events(inbound, outbound)
 }
 
 /// What an accepted request and the upstream request it caused have in common.

@@ -155,6 +155,12 @@ pub struct Request {
     /// An HTTP/2 stream already open when the recording began: its tokens are timed
     /// from there, its request head (method, path) is unknown.
     pub attached_mid: bool,
+    /// How a proxy hop of this request was joined, when on weaker evidence than the
+    /// request itself: `by-response` (a body-less request whose path the proxy
+    /// rewrote, joined by its response's first events and time order). Absent: by body
+    /// print, or by method and path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join: Option<&'static str>,
     pub coalesced: bool,
     /// The response ended without [DONE] or its framing's end where it was first seen.
     pub truncated: bool,
@@ -235,6 +241,7 @@ impl Request {
             encrypted: false,
             http2: false,
             attached_mid: false,
+            join: None,
             coalesced: false,
             truncated: false,
             events_dropped: false,
@@ -372,6 +379,10 @@ pub fn build(
         encrypted: rx.encrypted,
         http2: rx.stream_id.is_some(),
         attached_mid: head.attached_mid,
+        join: chain
+            .iter()
+            .any(|e| links.by_response.contains(e))
+            .then_some("by-response"),
         status: rx
             .status
             .or_else(|| chain.iter().find_map(|&e| x(e).status)),

@@ -236,6 +236,14 @@ async fn route(core: EngineCore, req: Request<Incoming>) -> Response<LabBody> {
     if let (Some(api), &Method::POST) = (api, &method) {
         return generate(core, req, api).await;
     }
+    if let (Some(Api::OpenAiCompletions), &Method::GET) = (api, &method) {
+        // EventSource can only GET: the request rides in the query, with no body.
+        let query = req.uri().query().unwrap_or("").to_string();
+        return match query_request(&query) {
+            Ok(body) => generate_body(core, Api::OpenAiCompletions, &path, None, body).await,
+            Err(e) => api_error_response(Api::OpenAiCompletions, &e),
+        };
+    }
     match (&method, path.as_str()) {
         (&Method::GET, "/health") => json_response(200, Bytes::new()),
         (&Method::GET, "/v1/models") => {
@@ -293,7 +301,61 @@ async fn generate(core: EngineCore, req: Request<Incoming>, api: Api) -> Respons
         Ok(b) => b,
         Err(e) => return api_error_response(api, &e),
     };
-    let parsed = match Parsed::parse(api, &path, query.as_deref(), &body, &core.cfg) {
+    generate_body(core, api, &path, query.as_deref(), body).await
+}
+
+/// `GET /v1/completions?prompt=..&max_tokens=N`: the completion request as its JSON body
+/// (streamed: an event stream is what an EventSource reads).
+fn query_request(query: &str) -> Result<Bytes, ApiError> {
+    let mut prompt = None;
+    let mut max_tokens = None;
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "prompt" => prompt = Some(percent_decode(v)),
+            "max_tokens" => max_tokens = v.parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    let prompt = prompt.ok_or_else(|| ApiError::bad_request("GET needs ?prompt=", None))?;
+    let mut body = serde_json::json!({ "prompt": prompt, "stream": true });
+    if let Some(n) = max_tokens {
+        body["max_tokens"] = n.into();
+    }
+    Ok(Bytes::from(body.to_string()))
+}
+
+/// `+` and `%XX` of a query value (invalid escapes kept as they are).
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn generate_body(
+    core: EngineCore,
+    api: Api,
+    path: &str,
+    query: Option<&str>,
+    body: Bytes,
+) -> Response<LabBody> {
+    let parsed = match Parsed::parse(api, path, query, &body, &core.cfg) {
         Ok(p) => p,
         Err(e) => return api_error_response(api, &e),
     };
@@ -468,4 +530,21 @@ pub fn render_response(
     }
     out.retain(|piece| !piece.is_empty());
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_get_query_is_the_completion_request() {
+        let body = query_request("prompt=hello+wor%6Cd%21&max_tokens=7&x=1").expect("request");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(v["prompt"], "hello world!");
+        assert_eq!(v["max_tokens"], 7);
+        assert_eq!(v["stream"], true);
+        assert_eq!(percent_decode("100%"), "100%", "a cut escape stays");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert!(query_request("max_tokens=3").is_err(), "a prompt is needed");
+    }
 }
