@@ -130,10 +130,28 @@ pub fn build_binaries(release: bool) -> Result<PathBuf> {
 pub fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    // `cargo xtask` runs us as `cargo run` does; builds from here must see what a shell's
-    // see, or build scripts watching these (ring's) rebuild on every switch between them.
-    cmd.env_remove("CARGO_MANIFEST_DIR")
-        .env_remove("CARGO_MANIFEST_PATH");
+    // `cargo xtask` runs us as `cargo run` does, with xtask's CARGO_PKG_*, CARGO_MANIFEST_*
+    // and the like set; builds from here must see what a shell's see (and what
+    // test-support's nested builds see), or build scripts watching them (ring's) rebuild
+    // ring and everything above it on every switch: 100 s of each CI run.
+    for (name, _) in std::env::vars_os() {
+        let cargo_run_var = name.to_str().is_some_and(|n| {
+            [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .iter()
+            .any(|v| n.starts_with(v))
+        });
+        if cargo_run_var {
+            cmd.env_remove(name);
+        }
+    }
     run(cmd.args(args).current_dir(root()))
 }
 
