@@ -49,11 +49,7 @@ fn load(api: Api, n: usize, stream: bool) -> BenchConfig {
 /// Every API (and OpenAI chat with n = 2, and without a stream) in turn through tuned
 /// nginx, in one recording.
 fn record_every_api() -> (Vec<Run>, Value) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     rt.block_on(async {
         let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())

@@ -12,29 +12,23 @@ use std::time::Duration;
 use serde_json::Value;
 use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
-use tokenscope_lab::{Engine, EngineConfig};
+use tokenscope_lab::EngineConfig;
 
 const STREAMS: usize = 6;
 
 /// Six streams at once against an engine with `slots`, recorded; bench's records and
 /// the report.
 fn run(slots: usize) -> (Vec<RequestRecord>, Value) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
+    let engine = lab_engine(
+        &rt,
+        EngineConfig {
+            max_running_seqs: slots,
+            ..EngineConfig::default()
+        },
+    );
     rt.block_on(async {
-        let engine = Engine::start(
-            EngineConfig {
-                max_running_seqs: slots,
-                ..EngineConfig::default()
-            },
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .await
-        .expect("engine");
         let port = engine.addr().port().to_string();
         let rec = Recorder::start(dir.path(), &["--port", &port, "--gpu", "off"]);
         let outcome = bench::run(&BenchConfig {

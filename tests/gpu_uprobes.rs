@@ -25,11 +25,7 @@ struct Run {
 
 /// Records the lab engine (uprobes on its stand-in libcuda) under `load`.
 fn record_engine(config: EngineConfig, load: BenchConfig) -> Run {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     let (log, served, path) = rt.block_on(async {
         let engine = Engine::start(config, "127.0.0.1:0".parse().unwrap())

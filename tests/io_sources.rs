@@ -31,11 +31,7 @@ fn in_emulated_guest() -> bool {
 /// engine while one recorder per entry of `sources` watches; returns bench's records
 /// and each recorder's report.
 fn run_watched(sources: &[&[&str]], requests: u64) -> (Vec<RequestRecord>, Vec<Value>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dirs: Vec<tempfile::TempDir> = sources
         .iter()
         .map(|_| tempfile::tempdir().expect("tempdir"))

@@ -232,11 +232,7 @@ fn stopping_mid_stream_leaves_every_stream_readable() {
     use tokenscope_lab::{Engine, EngineConfig};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let (path, report) = rt.block_on(async {
         let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())
             .await

@@ -46,11 +46,7 @@ fn perfetto_venv() -> PathBuf {
 /// Records the lab engine behind untuned nginx (auth_request sub-requests,
 /// buffering) under bench load, with the engine's libcuda probed.
 fn record(dir: &Path) -> PathBuf {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())
             .await

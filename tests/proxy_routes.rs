@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig};
-use tokenscope_lab::{Engine, EngineConfig};
+use tokenscope_lab::EngineConfig;
 
 /// The three locations, proxied to `up` (the prefix is stripped upstream). The two that
 /// hold tokens keep nginx's defaults upstream (HTTP/1.0, close-delimited, buffered), as
@@ -43,18 +43,9 @@ fn diagnoses_of(report: &Value, rule: u64) -> Vec<(String, String)> {
 
 #[test]
 fn buffering_and_gzip_are_diagnosed_in_the_location_that_has_them() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = rt
-        .block_on(Engine::start(
-            EngineConfig::default(),
-            "127.0.0.1:0".parse().unwrap(),
-        ))
-        .expect("engine");
+    let engine = lab_engine(&rt, EngineConfig::default());
     let nginx = Nginx::start(dir.path(), &locations(engine.addr()));
     let ports = [
         engine.addr().port().to_string(),
@@ -124,18 +115,9 @@ fn buffering_and_gzip_are_diagnosed_in_the_location_that_has_them() {
 /// to the engine, with the proxy's hold (the gateway stage) measured.
 #[test]
 fn get_streams_without_a_body_are_joined_end_to_end() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = rt
-        .block_on(Engine::start(
-            EngineConfig::default(),
-            "127.0.0.1:0".parse().unwrap(),
-        ))
-        .expect("engine");
+    let engine = lab_engine(&rt, EngineConfig::default());
     let up = engine.addr();
     let stream = "proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off;";
     let nginx = Nginx::start(

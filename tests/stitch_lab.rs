@@ -16,11 +16,7 @@ use tokenscope_lab::{Engine, EngineConfig};
 
 /// Runs `load` through nginx in `mode` while recording; returns bench's records and the report.
 fn run(mode: ProxyMode, load: BenchConfig) -> (Vec<RequestRecord>, Value) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     rt.block_on(async {
         let engine = Engine::start(EngineConfig::default(), "127.0.0.1:0".parse().unwrap())

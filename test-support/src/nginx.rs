@@ -195,23 +195,36 @@ pub fn engine_behind_nginx(dir: &Path) -> (tokio::runtime::Runtime, tokenscope_l
     engine_behind_nginx_with(dir, "")
 }
 
+/// The runtime the lab's engine and bench run on in a test: two workers, as the
+/// machines have two cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The lab engine with `cfg` on a free loopback port, served by `rt`.
+pub fn lab_engine(
+    rt: &tokio::runtime::Runtime,
+    cfg: tokenscope_lab::EngineConfig,
+) -> tokenscope_lab::Engine {
+    rt.block_on(tokenscope_lab::Engine::start(
+        cfg,
+        "127.0.0.1:0".parse().unwrap(),
+    ))
+    .expect("lab engine")
+}
+
 /// `engine_behind_nginx` with more directives in its location (e.g. a nested
 /// location that serves something else).
 pub fn engine_behind_nginx_with(
     dir: &Path,
     extra: &str,
 ) -> (tokio::runtime::Runtime, tokenscope_lab::Engine, Nginx) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let engine = rt
-        .block_on(tokenscope_lab::Engine::start(
-            tokenscope_lab::EngineConfig::default(),
-            "127.0.0.1:0".parse().unwrap(),
-        ))
-        .expect("lab engine");
+    let rt = runtime();
+    let engine = lab_engine(&rt, tokenscope_lab::EngineConfig::default());
     let up = engine.addr();
     let nginx = Nginx::start(
         dir,
