@@ -13,7 +13,6 @@ mod gpu;
 mod requests;
 mod trace;
 
-use crate::ingest::record::FileHeader;
 pub(crate) use counters::Running;
 pub(crate) use diagnoses::Cites;
 pub(crate) use trace::{Conn, Trace};
@@ -199,14 +198,6 @@ struct Builder {
     plan: Plan,
     name_ids: HashMap<String, u32>,
     processes: BTreeMap<u32, u64>,
-}
-
-/// The trace's time origin: the earliest of the recording's start and its first event.
-pub(crate) fn start_ns(header: &FileHeader, first_event: Option<u64>) -> u64 {
-    match (header.start_monotonic_ns, first_event) {
-        (0, first) => first.unwrap_or(0),
-        (s, first) => s.min(first.unwrap_or(s)),
-    }
 }
 
 /// The plan of one window (all of what `trace` holds).

@@ -78,7 +78,7 @@ impl Windows {
             ..Default::default()
         };
         self.origin
-            .unwrap_or_else(|| layout::start_ns(&header, self.first_event_ns))
+            .unwrap_or_else(|| crate::export::start_ns(&header, self.first_event_ns))
     }
 
     fn window_of(&self, ts: u64) -> u64 {

@@ -8,7 +8,6 @@ use std::os::unix::fs::FileExt;
 use super::{GpuSummary, IoSourceInfo, RecordingInfo, Report, Staller, Window, SCHEMA, WINDOW_NS};
 use crate::analyze::{self, Breakdown, Samples};
 use crate::diagnose::{self, slo, Diagnosis, Slo};
-use crate::export::perfetto;
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
 use crate::ingest::record::FileHeader;
@@ -164,7 +163,7 @@ impl Builder {
 
     fn origin(&self) -> u64 {
         self.origin
-            .unwrap_or_else(|| perfetto::layout::start_ns(&self.header, self.last.first_event_ns))
+            .unwrap_or_else(|| crate::export::start_ns(&self.header, self.last.first_event_ns))
     }
 
     fn window_of(&self, ts: u64) -> u64 {

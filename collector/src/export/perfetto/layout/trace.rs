@@ -11,7 +11,7 @@ use crate::pipeline::CuptiSpan;
 use crate::stitch::{ConnectionSpan, Request};
 
 pub(crate) struct Trace {
-    /// The trace's time origin (see `layout::start_ns`).
+    /// The trace's time origin (see `export::start_ns`).
     pub(crate) start_ns: u64,
     pub(crate) start_monotonic_ns: u64,
     pub(crate) start_realtime_ns: u64,
