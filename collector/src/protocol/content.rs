@@ -133,8 +133,7 @@ impl BodyContent {
     /// The segment ended: bytes still held were not an event's start.
     pub(super) fn segment_end(&mut self, out: &mut Sniff) {
         if let Some(p) = self.probe.as_mut() {
-            out.body_bytes += p.held.len() as u64;
-            self.seen += p.held.len() as u64;
+            count(&mut self.seen, out, p.held.len() as u64);
             p.held.clear();
             p.undecided = false;
         }
@@ -161,15 +160,12 @@ impl BodyContent {
                     self.feed(content, out);
                     return;
                 }
-                out.body_bytes += held.len() as u64;
-                self.seen += held.len() as u64;
+                count(&mut self.seen, out, held.len() as u64);
             }
-            out.body_bytes += content.len() as u64;
-            self.seen += content.len() as u64;
+            count(&mut self.seen, out, content.len() as u64);
             return;
         }
-        out.body_bytes += content.len() as u64;
-        self.seen += content.len() as u64;
+        count(&mut self.seen, out, content.len() as u64);
         if let Some((hash, _, hashed)) = self.print.as_mut() {
             let take = (BODY_PRINT_BYTES - *hashed).min(content.len());
             *hash = fnv_extend(*hash, &content[..take]);
@@ -219,8 +215,7 @@ impl BodyContent {
     /// `n` content bytes went uncaptured (their place is known).
     pub(super) fn skipped(&mut self, n: u64, out: &mut Sniff) {
         self.segment_end(out); // a segment start still held is undecidable now
-        self.seen += n;
-        out.body_bytes += n;
+        count(&mut self.seen, out, n);
         self.gap();
     }
 
@@ -263,6 +258,13 @@ impl BodyContent {
             out.prefix_prints = self.prefix.take().map(|p| p.2).unwrap_or_default();
         }
     }
+}
+
+/// Counts `n` content bytes in the body's total and this I/O's sniff. Saturating:
+/// uncaptured counts are what I/O events claim, and they add up over a whole body.
+fn count(seen: &mut u64, out: &mut Sniff, n: u64) {
+    *seen = seen.saturating_add(n);
+    out.body_bytes = out.body_bytes.saturating_add(n);
 }
 
 /// Whether body bytes start like an SSE field; `None` while too short to tell.

@@ -481,3 +481,20 @@ fn an_event_past_its_limit_is_counted_and_the_stream_goes_on() {
         .count();
     assert_eq!(tokens, 1, "the event after the long one is read");
 }
+
+/// Found by the gzip fuzz target: uncaptured tails of 2^62 bytes, four of them, then
+/// a captured byte, overflowed the body's byte count (a panic with overflow checks, a
+/// wrong count without).
+#[test]
+fn uncaptured_bytes_past_u64_saturate_the_body_count() {
+    let mut p = StreamParser::default();
+    let head =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n\r\n";
+    p.feed(head, head.len() as u64);
+    for _ in 0..4 {
+        let s = p.feed(b"", 1 << 62);
+        assert_eq!(s.body_bytes, 1 << 62, "each I/O counts its own bytes");
+    }
+    let s = p.feed(b"\x1f", 1);
+    assert_eq!(s.body_bytes, 1, "a captured byte after the saturated total");
+}
