@@ -22,6 +22,11 @@ pub const MAX_TABLE_SIZE: usize = 64 << 10;
 const ENTRY_OVERHEAD: usize = 32;
 /// Integers beyond this are malformed (no header block comes near it).
 const MAX_INTEGER: u64 = 1 << 28;
+/// Name and value bytes one block may yield. An indexed field copies a table entry,
+/// so a block of one-byte references to a 64 KiB entry would yield 64 KiB per byte
+/// (4 GiB for a 64 KiB block). Far above any real header list (servers refuse lists
+/// past 8 to 64 KiB); fields past it are counted as unknown.
+pub const MAX_DECODED: usize = 256 << 10;
 
 /// What one header block said.
 #[derive(Default, PartialEq)]
@@ -32,6 +37,21 @@ pub struct Block {
     pub unknown: u32,
     /// Malformed representations (truncated integer or string, bad Huffman, bad index).
     pub errors: u32,
+    /// Name and value bytes in `fields` (at most `MAX_DECODED`).
+    decoded: usize,
+}
+
+impl Block {
+    /// Keeps a field, or counts it unknown when it would take the block past `MAX_DECODED`.
+    fn keep(&mut self, name: &[u8], value: &[u8]) {
+        let size = name.len() + value.len();
+        if self.decoded + size > MAX_DECODED {
+            self.unknown += 1;
+            return;
+        }
+        self.decoded += size;
+        self.fields.push((name.to_vec(), value.to_vec()));
+    }
 }
 
 /// Values are secrets (Authorization, Cookie): only names are printed.
@@ -173,7 +193,7 @@ impl Decoder {
             // Indexed header field.
             let index = integer(block, at, 7)?;
             match self.lookup(index, out) {
-                Some((name, value)) => out.fields.push((name.to_vec(), value.to_vec())),
+                Some((name, value)) => out.keep(name, value),
                 None => out.unknown += 1,
             }
             return Ok(());
@@ -206,7 +226,7 @@ impl Decoder {
                         value: value.clone(),
                     });
                 }
-                out.fields.push((name, value));
+                out.keep(&name, &value);
             }
             (_, value) => {
                 // Unreadable or unknown: its table slot is kept so later indices stay aligned.
@@ -551,6 +571,27 @@ mod tests {
         assert_eq!((b.unknown, b.errors), (1, 1));
         assert_eq!(pairs(&b), vec![(":method", "GET")]);
         assert_eq!(d.decode(&[0x80]).errors, 1, "index 0");
+    }
+
+    #[test]
+    fn references_to_a_large_entry_yield_at_most_max_decoded_bytes() {
+        // A 60 KB entry (the table resized to its 64 KiB cap), then a block of one-byte
+        // references to it: 60 KB copied per byte without the limit.
+        let mut d = Decoder::joined_mid();
+        let mut big = vec![0x3f, 0xe1, 0xff, 0x03]; // size update to 65536
+        big.push(0x40);
+        big.extend(raw(b"x"));
+        big.extend(raw(&vec![b'a'; 60_000]));
+        assert_eq!(d.decode(&big).errors, 0, "a valid block");
+        let refs = d.decode(&[0xbe; 1000]);
+        let bytes: usize = refs.fields.iter().map(|(n, v)| n.len() + v.len()).sum();
+        assert!(bytes <= MAX_DECODED, "{bytes} bytes decoded");
+        assert_eq!(refs.fields.len(), MAX_DECODED / 60_001, "as many as fit");
+        assert_eq!(
+            refs.fields.len() + refs.unknown as usize,
+            1000,
+            "the rest are counted unknown"
+        );
     }
 
     #[test]
