@@ -57,12 +57,28 @@ fn header_at(payload: &[u8], at: usize) -> Option<TlsRecord> {
     let handshake_type = (content_type == HANDSHAKE)
         .then(|| payload.get(at + 5).map(|b| u32::from(*b)))
         .flatten();
+    #[cfg(feature = "fuzz-planted-bug")]
+    planted::read_handshake_body(payload, at);
     Some(TlsRecord {
         content_type,
         version,
         length,
         handshake_type,
     })
+}
+
+/// The bug `cargo xtask fuzz --planted` must find: a handshake message sliced by
+/// the 24-bit length it declares, with no check against what was captured.
+#[cfg(feature = "fuzz-planted-bug")]
+mod planted {
+    pub(super) fn read_handshake_body(payload: &[u8], at: usize) {
+        if payload.len() >= at + 9 && payload[at] == super::HANDSHAKE as u8 {
+            let len = usize::from(payload[at + 6]) << 16
+                | usize::from(payload[at + 7]) << 8
+                | usize::from(payload[at + 8]);
+            std::hint::black_box(&payload[at + 9..at + 9 + len]);
+        }
+    }
 }
 
 pub fn content_type_label(t: u32) -> &'static str {
