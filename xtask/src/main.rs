@@ -6,6 +6,7 @@ mod bench;
 mod demo;
 mod dist;
 mod fixtures;
+mod fuzz;
 mod gpu;
 mod kernels;
 mod setup;
@@ -21,12 +22,14 @@ usage: cargo xtask <task>
 tasks:
   setup   install missing system packages (apt-get), mount tracefs
   test    setup, build once, run unit tests, then privileged end-to-end tests one at a time,
-          then the kernel matrix (test-kernels)
+          then every fuzz target briefly and the planted-bug check, then the kernel matrix
+          (test-kernels)
   test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
   demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios), and
           replay scaling; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone
   lint    cargo fmt --check and clippy with warnings denied
+  fuzz    coverage-guided fuzzing of every parser and decoder (libFuzzer); `fuzz --help`
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
   dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
           shell completions (bash, zsh, fish) and man pages, in dist/
@@ -41,6 +44,7 @@ fn main() {
         "bench" => bench::run(std::env::args().nth(2).as_deref()),
         "lint" => lint(),
         "fixtures" => fixtures::run(),
+        "fuzz" => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "dist" => dist::run(),
         "gpu-check" => gpu::run(),
         "test-kernels" => kernels::run(),
@@ -76,6 +80,9 @@ fn test() -> Result<()> {
         "--",
         "--test-threads=1",
     ])?;
+    // Every parser and decoder under libFuzzer for a few seconds each, and proof that
+    // the fuzzer finds a planted bug (a few minutes; see fuzz::CI_SECONDS).
+    fuzz::ci()?;
     // The same probes on the kernels production hosts run (QEMU without KVM).
     kernels::run()?;
     println!("xtask: all tests passed in {:.0?}", started.elapsed());

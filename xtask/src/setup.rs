@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 
 /// Build: clang-19 + libbpf headers (+ kernel UAPI headers) compile the probes.
 /// Tests: nginx, curl, openssl, bpftool, python3-venv (the openai SDK test and virtme-ng),
-/// tmux (TUI test), QEMU (the kernel matrix).
+/// tmux (TUI test), QEMU (the kernel matrix), g++ (libFuzzer).
 const PACKAGES: &[&str] = &[
     "clang-19",
     "libbpf-dev",
@@ -26,6 +26,8 @@ const PACKAGES: &[&str] = &[
     "ipxe-qemu",
     "busybox-static",
     "kmod",
+    // The fuzz targets (cargo xtask fuzz): libfuzzer-sys builds libFuzzer from C++.
+    "g++",
 ];
 const POLICY_RC: &str = "/usr/sbin/policy-rc.d";
 
