@@ -41,7 +41,7 @@ examples:
 
 A crash's input is kept in <target>/fuzz/artifacts/TARGET/; replay it with
 `<target>/fuzz/<triple>/release/TARGET <input>` (the panic and its backtrace print).
-Build profile (fuzz/Cargo.toml): opt-level 1 with overflow checks and debug assertions.
+Build profile (fuzz/Cargo.toml): opt-level 3 with overflow checks and debug assertions.
 
 targets:";
 
@@ -79,9 +79,9 @@ const TARGETS: &[(&str, &str)] = &[
 ];
 
 /// Seconds per target in `cargo xtask test`. The stage's budget is about four minutes
-/// on two cores; measured cold on two shared cores: 235 s, of which the build 96 s,
-/// 13 targets two at a time 112 s, the planted build and run 27 s. Each target runs
-/// 150 thousand to 10 million inputs in that time (exec/s vary 100-fold by target);
+/// on two cores; measured cold on two shared cores: 243 s, of which the build 99 s,
+/// 13 targets two at a time 111 s, the planted build and run 33 s. Each target runs
+/// 250 thousand to 7 million inputs in that time (exec/s vary 30-fold by target);
 /// longer runs belong to `cargo xtask fuzz`.
 const CI_SECONDS: u64 = 15;
 /// Targets at once in `cargo xtask test` (the CI machines have two cores).
