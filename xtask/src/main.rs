@@ -28,7 +28,7 @@ tasks:
   demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios), and
           replay scaling; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone
-  lint    cargo fmt --check and clippy with warnings denied
+  lint    cargo fmt --check and clippy with warnings denied (the fuzz crate too)
   fuzz    coverage-guided fuzzing of every parser and decoder (libFuzzer); `fuzz --help`
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
   dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
@@ -94,6 +94,18 @@ fn lint() -> Result<()> {
     cargo(&[
         "clippy",
         "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    // The fuzz crate is a workspace of its own: `--workspace` leaves it out.
+    let fuzz = "fuzz/Cargo.toml";
+    cargo(&["fmt", "--manifest-path", fuzz, "--", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--manifest-path",
+        fuzz,
         "--all-targets",
         "--",
         "-D",
