@@ -81,12 +81,10 @@ fn virtme_ng(work: &Path) -> Result<PathBuf> {
 
 /// Builds the guest's test binary (and the tokenscope binary it runs); its path.
 fn build_tests() -> Result<PathBuf> {
-    // The demo test runs the lab's binary; no cargo builds it inside the guest.
-    crate::build_binaries(false)?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["test", "--test", GUEST_TESTS, "--no-run"])
-        .current_dir(crate::root())
+    // The demo test runs the lab's binary; no cargo builds it inside the guest. Built as
+    // `cargo xtask test` builds the workspace (the same features, so there a no-op).
+    crate::cargo(&["build", "--workspace", "--all-targets"])?;
+    let out = crate::cargo_command(&["test", "--workspace", "--test", GUEST_TESTS, "--no-run"])
         .output()
         .context("cargo test --no-run")?;
     let stderr = String::from_utf8_lossy(&out.stderr);

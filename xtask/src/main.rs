@@ -147,6 +147,11 @@ pub fn build_binaries(release: bool) -> Result<PathBuf> {
 }
 
 pub fn cargo(args: &[&str]) -> Result<()> {
+    run(&mut cargo_command(args))
+}
+
+/// `cargo ARGS` in the workspace root, as a shell would run it (see `cargo`).
+pub fn cargo_command(args: &[&str]) -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     // `cargo xtask` runs us as `cargo run` does, with xtask's CARGO_PKG_*, CARGO_MANIFEST_*
@@ -171,7 +176,8 @@ pub fn cargo(args: &[&str]) -> Result<()> {
             cmd.env_remove(name);
         }
     }
-    run(cmd.args(args).current_dir(root()))
+    cmd.args(args).current_dir(root());
+    cmd
 }
 
 pub fn run(cmd: &mut Command) -> Result<()> {
