@@ -419,11 +419,7 @@ fn report(
         report::Requests::Drop
     };
     let mut builder = report::Builder::new(&reader.header, slos, keep);
-    while let Some(batch) = reader.next_batch()? {
-        for event in batch {
-            builder.push(event);
-        }
-    }
+    builder.push_all(&mut reader)?;
     let built = builder.try_finish().context("building the report")?;
     let code = if built.slo.iter().all(|r| r.met) {
         ExitCode::SUCCESS

@@ -72,11 +72,7 @@ pub fn load(path: &Path) -> Result<Value, DiffError> {
 fn replay(path: &Path) -> Result<Value, DiffError> {
     let mut reader = RecordReader::open(path)?;
     let mut builder = report::Builder::new(&reader.header, &[], report::Requests::Drop);
-    while let Some(batch) = reader.next_batch()? {
-        for event in batch {
-            builder.push(event);
-        }
-    }
+    builder.push_all(&mut reader)?;
     let built = builder.try_finish().map_err(|err| DiffError::Build {
         path: path.to_path_buf(),
         err,
@@ -394,11 +390,7 @@ fn change(row: &Row) -> String {
         Unit::Ns => duration(a - b),
         Unit::Count => format!("{:.0}", a - b),
     };
-    let sign = if a > b && !delta.starts_with('-') {
-        "+"
-    } else {
-        ""
-    };
+    let sign = if a > b { "+" } else { "" };
     if b == 0.0 {
         return format!("{sign}{delta}");
     }

@@ -97,10 +97,9 @@ pub(super) fn slot_saturation(input: &Input) -> Option<Finding> {
         ],
     }
     .diagnosis();
-    let ttft = waits;
     Some(Finding {
         diagnosis: d,
-        ttft,
+        ttft: waits,
         itl: BTreeMap::new(),
     })
 }

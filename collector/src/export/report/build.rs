@@ -10,7 +10,7 @@ use crate::analyze::{self, Breakdown, Samples};
 use crate::diagnose::{self, slo, Diagnosis, Slo};
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
-use crate::ingest::record::FileHeader;
+use crate::ingest::record::{FileHeader, RecordError, RecordReader};
 use crate::ingest::Event;
 use crate::pipeline::cut::Cutter;
 use crate::pipeline::{self, Output, Pipeline};
@@ -107,6 +107,16 @@ impl Builder {
             pushed: 0,
             last: Output::default(),
         }
+    }
+
+    /// Every event of `reader`, a batch at a time (never the whole recording at once).
+    pub fn push_all(&mut self, reader: &mut RecordReader) -> Result<(), RecordError> {
+        while let Some(batch) = reader.next_batch()? {
+            for event in batch {
+                self.push(event);
+            }
+        }
+        Ok(())
     }
 
     pub fn push(&mut self, event: Event) {
