@@ -81,6 +81,8 @@ Examples:
   tokenscope report run.tsrec
   tokenscope report run.tsrec --json > report.json   # schema: schema/report.schema.json
   tokenscope report run.tsrec --slo ttft_p95=300ms --slo itl_p99=50ms   # exit 1 if violated
+  tokenscope report run.tsrec --what-if 2,3      # TTFT/ITL if buffering and gzip were off
+  tokenscope report run.tsrec --what-if all      # every fix the diagnoses name
 
 Diagnoses: eleven rules name a fix with its evidence (requests, figures) and an estimated
 saving of TTFT p95 / ITL p99: new connection per request, proxy buffering, gzip on event
@@ -144,6 +146,11 @@ struct ReportArgs {
     /// 2 the recording could not be read.
     #[arg(long = "slo", value_name = "METRIC_STAT=DURATION")]
     slos: Vec<collector::diagnose::Slo>,
+    /// Re-time the recorded requests as if these rules' fixes were applied (numbers or
+    /// keys, comma-separated, or `all` for every rule that fired) and print predicted
+    /// TTFT p50/p95 and ITL mean/p99 next to the recorded ones.
+    #[arg(long = "what-if", value_name = "RULE[,RULE..]")]
+    what_if: Option<collector::diagnose::Selection>,
 }
 
 #[derive(Args, Debug)]
@@ -258,10 +265,10 @@ struct DumpArgs {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(args) => record(args),
-        Command::Report(args) if args.slos.is_empty() => report(&args.file, args.json, &[]),
+        Command::Report(args) if args.slos.is_empty() => report(&args),
         Command::Report(args) => {
             // A gate tells "violated" (1) from "could not tell" (2).
-            report(&args.file, args.json, &args.slos).or_else(|e| {
+            report(&args).or_else(|e| {
                 eprintln!("tokenscope: error: {e:#}");
                 Ok(ExitCode::from(2))
             })
@@ -369,7 +376,12 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         export(&recording, &args.output, Duration::from_secs(60))?;
     }
     if args.report {
-        report(&recording, false, &[])?;
+        report(&ReportArgs {
+            file: recording,
+            json: false,
+            slos: Vec::new(),
+            what_if: None,
+        })?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -404,13 +416,10 @@ fn diff(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn report(
-    path: &std::path::Path,
-    json: bool,
-    slos: &[collector::diagnose::Slo],
-) -> anyhow::Result<ExitCode> {
+fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     use collector::export::report;
-    let mut reader = collector::ingest::record::RecordReader::open(path)?;
+    let json = args.json;
+    let mut reader = collector::ingest::record::RecordReader::open(&args.file)?;
     // Streamed: a batch of events at a time through the pipeline, never all at once;
     // requests are summed up and let go (JSON: written aside) as their window closes.
     let keep = if json {
@@ -418,7 +427,10 @@ fn report(
     } else {
         report::Requests::Drop
     };
-    let mut builder = report::Builder::new(&reader.header, slos, keep);
+    let mut builder = report::Builder::new(&reader.header, &args.slos, keep);
+    if let Some(selection) = &args.what_if {
+        builder = builder.what_if(selection.clone());
+    }
     builder.push_all(&mut reader)?;
     let built = builder.try_finish().context("building the report")?;
     let code = if built.slo.iter().all(|r| r.met) {

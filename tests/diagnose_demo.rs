@@ -151,3 +151,66 @@ fn the_slo_gate_fails_the_untuned_side_and_passes_the_tuned_one() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("ttft_p95=300ms"), "{out}");
 }
+
+/// `report --what-if 1,2,3,4,5` on the untuned side predicts what tuning measurably saved
+/// (the tuned side of the same demo, read at the same point): TTFT p95 within 25% (or
+/// 20 ms); the JSON matches the schema and the text prints the table.
+#[test]
+fn what_if_on_the_untuned_side_predicts_the_tuned_side() {
+    let d = demo();
+    let what_if = |path: &std::path::Path| -> Value {
+        let out = Command::new(profiler())
+            .arg("report")
+            .arg(path)
+            .args(["--json", "--what-if", "1,2,3,4,5"])
+            .output()
+            .expect("run report");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        check_report_schema(&v).expect("the report with what_if matches the schema");
+        v["what_if"].clone()
+    };
+    let (before, after) = (what_if(&d.untuned), what_if(&d.tuned));
+    let applied: Vec<u64> = before["applied"]
+        .as_array()
+        .expect("applied")
+        .iter()
+        .map(|a| a["rule"].as_u64().unwrap())
+        .collect();
+    assert_eq!(applied, [1, 2, 3, 4, 5], "{before}");
+    assert_eq!(
+        after["applied"].as_array().map(Vec::len),
+        Some(0),
+        "{after}"
+    );
+    let ms = |v: &Value| v.as_f64().expect("ns") / 1e6;
+    let recorded = ms(&before["recorded"]["ttft_p95_ns"]);
+    let predicted = ms(&before["predicted"]["ttft_p95_ns"]);
+    let fixed = ms(&after["recorded"]["ttft_p95_ns"]);
+    let (predicted_saving, measured_saving) = (recorded - predicted, recorded - fixed);
+    println!(
+        "untuned -> tuned (live), rules 1-5, TTFT p95: recorded {recorded:.1} ms, predicted \
+         {predicted:.1} ms, tuned {fixed:.1} ms; saving predicted {predicted_saving:.1} ms, \
+         measured {measured_saving:.1} ms"
+    );
+    assert!(measured_saving > 0.0, "tuning saved TTFT p95");
+    assert!(
+        (predicted_saving - measured_saving).abs() <= (0.25 * measured_saving).max(20.0),
+        "the predicted saving is within 25% of the measured one"
+    );
+    let text = Command::new(profiler())
+        .arg("report")
+        .arg(&d.untuned)
+        .args(["--what-if", "all"])
+        .output()
+        .expect("run report");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("what-if --what-if all:") && text.contains("  TTFT p95 "),
+        "{text}"
+    );
+}

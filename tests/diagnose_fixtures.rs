@@ -20,6 +20,8 @@ const TABLE: &[(&str, &[u8])] = &[
     // The same load tuned, every hop in the clear: nothing to fix.
     ("tuned-plain", &[]),
     ("queued", &[6]),
+    // The same load on an engine with room for every stream.
+    ("queued-fixed", &[]),
     ("nagle", &[7]),
     ("nagle-fixed", &[]),
     ("lossy", &[8]),
@@ -110,6 +112,92 @@ fn each_fixture_yields_exactly_its_rules_with_evidence_and_a_fix() {
                     "{name}: diagnosis rule {out_of_range} must break the schema"
                 );
             }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The statistic a rule's saving is stated in.
+#[derive(Clone, Copy)]
+enum Stat {
+    TtftP95,
+    ItlP99,
+}
+
+/// (positive fixture, its fix's fixture, the rules whose fixes tell them apart, the
+/// statistic those rules save).
+const PAIRS: &[(&str, &str, &str, Stat)] = &[
+    ("untuned", "tuned-plain", "1,2,3,4,5", Stat::TtftP95),
+    ("queued", "queued-fixed", "6", Stat::TtftP95),
+    ("nagle", "nagle-fixed", "7", Stat::ItlP99),
+    ("lossy", "lossless", "8", Stat::ItlP99),
+    ("slow-client", "fast-client", "9", Stat::ItlP99),
+    ("gpu-throttled", "gpu-cool", "10", Stat::ItlP99),
+];
+
+fn what_if(path: &Path, rules: &str) -> collector::diagnose::WhatIf {
+    let mut reader = RecordReader::open(path).expect("open fixture");
+    let mut b = report::Builder::new(&reader.header, &[], report::Requests::Drop)
+        .what_if(rules.parse().expect("rules"));
+    b.push_all(&mut reader).expect("read fixture");
+    b.finish().what_if.expect("what-if asked for")
+}
+
+/// `report --what-if` validated: for every scenario pair, the saving predicted from the
+/// positive recording (its rules' fixes applied by the model behind their savings) is
+/// within 25% (or 20 ms) of the saving measured on the recording of the fixed set-up,
+/// both read at the client-most point.
+#[test]
+fn what_if_predicts_each_pairs_measured_saving() {
+    let dir = tempfile::tempdir().unwrap();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    println!(
+        "{:<28} {:<10} {:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "pair", "rules", "stat", "recorded", "predicted", "fixed", "pred.sav", "meas.sav", "error"
+    );
+    let mut wrong = Vec::new();
+    for (positive, negative, rules, stat) in PAIRS {
+        let before = what_if(&fixture(positive, dir.path()), rules);
+        let after = what_if(&fixture(negative, dir.path()), rules);
+        assert!(
+            after.applied.is_empty(),
+            "{negative}: no rule of {rules} fires on the fix"
+        );
+        let pick = |l: &collector::diagnose::what_if::Latency| match stat {
+            Stat::TtftP95 => l.ttft_p95_ns,
+            Stat::ItlP99 => l.itl_p99_ns,
+        };
+        let (recorded, predicted, fixed) = (
+            ms(pick(&before.recorded)),
+            ms(pick(&before.predicted)),
+            ms(pick(&after.recorded)),
+        );
+        let (predicted_saving, measured_saving) = (recorded - predicted, recorded - fixed);
+        let error = (predicted_saving - measured_saving).abs();
+        let allowed = (0.25 * measured_saving.abs()).max(20.0);
+        println!(
+            "{:<28} {:<10} {:<9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>5.0}%",
+            format!("{positive} -> {negative}"),
+            rules,
+            match stat {
+                Stat::TtftP95 => "TTFT p95",
+                Stat::ItlP99 => "ITL p99",
+            },
+            recorded,
+            predicted,
+            fixed,
+            predicted_saving,
+            measured_saving,
+            100.0 * error / measured_saving.abs().max(1e-9)
+        );
+        assert!(
+            !before.applied.is_empty(),
+            "{positive}: the rules {rules} fire"
+        );
+        if error > allowed {
+            wrong.push(format!(
+                "{positive}: predicted saving {predicted_saving:.1} ms, measured {measured_saving:.1} ms (allowed error {allowed:.1} ms)"
+            ));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

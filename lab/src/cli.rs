@@ -84,11 +84,12 @@ Examples:
 Scenarios (positive / negative, and the diagnosis rules they show):
   untuned / tuned-plain            rules 1-5: new connections, proxy buffering, gzip on SSE,
                                    no prefix cache, prefill stalling decodes
-  queued                           rule 6: an engine running 2 sequences under 8 streams
+  queued / queued-fixed            rule 6: an engine running 2 sequences under 8 streams
   nagle / nagle-fixed              rule 7: split writes without TCP_NODELAY, delayed ACK
   lossy / lossless                 rule 8: 1 in 10 of the engine's segments dropped
   slow-client / fast-client        rule 9: a client reading 256 bytes every 10 ms
-  gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling")]
+  gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling
+                                   (and the engine's steps slow with the clock)")]
     Scenario(ScenarioArgs),
     /// Write a recording N times over, each copy later in time and on its own sockets,
     /// for the scaling bench (`cargo xtask bench scaling`).

@@ -12,6 +12,7 @@ const SCENARIOS: &[&str] = &[
     "untuned",
     "tuned-plain",
     "queued",
+    "queued-fixed",
     "nagle",
     "nagle-fixed",
     "lossy",

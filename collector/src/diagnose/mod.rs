@@ -13,6 +13,7 @@
 
 mod rules;
 pub mod slo;
+pub mod what_if;
 
 use std::collections::BTreeMap;
 
@@ -25,6 +26,7 @@ use crate::stitch::Request;
 
 pub use rules::RULES;
 pub use slo::{Slo, SloResult};
+pub use what_if::{Selection, WhatIf};
 
 /// What the rules read.
 pub struct Input<'a> {
@@ -124,9 +126,23 @@ pub(crate) struct Finding {
     pub diagnosis: Diagnosis,
     /// Per request index: TTFT the fix removes.
     pub ttft: BTreeMap<usize, u64>,
+    /// Per request index: TTFT the fix adds (chunked prefill lengthens a long prompt's
+    /// own prefill).
+    pub ttft_added: BTreeMap<usize, u64>,
     /// Per (request index, gap index at the request's TTFT point): gap time removed
     /// (negative: the fix lengthens the gap, as unbatching a burst does).
     pub itl: BTreeMap<(usize, usize), i64>,
+}
+
+impl Finding {
+    /// Per request index: TTFT the fix removes, less what it adds.
+    fn ttft_removed(&self) -> BTreeMap<usize, i64> {
+        let mut m: BTreeMap<usize, i64> = self.ttft.iter().map(|(&k, &v)| (k, v as i64)).collect();
+        for (&k, &v) in &self.ttft_added {
+            *m.entry(k).or_default() -= v as i64;
+        }
+        m
+    }
 }
 
 /// All diagnoses for a timeline, the largest saving first.
@@ -258,10 +274,7 @@ fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis>
                 .map(move |(k, w)| ((i, k), w[1] - w[0]))
         })
         .collect();
-    let ttft_maps: Vec<BTreeMap<usize, i64>> = findings
-        .iter()
-        .map(|f| f.ttft.iter().map(|(&k, &v)| (k, v as i64)).collect())
-        .collect();
+    let ttft_maps: Vec<BTreeMap<usize, i64>> = findings.iter().map(Finding::ttft_removed).collect();
     let ttft_shares = shapley(&ttft, &ttft_maps.iter().collect::<Vec<_>>(), p95);
     let itl_shares = shapley(
         &gaps,
@@ -273,7 +286,8 @@ fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis>
         .enumerate()
         .map(|(j, f)| {
             let mut d = f.diagnosis;
-            if !f.ttft.is_empty() && !ttft.is_empty() {
+            let changes_ttft = !f.ttft.is_empty() || !f.ttft_added.is_empty();
+            if changes_ttft && !ttft.is_empty() {
                 d.saving.ttft_p95_ns = Some(ttft_shares[j].0);
                 d.saving.ttft_p95_alone_ns = Some(ttft_shares[j].1);
             }

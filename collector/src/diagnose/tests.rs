@@ -34,6 +34,7 @@ fn finding(rule: u8, ttft: &[(usize, u64)], itl: &[((usize, usize), i64)]) -> Fi
             fix: Vec::new(),
         },
         ttft: ttft.iter().copied().collect(),
+        ttft_added: BTreeMap::new(),
         itl: itl.iter().copied().collect(),
     }
 }
@@ -66,6 +67,24 @@ fn shares_add_up_to_the_joint_saving_and_alone_is_each_fix_by_itself() {
     // A rule with no TTFT removal claims no TTFT saving.
     let out = share_savings(&reqs, vec![finding(5, &[], &[((0, 0), 10 * MS as i64)])]);
     assert_eq!(out[0].saving.ttft_p95_ns, None);
+}
+
+#[test]
+fn a_fix_that_costs_ttft_claims_none_and_shrinks_the_others_joint_saving() {
+    let reqs: Vec<Request> = (0..20).map(|i| request(i, 1000 * MS, &[20 * MS])).collect();
+    let all = |ms: u64| -> Vec<(usize, u64)> { (0..20).map(|i| (i, ms * MS)).collect() };
+    // Rule 2 frees 600 ms of every request; rule 5 adds 200 ms back to every one.
+    let mut chunked = finding(5, &[], &[]);
+    chunked.ttft_added = all(200).into_iter().collect();
+    let out = share_savings(&reqs, vec![finding(2, &all(600), &[]), chunked]);
+    assert_eq!(out[1].saving.ttft_p95_ns, Some(0), "a cost is no saving");
+    assert_eq!(out[1].saving.ttft_p95_alone_ns, Some(0));
+    // Joint: 1000 -> 600 ms, 400 ms in all. Rule 2's share is its mean marginal saving,
+    // (600 + (400 - 0)) / 2 = 500 (a cost alone counts as no saving, not a negative
+    // one); rule 5's negative share is clamped to none, so the shares add up to more
+    // than the joint saving by what the cost takes back.
+    assert_eq!(out[0].saving.ttft_p95_alone_ns, Some(600 * MS));
+    assert_eq!(out[0].saving.ttft_p95_ns, Some(500 * MS));
 }
 
 #[test]

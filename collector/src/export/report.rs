@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::analyze::{Stats, Summary};
-use crate::diagnose::{Diagnosis, Slo, SloResult};
+use crate::diagnose::{Diagnosis, Slo, SloResult, WhatIf};
 use crate::ingest::io_source::IoSource;
 use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
@@ -39,6 +39,9 @@ pub struct Report {
     pub diagnoses: Vec<Diagnosis>,
     /// The objectives given (`report --slo`), met or not.
     pub slo: Vec<SloResult>,
+    /// `report --what-if`: latency as recorded and as predicted with those fixes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
     /// Every request (`Requests::Keep`), in id order; empty when spilled or dropped.
     pub requests: Vec<Request>,
     /// Windows of `DIAGNOSIS_WINDOW_NS` whose requests were diagnosed.
@@ -204,7 +207,61 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     write_diagnoses(report, out)?;
+    if let Some(w) = &report.what_if {
+        write_what_if(w, &report.diagnoses, out)?;
+    }
     write_slo(&report.slo, &report.diagnoses, out)
+}
+
+/// The what-if table: recorded and predicted TTFT p50/p95 and ITL mean/p99.
+fn write_what_if(w: &WhatIf, diagnoses: &[Diagnosis], out: &mut dyn Write) -> io::Result<()> {
+    let title = |rule: u8| {
+        diagnoses
+            .iter()
+            .find(|d| d.rule == rule)
+            .map_or("", |d| d.title)
+    };
+    let applied: Vec<String> = w
+        .applied
+        .iter()
+        .map(|a| format!("[{}] {} ({} requests)", a.rule, title(a.rule), a.requests))
+        .collect();
+    writeln!(out, "\nwhat-if --what-if {}:", w.rules)?;
+    if applied.is_empty() {
+        writeln!(out, "  none of these rules fired: nothing to re-time")?;
+    } else {
+        writeln!(out, "  applied: {}", applied.join(", "))?;
+    }
+    let (r, p) = (&w.recorded, &w.predicted);
+    writeln!(
+        out,
+        "  {:<10} {:>10} {:>10} {:>10}",
+        "", "recorded", "predicted", "change"
+    )?;
+    for (name, a, b) in [
+        ("TTFT p50", r.ttft_p50_ns, p.ttft_p50_ns),
+        ("TTFT p95", r.ttft_p95_ns, p.ttft_p95_ns),
+        ("ITL mean", r.itl_mean_ns, p.itl_mean_ns),
+        ("ITL p99", r.itl_p99_ns, p.itl_p99_ns),
+    ] {
+        let change = (b as f64 - a as f64) / 1e6;
+        writeln!(
+            out,
+            "  {name:<10} {:>10} {:>10} {:>+7.1} ms",
+            ms1(a),
+            ms1(b),
+            change
+        )?;
+    }
+    writeln!(
+        out,
+        "  ({} requests, {} gaps, at each request's client-most point; each fix re-times requests by the model behind its saving)",
+        r.requests, r.gaps
+    )
+}
+
+fn ms1(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
 }
 
 fn ms0(ns: u64) -> String {

@@ -111,6 +111,7 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis,
         ttft,
+        ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
     })
 }
@@ -255,7 +256,7 @@ fn decode_step_medians(input: &Input) -> HashMap<u32, u64> {
 
 /// Rule 5: decode gaps that span another request's whole-prompt prefill step (one many
 /// decode steps long). Removes each such gap down to one decode step.
-pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
+pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_off: bool) -> Option<Finding> {
     let reqs = input.requests;
     let decode = decode_step_medians(input);
     let mut itl = BTreeMap::new();
@@ -285,6 +286,26 @@ pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
     if gaps.len() < MIN_EVIDENCE {
         return None;
     }
+    // The fix's cost: a prompt prefilled in chunks of about a decode step's work, each
+    // run beside the decodes, takes one more decode step per chunk, so its own TTFT
+    // grows by about its whole-prompt prefill time (less the one step it had anyway).
+    // When rule 4 fires, the prompt's shared prefix would be cached too (as rule 6).
+    let shared = if prefix_cache_off {
+        shared_fractions(reqs)
+    } else {
+        vec![None; reqs.len()]
+    };
+    let mut ttft_added = BTreeMap::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let (Some(g), Some(engine)) = (&r.gpu, r.point(PointKind::EngineWrite)) else {
+            continue;
+        };
+        let step = decode.get(&engine.pid).copied().unwrap_or(0);
+        let prefill = (g.prefill_ns as f64 * (1.0 - shared[i].unwrap_or(0.0))) as u64;
+        if culprits.contains(&r.id) && step > 0 && prefill >= STALL_FACTOR * step {
+            ttft_added.insert(i, prefill - step);
+        }
+    }
     let step = median(&decode.values().copied().collect::<Vec<_>>());
     let finding = format!(
         "{} decode gaps in {} streams span another request's prefill step ({} ms p50, \
@@ -312,7 +333,9 @@ pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
                 "requests",
             ),
         ],
-        basis: "each stalled gap would last one decode step (the prefill runs in chunks beside decodes)",
+        basis: "each stalled gap would last one decode step (the prefill runs in chunks beside \
+                decodes); each long prompt's own TTFT grows by its prefill time (one decode step \
+                per chunk)",
         fix: vec![
             fix(
                 "vLLM",
@@ -333,6 +356,7 @@ pub(super) fn prefill_stalls_decode(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
+        ttft_added,
         itl,
     })
 }
@@ -374,7 +398,10 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
             queues.push(q);
         }
     }
-    if ttft.len() < MIN_EVIDENCE || ttft.len() * 10 < reqs.len() {
+    // A quarter of the requests: fewer is a burst of arrivals (clients that start
+    // together), which more capacity would not shorten by much (the queued-fixed
+    // scenario: 8 prompts arriving at once on an engine with room for all of them).
+    if ttft.len() < MIN_EVIDENCE || ttft.len() * 4 < reqs.len() {
         return None;
     }
     let finding = format!(
@@ -416,6 +443,7 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
     Some(Finding {
         diagnosis: d,
         ttft,
+        ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
     })
 }

@@ -57,6 +57,7 @@ pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
+        ttft_added: BTreeMap::new(),
         itl,
     })
 }

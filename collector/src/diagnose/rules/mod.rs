@@ -42,8 +42,9 @@ pub(super) fn run(input: &Input) -> Vec<Finding> {
     out.extend(network::proxy_holds(input));
     let prefix = engine::no_prefix_cache(input);
     let prefix_removed = prefix.as_ref().map(|f| f.ttft.clone()).unwrap_or_default();
+    let prefix_cache_off = prefix.is_some();
     out.extend(prefix);
-    out.extend(engine::prefill_stalls_decode(input));
+    out.extend(engine::prefill_stalls_decode(input, prefix_cache_off));
     out.extend(engine::queueing(input, &prefix_removed));
     out.extend(network::nagle(input));
     out.extend(network::retransmits(input));

@@ -93,6 +93,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis,
         ttft,
+        ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
     })
 }
@@ -344,6 +345,7 @@ fn hold_finding(
     Finding {
         diagnosis: d,
         ttft,
+        ttft_added: BTreeMap::new(),
         itl,
     }
 }
@@ -428,6 +430,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
+        ttft_added: BTreeMap::new(),
         itl,
     })
 }
@@ -450,9 +453,13 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
         let Some(p) = ttft_point(r) else { continue };
         for (k, w) in p.token_ns.windows(2).enumerate() {
             let gap = w[1] - w[0];
-            if gap >= (3 * typical).max(50_000_000) && times.iter().any(|&t| t > w[0] && t <= w[1])
-            {
-                itl.insert((i, k), (gap - typical) as i64);
+            if gap <= 2 * typical || !times.iter().any(|&t| t > w[0] && t <= w[1]) {
+                continue;
+            }
+            // Every gap a retransmit lengthened goes back to a typical one; the trigger
+            // counts only the spikes (a loss recovered by RTO, not by fast retransmit).
+            itl.insert((i, k), (gap - typical) as i64);
+            if gap >= (3 * typical).max(50_000_000) {
                 *weights.entry(i).or_insert(0) += gap;
                 spikes.push(gap);
             }
@@ -479,7 +486,7 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
             fig("typical gap", ms(typical), "ms"),
             fig("retransmits", total as f64, "segments"),
         ],
-        basis: "each gap with a retransmit would last a typical gap",
+        basis: "each gap with a retransmit, over twice the typical gap, would last a typical gap",
         fix: vec![fix(
             "host",
             &[
@@ -492,6 +499,7 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
+        ttft_added: BTreeMap::new(),
         itl,
     })
 }
@@ -559,6 +567,7 @@ pub(super) fn slow_client(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: BTreeMap::new(),
+        ttft_added: BTreeMap::new(),
         itl,
     })
 }

@@ -100,6 +100,7 @@ pub(super) fn slot_saturation(input: &Input) -> Option<Finding> {
     Some(Finding {
         diagnosis: d,
         ttft: waits,
+        ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
     })
 }

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 
 use super::{GpuSummary, IoSourceInfo, RecordingInfo, Report, Staller, Window, SCHEMA, WINDOW_NS};
 use crate::analyze::{self, Breakdown, Samples};
-use crate::diagnose::{self, slo, Diagnosis, Slo};
+use crate::diagnose::{self, slo, what_if, Diagnosis, Selection, Slo};
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
 use crate::ingest::record::{FileHeader, RecordError, RecordReader};
@@ -48,6 +48,8 @@ pub struct Builder {
     requests: RequestSink,
     pushed: u64,
     last: Output,
+    /// `report --what-if`: the fixes applied and the samples re-timed so far.
+    what_if: Option<(Selection, what_if::Accumulator)>,
 }
 
 /// Per-kind step and CUPTI durations, stall counts and the worst stallers so far.
@@ -106,7 +108,14 @@ impl Builder {
             },
             pushed: 0,
             last: Output::default(),
+            what_if: None,
         }
+    }
+
+    /// Also re-time the requests as if the fixes of `selection` were applied.
+    pub fn what_if(mut self, selection: Selection) -> Builder {
+        self.what_if = Some((selection, what_if::Accumulator::default()));
+        self
     }
 
     /// Every event of `reader`, a batch at a time (never the whole recording at once).
@@ -200,11 +209,15 @@ impl Builder {
         let keep = self.nvml.partition_point(|(ts, _)| *ts < end);
         let nvml: Vec<_> = self.nvml.drain(..keep).collect();
         if !requests.is_empty() {
-            self.diagnoses.extend(diagnose::diagnose(&diagnose::Input {
+            let input = diagnose::Input {
                 requests: &requests,
                 steps: self.cutter.steps(),
                 nvml: &nvml,
-            }));
+            };
+            self.diagnoses.extend(diagnose::diagnose(&input));
+            if let Some((selection, acc)) = &mut self.what_if {
+                acc.add(&input, selection);
+            }
             self.diagnosed_windows += 1;
         }
         self.gpu.add_stalls(&requests);
@@ -272,6 +285,7 @@ impl Builder {
             diagnoses: self.diagnoses,
             diagnosis_windows: self.diagnosed_windows,
             slo,
+            what_if: self.what_if.map(|(selection, acc)| acc.finish(&selection)),
             requests,
             spilled,
         }
