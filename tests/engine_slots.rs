@@ -17,7 +17,7 @@ use tokenscope_lab::EngineConfig;
 const STREAMS: usize = 6;
 
 /// Six streams at once against an engine with `slots`, recorded; bench's records and
-/// the report.
+/// the report (with `--what-if 13`).
 fn run(slots: usize) -> (Vec<RequestRecord>, Value) {
     let rt = runtime();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -50,8 +50,24 @@ fn run(slots: usize) -> (Vec<RequestRecord>, Value) {
             outcome.records.iter().all(|r| r.ok),
             "every stream succeeded"
         );
-        (outcome.records, report_json(&path))
+        (outcome.records, what_if_13(&path))
     })
+}
+
+/// `tokenscope report --json --what-if 13`.
+fn what_if_13(path: &std::path::Path) -> Value {
+    let out = std::process::Command::new(profiler())
+        .arg("report")
+        .arg(path)
+        .args(["--json", "--what-if", "13"])
+        .output()
+        .expect("run report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON report")
 }
 
 fn rule(report: &Value, n: u64) -> Option<&Value> {
@@ -123,4 +139,24 @@ fn two_slots_make_requests_wait_and_rule_13_says_so_and_how_much() {
         .as_f64()
         .expect("a TTFT p95 saving");
     within_25_percent("TTFT p95 saving", estimated, measured_saving);
+
+    // The what-if, as the profiler reads both runs: TTFT p95 predicted with slots for
+    // every stream against the six-slot run's, within 25% (or 20 ms) of the saving.
+    let at = |r: &Value, side: &str| {
+        r["what_if"][side]["ttft_p95_ns"]
+            .as_f64()
+            .expect("ttft p95")
+    };
+    let predicted = at(&report, "recorded") - at(&report, "predicted");
+    let measured = at(&report, "recorded") - at(&report_six, "recorded");
+    println!(
+        "what-if 13: TTFT p95 {:.1} ms, predicted {:.1} ms, six slots {:.1} ms",
+        at(&report, "recorded") / 1e6,
+        at(&report, "predicted") / 1e6,
+        at(&report_six, "recorded") / 1e6
+    );
+    assert!(
+        (predicted - measured).abs() <= (0.25 * measured).max(20e6),
+        "what-if 13: predicted saving {predicted} ns, measured {measured} ns"
+    );
 }
