@@ -10,6 +10,7 @@ mod fuzz;
 mod gpu;
 mod kernels;
 mod setup;
+mod venvs;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,9 +67,11 @@ fn main() {
 fn test() -> Result<()> {
     setup::run()?;
     let started = std::time::Instant::now();
+    let venvs = venvs::start();
     cargo(&["build", "--workspace", "--all-targets"])?;
     // Unit tests need no privileges and run in parallel.
     cargo(&["test", "--workspace", "--lib", "--bins"])?;
+    venvs.finish();
     // End-to-end tests load eBPF and share kernel state: one at a time. Every binary runs even
     // after a failure, so one run shows every failing test.
     cargo(&[

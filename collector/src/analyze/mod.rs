@@ -168,6 +168,7 @@ impl StatsBuilder {
             ("gateway", st.gateway_ns),
             ("subrequests", st.subrequest_ns),
             ("upstream_wait", st.upstream_wait_ns),
+            ("gateway_ttft", st.gateway_ttft_ns),
         ] {
             if let Some(v) = v {
                 self.stages.entry(name).or_default().push(v);

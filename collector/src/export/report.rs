@@ -33,6 +33,10 @@ pub struct Report {
     pub routes: BTreeMap<String, Stats>,
     /// Keyed `comm/pid` of the process that served (the last point traced).
     pub processes: BTreeMap<String, Stats>,
+    /// Gateways (`comm/pid`) that rewrote requests and re-serialised their events,
+    /// joined by the text of the tokens they forwarded: how many requests each.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gateways: BTreeMap<String, usize>,
     pub windows: Vec<Window>,
     pub gpu: GpuSummary,
     /// Named problems with their evidence, saving and fix, the largest saving first.
@@ -198,6 +202,12 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
     super::protocols::write_text(&report.protocols, out)?;
+    for (gateway, n) in &report.gateways {
+        writeln!(
+            out,
+            "gateway {gateway}: {n} requests it rewrote and re-serialised, joined to the engine by their tokens' text (its share of TTFT: stage 'gateway ttft'; per token: forward delay 'proxy read -> proxy write')"
+        )?;
+    }
     write_stats(o, out)?;
     write_gpu(report, out)?;
     if report.routes.len() > 1 {

@@ -354,6 +354,10 @@ pub struct SseEvent {
     pub choice: u32,
     #[prost(enumeration = "TokenKind", tag = "5")]
     pub token: i32,
+    /// A token's text hashed (FNV-1a of the unescaped string; `protocol::shape`), never
+    /// the text; 0 for none (and in recordings older than this field).
+    #[prost(fixed64, tag = "6")]
+    pub text_print: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]

@@ -4,7 +4,8 @@
 //! (`response.*.delta`), Anthropic Messages (`content_block_delta`), Gemini
 //! (`candidates[].content.parts[].text`), Hugging Face TGI (`token`, `special`) and
 //! Ollama (`done`, `response` / `message.content`). The text is read here and dropped:
-//! only the verdict leaves.
+//! only the verdict leaves, with a hash of a token's text (FNV-1a, never the text), so
+//! a gateway that re-serialises every chunk can be joined by the tokens it forwards.
 
 use std::borrow::Cow;
 
@@ -20,6 +21,9 @@ pub struct Verdict {
     pub api: Api,
     pub choice: u32,
     pub token: TokenKind,
+    /// A token's text, hashed (`super::fingerprint` of the unescaped string); 0 when it
+    /// has none (a role-only chunk) or the API's text is not read.
+    pub text: u64,
 }
 
 impl Verdict {
@@ -29,6 +33,7 @@ impl Verdict {
             api,
             choice: 0,
             token: TokenKind::Text,
+            text: 0,
         }
     }
 
@@ -64,15 +69,34 @@ struct Shape<'a> {
 /// A field read without keeping it: whether it is a non-empty string (or array), or of
 /// an object: its `type` (Anthropic's delta kinds), whether its `content` or
 /// `thinking` is non-empty (Ollama's chat message), and whether it carries reasoning
-/// or tool calls (an OpenAI delta). Nothing is allocated.
+/// or tool calls (an OpenAI delta), and the hash of its text (a string's, or an
+/// object's `content`, `text` or reasoning). Nothing is allocated but unescaped strings.
 #[derive(Default)]
 struct Loose {
     text: bool,
+    print: u64,
     kind: Option<DeltaKind>,
     content: bool,
     thinking: bool,
     reasoning: bool,
     tool: bool,
+}
+
+impl Loose {
+    fn or_print(&mut self, print: u64) {
+        if self.print == 0 {
+            self.print = print;
+        }
+    }
+}
+
+/// A token's text hashed; 0 for none.
+fn text_print(text: &str) -> u64 {
+    if text.is_empty() {
+        0
+    } else {
+        super::fingerprint(text.as_bytes())
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -101,6 +125,7 @@ impl<'de> serde::de::Visitor<'de> for LooseVisitor {
     fn visit_str<E>(self, v: &str) -> Result<Loose, E> {
         Ok(Loose {
             text: !v.is_empty(),
+            print: text_print(v),
             ..Loose::default()
         })
     }
@@ -113,10 +138,22 @@ impl<'de> serde::de::Visitor<'de> for LooseVisitor {
                     let v: Loose = map.next_value_seed(KindSeed)?;
                     out.kind = v.kind;
                 }
-                "content" => out.content = map.next_value::<Loose>()?.text,
-                "thinking" => out.thinking = map.next_value::<Loose>()?.text,
+                "content" => {
+                    let v: Loose = map.next_value()?;
+                    out.content = v.text;
+                    // The content is the text; the others stand in when it is empty.
+                    out.print = if v.print != 0 { v.print } else { out.print };
+                }
+                "text" | "partial_json" => out.or_print(map.next_value::<Loose>()?.print),
+                "thinking" => {
+                    let v: Loose = map.next_value()?;
+                    out.thinking = v.text;
+                    out.or_print(v.print);
+                }
                 "reasoning_content" | "reasoning" => {
-                    out.reasoning |= map.next_value::<Loose>()?.text;
+                    let v: Loose = map.next_value()?;
+                    out.reasoning |= v.text;
+                    out.or_print(v.print);
                 }
                 "tool_calls" => out.tool = map.next_value::<Loose>()?.text,
                 _ => {
@@ -180,7 +217,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for KindSeed {
 struct Choice {
     index: Option<u32>,
     delta: Option<Loose>,
-    text: Option<IgnoredAny>,
+    text: Option<Loose>,
 }
 
 #[derive(Deserialize)]
@@ -226,7 +263,11 @@ pub fn classify(data: &[u8]) -> Vec<Verdict> {
         return openai(&shape, choices);
     }
     if let Some(kind) = shape.kind.as_deref() {
-        if let Some(v) = responses(kind).or_else(|| anthropic(kind, &shape)) {
+        if let Some(mut v) = responses(kind).or_else(|| anthropic(kind, &shape)) {
+            // Both carry a token's text in `delta` (a string, or an object's `text`).
+            if v.kind == SseKind::Choice {
+                v.text = shape.delta.as_ref().map_or(0, |d| d.print);
+            }
             return vec![v];
         }
     }
@@ -263,8 +304,14 @@ fn openai(shape: &Shape, choices: &[Choice]) -> Vec<Verdict> {
     } else {
         TokenKind::Text
     };
+    let text = delta
+        .map(|d| d.print)
+        .filter(|&p| p != 0)
+        .or_else(|| first.text.as_ref().map(|t| t.print))
+        .unwrap_or(0);
     vec![Verdict {
         choice: first.index.unwrap_or(0),
+        text,
         ..Verdict::token(api, token)
     }]
 }
@@ -365,7 +412,16 @@ fn ollama(done: bool, shape: &Shape) -> Verdict {
     let thinking = shape.thinking.as_ref().is_some_and(|t| t.text)
         || shape.message.as_ref().is_some_and(|m| m.thinking);
     if text {
-        Verdict::token(api, TokenKind::Text)
+        let print = [&shape.response, &shape.message]
+            .into_iter()
+            .flatten()
+            .map(|l| l.print)
+            .find(|&p| p != 0)
+            .unwrap_or(0);
+        Verdict {
+            text: print,
+            ..Verdict::token(api, TokenKind::Text)
+        }
     } else if thinking {
         Verdict::token(api, TokenKind::Reasoning)
     } else {
@@ -384,6 +440,54 @@ mod tests {
     }
 
     use SseKind::{Choice as Tok, Data, Done};
+
+    #[test]
+    fn a_tokens_text_is_hashed_the_same_however_the_event_is_written() {
+        let text = |data: &str| classify(data.as_bytes())[0].text;
+        let engine = r#"{"choices":[{"delta":{"content":" h\u00e9"},"finish_reason":null,"index":0}],"id":"a","object":"chat.completion.chunk"}"#;
+        let gateway = r#"{"id":"b","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" hé"}}]}"#;
+        assert_ne!(text(engine), 0);
+        assert_eq!(
+            text(engine),
+            text(gateway),
+            "unescaped, key order and other fields aside"
+        );
+        assert_ne!(
+            text(engine),
+            text(r#"{"choices":[{"delta":{"content":" ho"},"index":0}]}"#)
+        );
+        assert_eq!(
+            text(r#"{"choices":[{"delta":{"role":"assistant","content":""},"index":0}]}"#),
+            0,
+            "a role-only chunk has no text"
+        );
+        assert_eq!(
+            text(r#"{"choices":[{"delta":{},"finish_reason":"length","index":0}]}"#),
+            0
+        );
+        // Completions, Anthropic, Responses and Ollama carry it elsewhere.
+        let completions =
+            text(r#"{"object":"text_completion","choices":[{"text":" hé","index":0}]}"#);
+        assert_eq!(completions, text(gateway));
+        assert_eq!(
+            text(
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" hé"}}"#
+            ),
+            completions
+        );
+        assert_eq!(
+            text(r#"{"type":"response.output_text.delta","delta":" hé"}"#),
+            completions
+        );
+        assert_eq!(
+            text(r#"{"model":"m","response":" hé","done":false}"#),
+            completions
+        );
+        assert_eq!(
+            text(r#"{"model":"m","message":{"role":"assistant","content":" hé"},"done":false}"#),
+            completions
+        );
+    }
 
     #[test]
     fn openai_choices_are_tokens_per_index_and_usage_is_not() {

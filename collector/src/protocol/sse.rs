@@ -126,6 +126,7 @@ fn verdicts(data: &[u8]) -> Vec<SseEvent> {
             api: v.api as i32,
             choice: v.choice,
             token: v.token as i32,
+            text_print: v.text,
         })
         .collect()
 }

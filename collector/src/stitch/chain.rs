@@ -28,6 +28,9 @@ pub struct Links {
     /// Accepted exchanges joined to their upstream one by the response alone (the
     /// proxy rewrote a body-less request's path): weaker evidence, said so.
     pub by_response: std::collections::HashSet<End>,
+    /// Accepted exchanges joined to their upstream one by the text of the tokens
+    /// forwarded (a gateway that rewrote the request and re-serialised every event).
+    pub by_tokens: std::collections::HashSet<End>,
 }
 
 pub fn link(conns: &Conns) -> Links {
@@ -180,7 +183,97 @@ fn join_upstream(
         .flat_map(|(_, v)| v)
         .collect();
     join_by_response(conns, links, ready, left, &mut joined);
+    join_by_tokens(conns, links, ready, ins, &mut joined);
     joined
+}
+
+/// Tokens compared when joining a gateway's two sides (those both have so far).
+const TOKENS_COMPARED: usize = 8;
+
+/// A gateway (LiteLLM, Portkey, an AI gateway) rewrites the request body and
+/// re-serialises every event: no body print, path or event fingerprint survives. What
+/// does is the text of each token, hashed at capture (`protocol::shape`). An upstream
+/// exchange is joined to an accepted one of the same process that was open when it was
+/// sent, whose tokens carry the same texts in the same order (empty ones, such as a
+/// role-only chunk, skipped) and left no earlier than they arrived from upstream; of
+/// several, the one that arrived last before it (time order). Marked `by_tokens`.
+fn join_by_tokens(
+    conns: &Conns,
+    links: &mut Links,
+    ready: &dyn Fn(End) -> bool,
+    ins: &[End],
+    joined: &mut Joined,
+) {
+    let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+    let mut free: Vec<End> = ins
+        .iter()
+        .copied()
+        .filter(|i| !links.upstream.contains_key(i) && !x(*i).encrypted)
+        .collect();
+    let mut unmatched = Vec::new();
+    for out in std::mem::take(&mut joined.unmatched) {
+        let o = x(out);
+        let upstream = texts(o);
+        if upstream.is_empty() || links.undecided.contains(&out) {
+            unmatched.push(out);
+            continue;
+        }
+        let own_peer = links.peer.get(&out.0).copied();
+        let candidate = |i: End| {
+            let a = x(i);
+            a.request_start_ns <= o.request_start_ns
+                && a.response_end_ns
+                    .is_none_or(|end| end >= o.request_start_ns)
+                && Some(i.0) != own_peer
+        };
+        if !ready(out) || free.iter().any(|&i| candidate(i) && !ready(i)) {
+            links.undecided.insert(out);
+            links
+                .undecided
+                .extend(free.iter().copied().filter(|&i| candidate(i)));
+            continue;
+        }
+        let best = free
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| candidate(i) && forwarded(&texts(x(i)), &upstream))
+            .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
+        match best {
+            Some((k, &i)) => {
+                free.swap_remove(k);
+                links.upstream.insert(i, out);
+                links.by_tokens.insert(i);
+                joined.pairs.push((i, out));
+            }
+            None => unmatched.push(out),
+        }
+    }
+    joined.unmatched = unmatched;
+}
+
+/// An exchange's first tokens that carry text: (text print, time).
+fn texts(x: &Exchange) -> Vec<(u64, u64)> {
+    x.tokens()
+        .filter(|t| t.text_print != 0)
+        .take(TOKENS_COMPARED)
+        .map(|t| (t.text_print, t.ts_ns))
+        .collect()
+}
+
+#[cfg(test)]
+pub(super) fn forwarded_for_tests(downstream: &[(u64, u64)], upstream: &[(u64, u64)]) -> bool {
+    forwarded(downstream, upstream)
+}
+
+/// `downstream` (what the gateway wrote) forwards `upstream` (what it read): the same
+/// texts in order, each written no earlier than it was read.
+fn forwarded(downstream: &[(u64, u64)], upstream: &[(u64, u64)]) -> bool {
+    let n = downstream.len().min(upstream.len());
+    n > 0
+        && downstream[..n]
+            .iter()
+            .zip(&upstream[..n])
+            .all(|(d, u)| d.0 == u.0 && d.1 >= u.1)
 }
 
 /// Body-less requests a proxy rewrote (`location /events/ { proxy_pass http://up/; }`

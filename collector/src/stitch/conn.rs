@@ -86,6 +86,8 @@ pub struct SseArrival {
     /// The choice a token belongs to (OpenAI `n > 1`).
     pub choice: u32,
     pub token: TokenKind,
+    /// Its text hashed (0: none, or not read); see `protocol::shape`.
+    pub text_print: u64,
     /// Index of the I/O (within this exchange's response) that carried it.
     pub io: u32,
 }
@@ -173,6 +175,7 @@ impl Exchange {
             api: e.api(),
             choice: e.choice,
             token: e.token(),
+            text_print: e.text_print,
             io,
         }));
         if sn.message_end {

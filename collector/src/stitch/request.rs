@@ -109,6 +109,10 @@ pub struct Stages {
     pub subrequest_ns: Option<u64>,
     /// The engine read the whole request -> wrote the first token (queue + prefill).
     pub upstream_wait_ns: Option<u64>,
+    /// Through a proxy or gateway: the TTFT the hops between the client and the engine
+    /// added, the client-most point's TTFT less the engine's own (its first request
+    /// byte -> its first token written).
+    pub gateway_ttft_ns: Option<u64>,
 }
 
 /// Delay of each token between two adjacent observation points.
@@ -157,8 +161,10 @@ pub struct Request {
     pub attached_mid: bool,
     /// How a proxy hop of this request was joined, when on weaker evidence than the
     /// request itself: `by-response` (a body-less request whose path the proxy
-    /// rewrote, joined by its response's first events and time order). Absent: by body
-    /// print, or by method and path.
+    /// rewrote, joined by its response's first events and time order), `by-tokens` (a
+    /// gateway that rewrote the request and re-serialised its events, joined by the
+    /// hashed text of the tokens it forwarded). Absent: by body print, or by method and
+    /// path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub join: Option<&'static str>,
     pub coalesced: bool,
@@ -341,8 +347,21 @@ pub fn build(
     }
 
     let spans = super::spans::chain_spans(new_connection, conns, chain, links);
-    let stages = stages(&spans, conns, chain, new_connection, connector);
+    let mut stages = stages(&spans, conns, chain, new_connection, connector);
     let engine = x(chain[last]);
+    if spans.gateway.is_some() {
+        let client = points
+            .iter()
+            .find(|p| p.kind != PointKind::EngineWrite && !p.token_ns.is_empty());
+        let engine_point = points.iter().rfind(|p| p.kind == PointKind::EngineWrite);
+        if let (Some(c), Some(e)) = (client.and_then(|c| c.ttft_ns), engine_point) {
+            let engine_ttft = e
+                .token_ns
+                .first()
+                .map(|t| t.saturating_sub(engine.request_start_ns));
+            stages.gateway_ttft_ns = engine_ttft.map(|t| c.saturating_sub(t));
+        }
+    }
 
     let forward = forwards(&points);
     let chunk_mismatches = chunk_mismatches(conns, chain);
@@ -379,10 +398,14 @@ pub fn build(
         encrypted: rx.encrypted,
         http2: rx.stream_id.is_some(),
         attached_mid: head.attached_mid,
-        join: chain
-            .iter()
-            .any(|e| links.by_response.contains(e))
-            .then_some("by-response"),
+        join: if chain.iter().any(|e| links.by_tokens.contains(e)) {
+            Some("by-tokens")
+        } else {
+            chain
+                .iter()
+                .any(|e| links.by_response.contains(e))
+                .then_some("by-response")
+        },
         status: rx
             .status
             .or_else(|| chain.iter().find_map(|&e| x(e).status)),
@@ -522,6 +545,7 @@ fn stages(
                 Some(first.ts_ns.saturating_sub(received))
             })
             .flatten(),
+        gateway_ttft_ns: None,
     }
 }
 

@@ -55,6 +55,11 @@ fn one_request_through_a_proxy_has_every_point_and_stage() {
         "proxy got the request at +1.1 ms, sent it at +4 ms"
     );
     assert_eq!(r.stages.upstream_wait_ns, Some(96 * MS - 100_000));
+    assert_eq!(
+        r.stages.gateway_ttft_ns,
+        Some(125 * MS + 200_000 - (96 * MS - 100_000)),
+        "client TTFT 125.2 ms less the engine's 95.9 ms (its request's first byte at +4.1 ms)"
+    );
     let fwd = r
         .forward
         .iter()
@@ -72,6 +77,138 @@ fn one_request_through_a_proxy_has_every_point_and_stage() {
         ]
     );
     // What analyze makes of this request is tested in analyze (a floor above).
+}
+
+/// A gateway that rewrites each request and re-serialises each event (keys reordered,
+/// fields dropped, a role-only chunk first and a finish chunk added), serving three
+/// interleaved streams: each is joined to its upstream request by its tokens' text.
+#[test]
+fn a_rewriting_gateway_is_joined_by_the_text_of_the_tokens_it_forwards() {
+    const GATEWAY: u32 = 40;
+    let mut net = Net::default();
+    let t0 = 1_000 * MS;
+    let words = |k: usize, i: usize| format!(" w{k}x{i}");
+    let mut streams = Vec::new();
+    for k in 0..3usize {
+        let t = t0 + k as u64 * 2 * MS;
+        let a = net.connect(
+            t,
+            (BENCH, "client", 41000 + k as u16),
+            (GATEWAY, "litellm", 4000),
+        );
+        let body = format!("{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"q{k}\"}}],\"stream\":true}}");
+        let req = format!(
+            "POST /chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        net.send(t + MS, BENCH, a, req.as_bytes(), 100_000);
+        // Upstream, the gateway's own body (other keys, stream_options added).
+        let b = net.connect(
+            t + 3 * MS,
+            (GATEWAY, "litellm", 51000 + k as u16),
+            (ENGINE, "engine", 9000),
+        );
+        let body = format!("{{\"messages\":[{{\"content\":\"q{k}\",\"role\":\"user\"}}],\"model\":\"m\",\"stream\":true,\"stream_options\":{{\"include_usage\":true}}}}");
+        let up = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: engine\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        net.send(t + 4 * MS, GATEWAY, b, up.as_bytes(), 100_000);
+        streams.push((net.peer_of(a), net.peer_of(b), b, t));
+    }
+    let engine_event = |k: usize, i: usize| {
+        chunk(&format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}},\"finish_reason\":null,\"index\":0}}],\"id\":\"e{k}\",\"object\":\"chat.completion.chunk\"}}\n\n",
+            words(k, i)
+        ))
+    };
+    let gateway_event = |k: usize, content: &str| {
+        chunk(&format!(
+            "data: {{\"id\":\"e{k}\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{{content}}}}}]}}\n\n"
+        ))
+    };
+    for &(a_srv, e, _, t) in &streams {
+        net.send(t + 50 * MS, ENGINE, e, HEAD, 50_000);
+        net.send(t + 51 * MS, GATEWAY, a_srv, HEAD, 50_000);
+    }
+    for i in 0..5 {
+        for (k, &(a_srv, e, _, t)) in streams.iter().enumerate() {
+            let ts = t + 100 * MS + i as u64 * 20 * MS;
+            net.send(ts, ENGINE, e, &engine_event(k, i), 100_000);
+            let mut out = Vec::new();
+            if i == 0 {
+                out.extend(gateway_event(k, "\"role\":\"assistant\",\"content\":\"\""));
+            }
+            out.extend(gateway_event(
+                k,
+                &format!("\"content\":\"{}\"", words(k, i)),
+            ));
+            net.send(ts + 3 * MS, GATEWAY, a_srv, &out, 100_000);
+        }
+    }
+    for (k, &(a_srv, e, _, t)) in streams.iter().enumerate() {
+        let done = [chunk("data: [DONE]\n\n"), b"0\r\n\r\n".to_vec()].concat();
+        net.send(t + 200 * MS, ENGINE, e, &done, 100_000);
+        let fin = [gateway_event(k, ""), done].concat();
+        net.send(t + 205 * MS, GATEWAY, a_srv, &fin, 100_000);
+    }
+    net.events.sort_by_key(|e| e.ts_ns);
+    let tl = stitch(&net.events, false);
+    assert_eq!(
+        tl.requests.len(),
+        3,
+        "one request per stream: {:#?}",
+        tl.requests
+    );
+    for r in &tl.requests {
+        let kinds: Vec<PointKind> = r.points.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                PointKind::ClientRead,
+                PointKind::ProxyWrite,
+                PointKind::ProxyRead,
+                PointKind::EngineWrite
+            ],
+            "{r:#?}"
+        );
+        assert_eq!(r.join, Some("by-tokens"));
+        // Its own stream: the engine's first token at +100 ms of its own start.
+        let engine = r.point(PointKind::EngineWrite).unwrap();
+        assert_eq!(engine.token_ns[0], r.start_ns + 100 * MS);
+        let client = r.point(PointKind::ClientRead).unwrap();
+        // The client's first token is the role-only chunk, read with token 0 at
+        // +103.1 ms of its connect(); the engine's own TTFT runs from its request's
+        // first byte (+4.1 ms) to its first token (+100 ms).
+        assert_eq!(client.ttft_ns, Some(103 * MS + 100_000));
+        assert_eq!(
+            r.stages.gateway_ttft_ns,
+            Some(103 * MS + 100_000 - (100 * MS - 4 * MS - 100_000))
+        );
+    }
+}
+
+/// The same gateway, but what it wrote is not what it read (other texts): no join.
+#[test]
+fn a_gateway_whose_tokens_differ_from_upstream_is_not_joined() {
+    let mut net = Net::default();
+    proxied(&mut net, 1_000 * MS, 40000, 50000, "req-a");
+    let tl = stitch(&net.events, false);
+    assert_eq!(tl.requests[0].join, None, "joined by body print");
+    let texts = |x: &[(u64, u64)]| x.to_vec();
+    assert!(super::chain::forwarded_for_tests(
+        &texts(&[(1, 10), (2, 20)]),
+        &[(1, 5), (2, 15)]
+    ));
+    assert!(!super::chain::forwarded_for_tests(
+        &[(1, 10), (3, 20)],
+        &[(1, 5), (2, 15)]
+    ));
+    assert!(
+        !super::chain::forwarded_for_tests(&[(1, 4), (2, 20)], &[(1, 5), (2, 15)]),
+        "a token written before it was read is not forwarded"
+    );
+    assert!(!super::chain::forwarded_for_tests(&[], &[(1, 5)]));
 }
 
 #[test]

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{ACCEPT, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST};
+use hyper::header::{
+    ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST,
+};
 use hyper::{Request, Uri, Version};
 use indicatif::{ProgressBar, ProgressStyle};
 use thiserror::Error;
@@ -101,6 +103,18 @@ pub struct BenchConfig {
     /// Requests sent one by one before the measured load and left out of the results
     /// (they warm caches such as the engine's prefix cache, as a running service has).
     pub warmup_requests: u64,
+    /// Sent as `Authorization: Bearer KEY`; never recorded or printed.
+    pub api_key: Option<ApiKey>,
+}
+
+/// A key whose Debug form does not show it.
+#[derive(Clone)]
+pub struct ApiKey(pub String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(redacted)")
+    }
 }
 
 impl Default for BenchConfig {
@@ -129,6 +143,7 @@ impl Default for BenchConfig {
             progress: true,
             warmup_requests: 0,
             accept_gzip_every: 0,
+            api_key: None,
         }
     }
 }
@@ -492,6 +507,9 @@ fn build_request(
     }
     if !http2 {
         builder = builder.header(HOST, endpoint.authority.as_str());
+    }
+    if let Some(key) = &cfg.api_key {
+        builder = builder.header(AUTHORIZATION, format!("Bearer {}", key.0));
     }
     if cfg.accept_gzip_every > 0 && index.is_multiple_of(cfg.accept_gzip_every) {
         builder = builder.header(ACCEPT_ENCODING, "gzip");

@@ -138,6 +138,9 @@ pub struct BenchArgs {
     /// Unmeasured requests sent first, one by one (warm caches as a running service has).
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// Send `Authorization: Bearer KEY` (a gateway's key, e.g. LiteLLM's master key).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
     /// No progress bar (it is off anyway when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
@@ -173,6 +176,7 @@ impl BenchArgs {
             progress: !self.no_progress,
             warmup_requests: self.warmup,
             accept_gzip_every: u64::from(self.accept_gzip),
+            api_key: self.api_key.clone().map(bench::ApiKey),
         }
     }
 }

@@ -48,6 +48,7 @@ pub struct Builder {
     requests: RequestSink,
     pushed: u64,
     last: Output,
+    gateways: BTreeMap<String, usize>,
     /// `report --what-if`: the fixes applied and the samples re-timed so far.
     what_if: Option<(Selection, what_if::Accumulator)>,
 }
@@ -108,6 +109,7 @@ impl Builder {
             },
             pushed: 0,
             last: Output::default(),
+            gateways: BTreeMap::new(),
             what_if: None,
         }
     }
@@ -224,6 +226,14 @@ impl Builder {
         for r in &requests {
             self.stats.add(r);
             self.slo.add(r);
+            if r.join == Some("by-tokens") {
+                if let Some(p) = r.point(crate::stitch::PointKind::ProxyWrite) {
+                    *self
+                        .gateways
+                        .entry(format!("{}/{}", p.comm, p.pid))
+                        .or_default() += 1;
+                }
+            }
         }
         self.stats.seal(end);
         self.next_window = self.window_of(end.saturating_sub(1)) + 1;
@@ -282,6 +292,7 @@ impl Builder {
                 .map(|(start_ns, stats)| Window { start_ns, stats })
                 .collect(),
             gpu: self.gpu.summary(),
+            gateways: self.gateways,
             diagnoses: self.diagnoses,
             diagnosis_windows: self.diagnosed_windows,
             slo,
