@@ -84,6 +84,8 @@ Examples:
 Scenarios (positive / negative, and the diagnosis rules they show):
   untuned / tuned-plain            rules 1-5: new connections, proxy buffering, gzip on SSE,
                                    no prefix cache, prefill stalling decodes
+  untuned-keepalive, untuned-unbuffered, untuned-no-gzip, untuned-prefix-cache,
+  untuned-chunked-prefill          untuned with one of rules 1-5 fixed (its fix measured alone)
   queued / queued-fixed            rule 6: an engine running 2 sequences under 8 streams
   nagle / nagle-fixed              rule 7: split writes without TCP_NODELAY, delayed ACK
   lossy / lossless                 rule 8: 1 in 10 of the engine's segments dropped

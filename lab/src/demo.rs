@@ -7,7 +7,7 @@ use thiserror::Error;
 
 use crate::bench::{self, BenchConfig, BenchError, BenchOutcome};
 use crate::engine::{Engine, EngineConfig, EngineError, Step};
-use crate::proxy::{NginxProxy, ProxyConfig, ProxyError, ProxyMode};
+use crate::proxy::{NginxProxy, OneFix, ProxyConfig, ProxyError, ProxyMode};
 
 #[derive(Debug, Error)]
 pub enum DemoError {
@@ -41,6 +41,8 @@ pub struct DemoConfig {
     pub long_prompt_tokens: usize,
     pub max_tokens: usize,
     pub progress: bool,
+    /// Untuned with one of its causes fixed.
+    pub fix: Option<OneFix>,
 }
 
 impl Default for DemoConfig {
@@ -58,6 +60,7 @@ impl Default for DemoConfig {
             long_prompt_tokens: 6000,
             max_tokens: 96,
             progress: true,
+            fix: None,
         }
     }
 }
@@ -103,10 +106,17 @@ impl DemoObserver for NoObserver {
 impl DemoConfig {
     /// The engine set-up of this side of the demo.
     pub fn engine_config(&self) -> EngineConfig {
-        if self.tuned {
-            EngineConfig::default()
-        } else {
-            EngineConfig::untuned()
+        match (self.tuned, self.fix) {
+            (true, _) => EngineConfig::default(),
+            (false, Some(OneFix::PrefixCache)) => EngineConfig {
+                prefix_cache: true,
+                ..EngineConfig::untuned()
+            },
+            (false, Some(OneFix::ChunkedPrefill)) => EngineConfig {
+                chunked_prefill: true,
+                ..EngineConfig::untuned()
+            },
+            (false, _) => EngineConfig::untuned(),
         }
     }
 
@@ -154,7 +164,11 @@ pub async fn run_observed(
         (false, _, false) => ProxyMode::Untuned,
         (false, _, true) => ProxyMode::UntunedTls,
     };
-    let proxy = NginxProxy::start(ProxyConfig::new(mode, engine.addr())).await?;
+    let proxy = NginxProxy::start(ProxyConfig {
+        fix: cfg.fix,
+        ..ProxyConfig::new(mode, engine.addr())
+    })
+    .await?;
     let proxy_url = proxy.url();
     observer.ready(cfg.tuned, engine.addr(), proxy.addr());
     let bench = bench::run(&cfg.bench_config(proxy_url.clone())).await;

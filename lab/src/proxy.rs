@@ -75,6 +75,24 @@ pub struct ProxyConfig {
     pub nginx: PathBuf,
     /// Route the untuned gateway's auth_request calls on the upstream.
     pub auth_path: String,
+    /// Untuned with one of its causes fixed (each diagnosis's fix measured alone).
+    pub fix: Option<OneFix>,
+}
+
+/// One of the seed article's five fixes, applied alone to the untuned set-up: nginx's
+/// three (`ProxyConfig::fix`), the engine's two (`DemoConfig::fix`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OneFix {
+    /// Keep-alive to clients (rule 1; the engine hop stays HTTP/1.0).
+    KeepAlive,
+    /// `proxy_buffering off` (rule 2).
+    NoBuffering,
+    /// Event streams left out of `gzip_types` (rule 3).
+    NoGzip,
+    /// The engine's prefix cache on (rule 4).
+    PrefixCache,
+    /// The engine's chunked prefill on (rule 5).
+    ChunkedPrefill,
 }
 
 impl ProxyConfig {
@@ -85,6 +103,7 @@ impl ProxyConfig {
             listen: None,
             nginx: PathBuf::from("nginx"),
             auth_path: AUTH_PATH.to_string(),
+            fix: None,
         }
     }
 }
@@ -149,13 +168,31 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
             } else {
                 format!("listen {listen};")
             };
+            let fix = cfg.fix;
+            // Keep-alive to clients only: HTTP/1.1 upstream (what keep-alive to the engine
+            // needs) would also end the buffered hold, which is rule 2's to remove.
+            let client_keepalive = if fix == Some(OneFix::KeepAlive) {
+                "keepalive_timeout 300s;"
+            } else {
+                "keepalive_timeout 0;"
+            };
+            let buffering = if fix == Some(OneFix::NoBuffering) {
+                "off"
+            } else {
+                "on"
+            };
+            let gzip_types = if fix == Some(OneFix::NoGzip) {
+                "application/json"
+            } else {
+                "text/event-stream application/json"
+            };
             c.push_str(&format!(
                 "    # No keep-alive to clients: every request pays a new connection.\n\
-                 \x20   keepalive_timeout 0;\n\
+                 \x20   {client_keepalive}\n\
                  \x20   # Compressing a token stream makes nginx hold it until a gzip block fills.\n\
                  \x20   gzip on;\n\
                  \x20   gzip_proxied any;\n\
-                 \x20   gzip_types text/event-stream application/json;\n\
+                 \x20   gzip_types {gzip_types};\n\
                  \x20   upstream engine {{ server {up}; }}\n\
                  \x20   server {{\n\
                  \x20       {listen_line}\n\
@@ -164,7 +201,7 @@ pub fn render_config(cfg: &ProxyConfig, dir: &Path, listen: SocketAddr) -> Strin
                  \x20           auth_request /_gateway_auth;\n\
                  \x20           # nginx's defaults: HTTP/1.0 upstream (close-delimited), buffering on.\n\
                  \x20           proxy_http_version 1.0;\n\
-                 \x20           proxy_buffering on;\n\
+                 \x20           proxy_buffering {buffering};\n\
                  \x20           proxy_read_timeout 300s;\n\
                  \x20           proxy_pass http://engine;\n\
                  \x20       }}\n\

@@ -18,6 +18,7 @@ use crate::bench::Summary;
 use crate::bench::{self, BenchConfig};
 use crate::demo::{DemoConfig, DemoObserver};
 use crate::engine::{Engine, EngineConfig, EngineError, RequestLog};
+use crate::proxy::OneFix;
 use crate::words::pseudo_text;
 use client::{ClientOptions, ReadStream, StreamClient};
 use collector::clock::monotonic_ns;
@@ -49,6 +50,9 @@ pub enum Scenario {
     Queued,
     /// The same load on an engine with room for every stream (the fix: capacity).
     QueuedFixed,
+    /// The untuned demo with one of its five causes fixed: each diagnosis's fix measured
+    /// alone (the other four rules still fire).
+    UntunedFixed(OneFix),
     /// The engine's steps while NVML reports HW thermal throttling (rule 10; the
     /// scripted stand-in libnvidia-ml, see `nvml_script`).
     GpuThrottled,
@@ -57,7 +61,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub fn all() -> [Scenario; 12] {
+    pub fn all() -> [Scenario; 17] {
         [
             Scenario::Nagle,
             Scenario::NagleFixed,
@@ -71,6 +75,11 @@ impl Scenario {
             Scenario::GpuCool,
             Scenario::Queued,
             Scenario::QueuedFixed,
+            Scenario::UntunedFixed(OneFix::KeepAlive),
+            Scenario::UntunedFixed(OneFix::NoBuffering),
+            Scenario::UntunedFixed(OneFix::NoGzip),
+            Scenario::UntunedFixed(OneFix::PrefixCache),
+            Scenario::UntunedFixed(OneFix::ChunkedPrefill),
         ]
     }
 
@@ -86,6 +95,11 @@ impl Scenario {
             Scenario::TunedPlain => "tuned-plain",
             Scenario::Queued => "queued",
             Scenario::QueuedFixed => "queued-fixed",
+            Scenario::UntunedFixed(OneFix::KeepAlive) => "untuned-keepalive",
+            Scenario::UntunedFixed(OneFix::NoBuffering) => "untuned-unbuffered",
+            Scenario::UntunedFixed(OneFix::NoGzip) => "untuned-no-gzip",
+            Scenario::UntunedFixed(OneFix::PrefixCache) => "untuned-prefix-cache",
+            Scenario::UntunedFixed(OneFix::ChunkedPrefill) => "untuned-chunked-prefill",
             Scenario::GpuThrottled => "gpu-throttled",
             Scenario::GpuCool => "gpu-cool",
         }
@@ -97,7 +111,9 @@ impl Scenario {
             Scenario::Nagle | Scenario::NagleFixed => &[7],
             Scenario::Lossy | Scenario::Lossless => &[8],
             Scenario::SlowClient | Scenario::FastClient => &[9],
-            Scenario::Untuned | Scenario::TunedPlain => &[1, 2, 3, 4, 5],
+            Scenario::Untuned | Scenario::TunedPlain | Scenario::UntunedFixed(_) => {
+                &[1, 2, 3, 4, 5]
+            }
             Scenario::Queued | Scenario::QueuedFixed => &[6],
             Scenario::GpuThrottled | Scenario::GpuCool => &[10],
         }
@@ -129,6 +145,7 @@ impl Scenario {
                 | Scenario::Lossy
                 | Scenario::SlowClient
                 | Scenario::Untuned
+                | Scenario::UntunedFixed(_)
                 | Scenario::Queued
                 | Scenario::GpuThrottled
         )
@@ -169,6 +186,21 @@ impl Scenario {
             }
             Scenario::QueuedFixed => {
                 "the same 8 clients on an engine that runs every sequence at once"
+            }
+            Scenario::UntunedFixed(OneFix::KeepAlive) => {
+                "untuned with keep-alive to clients (rule 1's fix alone; the engine hop stays HTTP/1.0)"
+            }
+            Scenario::UntunedFixed(OneFix::NoBuffering) => {
+                "untuned with proxy_buffering off (rule 2's fix alone)"
+            }
+            Scenario::UntunedFixed(OneFix::NoGzip) => {
+                "untuned with event streams left out of gzip_types (rule 3's fix alone)"
+            }
+            Scenario::UntunedFixed(OneFix::PrefixCache) => {
+                "untuned with the engine's prefix cache on (rule 4's fix alone)"
+            }
+            Scenario::UntunedFixed(OneFix::ChunkedPrefill) => {
+                "untuned with the engine's chunked prefill on (rule 5's fix alone)"
             }
             Scenario::GpuThrottled => {
                 "engine under load while NVML reports HW thermal throttling (SM clock 1410 MHz, \
@@ -236,6 +268,7 @@ impl Scenario {
             | Scenario::TunedPlain
             | Scenario::Queued
             | Scenario::QueuedFixed
+            | Scenario::UntunedFixed(_)
             | Scenario::GpuThrottled
             | Scenario::GpuCool => None,
         }
@@ -263,7 +296,8 @@ impl FromStr for Scenario {
 pub enum ScenarioError {
     #[error(
         "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client, \
-         untuned, tuned-plain, queued, queued-fixed, gpu-throttled, gpu-cool)"
+         untuned, tuned-plain, queued, queued-fixed, gpu-throttled, gpu-cool, untuned-keepalive, \
+         untuned-unbuffered, untuned-no-gzip, untuned-prefix-cache, untuned-chunked-prefill)"
     )]
     Unknown(String),
     #[error("engine: {0}")]
@@ -546,9 +580,13 @@ async fn run_lab_load(
 ) -> Result<ScenarioOutcome, ScenarioError> {
     let started = monotonic_ns();
     let (engine, bench, profile) = match s {
-        Scenario::Untuned | Scenario::TunedPlain => {
+        Scenario::Untuned | Scenario::TunedPlain | Scenario::UntunedFixed(_) => {
             let cfg = DemoConfig {
                 tuned: s == Scenario::TunedPlain,
+                fix: match s {
+                    Scenario::UntunedFixed(f) => Some(f),
+                    _ => None,
+                },
                 plain: true,
                 duration: Duration::from_secs(10),
                 rate: 2.0,
@@ -631,7 +669,7 @@ mod tests {
         for s in Scenario::all() {
             assert_eq!(s.name().parse::<Scenario>().unwrap(), s, "{s} parses back");
         }
-        for pair in Scenario::all().chunks(2) {
+        for pair in Scenario::all()[..12].chunks(2) {
             assert_eq!(
                 pair[0].rules(),
                 pair[1].rules(),

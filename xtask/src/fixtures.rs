@@ -21,6 +21,11 @@ const SCENARIOS: &[&str] = &[
     "fast-client",
     "gpu-throttled",
     "gpu-cool",
+    "untuned-keepalive",
+    "untuned-unbuffered",
+    "untuned-no-gzip",
+    "untuned-prefix-cache",
+    "untuned-chunked-prefill",
 ];
 
 pub(crate) fn run() -> Result<()> {

@@ -85,7 +85,7 @@ pub struct Accumulator {
 impl Accumulator {
     /// The window's requests re-timed with the fixes of `selection` that fire in it.
     pub fn add(&mut self, input: &Input, selection: &Selection) {
-        let findings: Vec<super::Finding> = rules::run(input)
+        let findings: Vec<super::Finding> = rules::run_with(input, selection.takes(4))
             .into_iter()
             .filter(|f| selection.takes(f.diagnosis.rule))
             .collect();

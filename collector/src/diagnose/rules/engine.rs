@@ -256,7 +256,7 @@ fn decode_step_medians(input: &Input) -> HashMap<u32, u64> {
 
 /// Rule 5: decode gaps that span another request's whole-prompt prefill step (one many
 /// decode steps long). Removes each such gap down to one decode step.
-pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_off: bool) -> Option<Finding> {
+pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> Option<Finding> {
     let reqs = input.requests;
     let decode = decode_step_medians(input);
     let mut itl = BTreeMap::new();
@@ -286,11 +286,12 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_off: bool) -> Op
     if gaps.len() < MIN_EVIDENCE {
         return None;
     }
-    // The fix's cost: a prompt prefilled in chunks of about a decode step's work, each
-    // run beside the decodes, takes one more decode step per chunk, so its own TTFT
-    // grows by about its whole-prompt prefill time (less the one step it had anyway).
+    // The fix's cost: a prompt prefilled in chunks of about a decode step's work takes
+    // a step per chunk, each carrying the decodes too, so every long prompt's own TTFT
+    // (whether or not others were decoding) grows by about its prefill time, less the
+    // one step it had anyway.
     // When rule 4 fires, the prompt's shared prefix would be cached too (as rule 6).
-    let shared = if prefix_cache_off {
+    let shared = if prefix_cache_fixed {
         shared_fractions(reqs)
     } else {
         vec![None; reqs.len()]
@@ -302,7 +303,7 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_off: bool) -> Op
         };
         let step = decode.get(&engine.pid).copied().unwrap_or(0);
         let prefill = (g.prefill_ns as f64 * (1.0 - shared[i].unwrap_or(0.0))) as u64;
-        if culprits.contains(&r.id) && step > 0 && prefill >= STALL_FACTOR * step {
+        if step > 0 && prefill >= STALL_FACTOR * step {
             ttft_added.insert(i, prefill - step);
         }
     }

@@ -37,14 +37,21 @@ pub const RULES: [(u8, &str, &str); 11] = [
 const MIN_EVIDENCE: usize = 3;
 
 pub(super) fn run(input: &Input) -> Vec<Finding> {
+    run_with(input, true)
+}
+
+/// The rules, where rule 5's cost (the chunked prefill of each long prompt) counts a
+/// prefix cache only when `with_prefix_cache` (rule 4's fix applied too, as in the joint
+/// saving); a what-if of rule 5 without rule 4 prefills the whole prompt in chunks.
+pub(super) fn run_with(input: &Input, with_prefix_cache: bool) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(network::new_connection_per_request(input));
     out.extend(network::proxy_holds(input));
     let prefix = engine::no_prefix_cache(input);
     let prefix_removed = prefix.as_ref().map(|f| f.ttft.clone()).unwrap_or_default();
-    let prefix_cache_off = prefix.is_some();
+    let prefix_cache_fixed = prefix.is_some() && with_prefix_cache;
     out.extend(prefix);
-    out.extend(engine::prefill_stalls_decode(input, prefix_cache_off));
+    out.extend(engine::prefill_stalls_decode(input, prefix_cache_fixed));
     out.extend(engine::queueing(input, &prefix_removed));
     out.extend(network::nagle(input));
     out.extend(network::retransmits(input));
