@@ -32,7 +32,7 @@ pub(crate) fn start() -> Prebuild {
              if \"$v/bin/python\" -c '{check}' 2>/dev/null; then exit 0; fi\n\
              b=\"$v.xtask$$\"\n\
              python3 -m venv --clear \"$b\"\n\
-             \"$b/bin/python\" -m pip install --quiet --disable-pip-version-check {packages}\n\
+             \"$b/bin/python\" -m pip install --quiet --disable-pip-version-check --no-compile {packages}\n\
              rm -rf \"$v\"\n\
              mv \"$b\" \"$v\"\n",
             venv = venv.display(),
