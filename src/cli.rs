@@ -80,6 +80,7 @@ line with framing headers, or TLS record types such as ClientHello / application
 Examples:
   tokenscope report run.tsrec
   tokenscope report run.tsrec --json > report.json   # schema: schema/report.schema.json
+  tokenscope report run.tsrec --json --tokens       # with every token's time (~20 B a token)
   tokenscope report run.tsrec --slo ttft_p95=300ms --slo itl_p99=50ms   # exit 1 if violated
   tokenscope report run.tsrec --what-if 2,3      # TTFT/ITL if buffering and gzip were off
   tokenscope report run.tsrec --what-if all      # every fix the diagnoses name
@@ -151,6 +152,11 @@ struct ReportArgs {
     /// TTFT p50/p95 and ITL mean/p99 next to the recorded ones.
     #[arg(long = "what-if", value_name = "RULE[,RULE..]")]
     what_if: Option<collector::diagnose::Selection>,
+    /// With --json: list every request's per-token arrays (each point's token times,
+    /// each hop's delay per token, each stalled gap) instead of their summaries (about
+    /// 20 bytes a token, where a summed-up request is 1-2 KB).
+    #[arg(long, requires = "json")]
+    tokens: bool,
 }
 
 #[derive(Args, Debug)]
@@ -381,6 +387,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             json: false,
             slos: Vec::new(),
             what_if: None,
+            tokens: false,
         })?;
     }
     Ok(ExitCode::SUCCESS)
@@ -422,10 +429,10 @@ fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let mut reader = collector::ingest::record::RecordReader::open(&args.file)?;
     // Streamed: a batch of events at a time through the pipeline, never all at once;
     // requests are summed up and let go (JSON: written aside) as their window closes.
-    let keep = if json {
-        report::Requests::Spill
-    } else {
-        report::Requests::Drop
+    let keep = match (json, args.tokens) {
+        (true, false) => report::Requests::Spill,
+        (true, true) => report::Requests::SpillWithTokens,
+        (false, _) => report::Requests::Drop,
     };
     let mut builder = report::Builder::new(&reader.header, &args.slos, keep);
     if let Some(selection) = &args.what_if {

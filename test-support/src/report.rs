@@ -6,12 +6,13 @@ use std::process::Command;
 
 use collector::analyze::percentile;
 
-/// `tokenscope report FILE --json`, parsed.
+/// `tokenscope report FILE --json --tokens` (every token's time, as the accuracy checks
+/// compare them), parsed.
 pub fn report_json(path: &Path) -> serde_json::Value {
     let out = Command::new(crate::profiler())
         .arg("report")
         .arg(path)
-        .arg("--json")
+        .args(["--json", "--tokens"])
         .output()
         .expect("run tokenscope report");
     assert!(
@@ -41,7 +42,7 @@ pub fn assert_no_secrets_in_outputs(recording: &Path, scratch: &Path, secrets: &
     };
     let dump = output(&["dump"]);
     let report = output(&["report"]);
-    let json = output(&["report", "--json"]);
+    let json = output(&["report", "--json", "--tokens"]);
     let trace_path = scratch.join("secrets-check.pftrace");
     output(&["export", "-o", trace_path.to_str().expect("utf-8 path")]);
     let trace = std::fs::read(&trace_path).expect("read trace");

@@ -20,9 +20,12 @@ use crate::stitch::Request;
 pub enum Requests {
     /// Kept in `Report::requests` (callers that read them).
     Keep,
-    /// Written, as the JSON report lists them, to an unnamed temporary file that
-    /// `write_json` copies out: memory stays flat however many requests there are.
+    /// Written, as the JSON report lists them (summaries, without per-token arrays:
+    /// `summary`), to an unnamed temporary file that `write_json` copies out: memory
+    /// stays flat however many requests there are.
     Spill,
+    /// The same with every per-token array (`report --json --tokens`).
+    SpillWithTokens,
     /// Let go (the text report lists none).
     Drop,
 }
@@ -65,7 +68,8 @@ struct GpuSums {
 
 enum RequestSink {
     Keep(Vec<Request>),
-    Spill(Option<Spill>),
+    /// The spill (made at the first request) and whether it keeps per-token arrays.
+    Spill(Option<Spill>, bool),
     Drop,
 }
 
@@ -104,7 +108,8 @@ impl Builder {
             gpu: GpuSums::default(),
             requests: match requests {
                 Requests::Keep => RequestSink::Keep(Vec::new()),
-                Requests::Spill => RequestSink::Spill(None),
+                Requests::Spill => RequestSink::Spill(None, false),
+                Requests::SpillWithTokens => RequestSink::Spill(None, true),
                 Requests::Drop => RequestSink::Drop,
             },
             pushed: 0,
@@ -150,7 +155,7 @@ impl Builder {
             let last = end >= self.last.last_event_ns.max(self.header.end_monotonic_ns);
             self.cut(if last { u64::MAX } else { end });
         }
-        if let RequestSink::Spill(Some(s)) = &mut self.requests {
+        if let RequestSink::Spill(Some(s), _) = &mut self.requests {
             s.finish()?;
         }
         Ok(self.report())
@@ -252,7 +257,7 @@ impl Builder {
         let slo = self.slo.finish(&self.diagnoses);
         let (requests, spilled) = match self.requests {
             RequestSink::Keep(v) => (v, None),
-            RequestSink::Spill(s) => (Vec::new(), s),
+            RequestSink::Spill(s, _) => (Vec::new(), s),
             RequestSink::Drop => (Vec::new(), None),
         };
         Report {
@@ -308,10 +313,14 @@ impl RequestSink {
         match self {
             RequestSink::Keep(v) => v.extend(requests),
             RequestSink::Drop => {}
-            RequestSink::Spill(spill) => {
+            RequestSink::Spill(spill, tokens) => {
                 let s = spill.get_or_insert_with(Spill::new);
                 for r in &requests {
-                    s.write(r);
+                    if *tokens {
+                        s.write(r, true);
+                    } else {
+                        s.write(&super::summary::summary(r), false);
+                    }
                 }
             }
         }
@@ -333,15 +342,21 @@ impl Spill {
     }
 
     /// One request as the pretty JSON report nests it (four spaces in, after a comma
-    /// unless it is the first). A write error is kept for `try_finish`.
-    fn write(&mut self, r: &Request) {
+    /// unless it is the first), or on one line (`pretty` false: summaries, a line each).
+    /// A write error is kept for `try_finish`.
+    fn write(&mut self, r: &impl serde::Serialize, pretty: bool) {
         let Some(file) = &mut self.file else { return };
         let mut text = Vec::with_capacity(4096);
         if self.count > 0 {
             text.extend_from_slice(b",\n");
         }
         self.count += 1;
-        let pretty = serde_json::to_vec_pretty(r).expect("a request serializes");
+        let pretty = if pretty {
+            serde_json::to_vec_pretty(r)
+        } else {
+            serde_json::to_vec(r)
+        }
+        .expect("a request serializes");
         // JSON strings hold no raw newline: each line is a line of the document.
         for (i, line) in pretty.split(|&b| b == b'\n').enumerate() {
             if i > 0 {
@@ -576,7 +591,7 @@ mod tests {
     fn spilled_requests_give_the_json_kept_ones_give() {
         let header = FileHeader::default();
         let mut kept = Builder::new(&header, &[], Requests::Keep);
-        let mut spilled = Builder::new(&header, &[], Requests::Spill);
+        let mut spilled = Builder::new(&header, &[], Requests::SpillWithTokens);
         let mut dropped = Builder::new(&header, &[], Requests::Drop);
         for e in long_recording() {
             kept.push(e.clone());
@@ -594,6 +609,19 @@ mod tests {
             want,
             "and again: the spill is read by offset"
         );
+        // By default each request is listed as its summary, whatever its length.
+        let mut summed = Builder::new(&header, &[], Requests::Spill);
+        for e in long_recording() {
+            summed.push(e);
+        }
+        let summed = summed.try_finish().expect("spill");
+        let v: serde_json::Value = serde_json::from_str(&json(&summed)).expect("JSON");
+        let listed = v["requests"].as_array().expect("requests");
+        assert_eq!(listed.len(), 286);
+        for (r, full) in listed.iter().zip(&kept.requests) {
+            assert_eq!(*r, super::super::summary::summary(full));
+            assert!(r["points"][0].get("token_ns").is_none(), "{r:#}");
+        }
         let dropped = dropped.finish();
         assert!(dropped.requests.is_empty() && dropped.spilled.is_none());
         assert!(json(&dropped).ends_with("\"requests\": []\n}\n"));
