@@ -159,18 +159,7 @@ fn the_slo_gate_fails_the_untuned_side_and_passes_the_tuned_one() {
 fn what_if_on_the_untuned_side_predicts_the_tuned_side() {
     let d = demo();
     let what_if = |path: &std::path::Path| -> Value {
-        let out = Command::new(profiler())
-            .arg("report")
-            .arg(path)
-            .args(["--json", "--what-if", "1,2,3,4,5"])
-            .output()
-            .expect("run report");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let v = test_support::report_json_with(path, &["--what-if", "1,2,3,4,5"]);
         check_report_schema(&v).expect("the report with what_if matches the schema");
         v["what_if"].clone()
     };

@@ -50,24 +50,11 @@ fn run(slots: usize) -> (Vec<RequestRecord>, Value) {
             outcome.records.iter().all(|r| r.ok),
             "every stream succeeded"
         );
-        (outcome.records, what_if_13(&path))
+        (
+            outcome.records,
+            report_json_with(&path, &["--what-if", "13"]),
+        )
     })
-}
-
-/// `tokenscope report --json --what-if 13`.
-fn what_if_13(path: &std::path::Path) -> Value {
-    let out = std::process::Command::new(profiler())
-        .arg("report")
-        .arg(path)
-        .args(["--json", "--what-if", "13"])
-        .output()
-        .expect("run report");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON report")
 }
 
 fn rule(report: &Value, n: u64) -> Option<&Value> {

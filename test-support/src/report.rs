@@ -9,10 +9,16 @@ use collector::analyze::percentile;
 /// `tokenscope report FILE --json --tokens` (every token's time, as the accuracy checks
 /// compare them), parsed.
 pub fn report_json(path: &Path) -> serde_json::Value {
+    report_json_with(path, &["--tokens"])
+}
+
+/// `tokenscope report FILE --json ARGS..`, parsed (e.g. `--what-if 13`).
+pub fn report_json_with(path: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(crate::profiler())
         .arg("report")
         .arg(path)
-        .args(["--json", "--tokens"])
+        .arg("--json")
+        .args(args)
         .output()
         .expect("run tokenscope report");
     assert!(

@@ -205,50 +205,24 @@ fn join_by_tokens(
     joined: &mut Joined,
 ) {
     let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
-    let mut free: Vec<End> = ins
+    let free: Vec<End> = ins
         .iter()
         .copied()
         .filter(|i| !links.upstream.contains_key(i) && !x(*i).encrypted)
         .collect();
-    let mut unmatched = Vec::new();
-    for out in std::mem::take(&mut joined.unmatched) {
-        let o = x(out);
-        let upstream = texts(o);
-        if upstream.is_empty() || links.undecided.contains(&out) {
-            unmatched.push(out);
-            continue;
-        }
-        let own_peer = links.peer.get(&out.0).copied();
-        let candidate = |i: End| {
-            let a = x(i);
+    let pass = WeakJoin {
+        eligible: &|o| !texts(x(o)).is_empty(),
+        candidate: &|i, o| {
+            let (a, o) = (x(i), x(o));
             a.request_start_ns <= o.request_start_ns
                 && a.response_end_ns
                     .is_none_or(|end| end >= o.request_start_ns)
-                && Some(i.0) != own_peer
-        };
-        if !ready(out) || free.iter().any(|&i| candidate(i) && !ready(i)) {
-            links.undecided.insert(out);
-            links
-                .undecided
-                .extend(free.iter().copied().filter(|&i| candidate(i)));
-            continue;
-        }
-        let best = free
-            .iter()
-            .enumerate()
-            .filter(|&(_, &i)| candidate(i) && forwarded(&texts(x(i)), &upstream))
-            .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
-        match best {
-            Some((k, &i)) => {
-                free.swap_remove(k);
-                links.upstream.insert(i, out);
-                links.by_tokens.insert(i);
-                joined.pairs.push((i, out));
-            }
-            None => unmatched.push(out),
-        }
+        },
+        same: &|i, o| forwarded(&texts(x(i)), &texts(x(o))),
+    };
+    for i in pass.join(conns, links, ready, free, joined) {
+        links.by_tokens.insert(i);
     }
-    joined.unmatched = unmatched;
 }
 
 /// An exchange's first tokens that carry text: (text print, time).
@@ -285,48 +259,83 @@ fn join_by_response(
     conns: &Conns,
     links: &mut Links,
     ready: &dyn Fn(End) -> bool,
-    mut ins: Vec<End>,
+    ins: Vec<End>,
     joined: &mut Joined,
 ) {
     let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
-    let mut unmatched = Vec::new();
-    for out in std::mem::take(&mut joined.unmatched) {
-        let o = x(out);
-        let own_peer = links.peer.get(&out.0).copied();
-        let candidate = |i: End| {
-            let a = x(i);
+    let pass = WeakJoin {
+        eligible: &|o| x(o).body_print.is_none() && !x(o).sse.is_empty(),
+        candidate: &|i, o| {
+            let (a, o) = (x(i), x(o));
             a.body_print.is_none()
                 && a.method == o.method
                 && a.request_start_ns <= o.request_start_ns
-                && Some(i.0) != own_peer
-        };
-        if o.body_print.is_some() || o.sse.is_empty() || links.undecided.contains(&out) {
-            unmatched.push(out);
-            continue;
-        }
-        if !ready(out) || ins.iter().any(|&i| candidate(i) && !ready(i)) {
-            links.undecided.insert(out);
-            links
-                .undecided
-                .extend(ins.iter().copied().filter(|&i| candidate(i)));
-            continue;
-        }
-        let best = ins
-            .iter()
-            .enumerate()
-            .filter(|&(_, &i)| candidate(i) && !x(i).sse.is_empty() && same_request_events(x(i), o))
-            .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
-        match best {
-            Some((k, &i)) => {
-                ins.swap_remove(k);
-                links.upstream.insert(i, out);
-                links.by_response.insert(i);
-                joined.pairs.push((i, out));
-            }
-            None => unmatched.push(out),
-        }
+        },
+        same: &|i, o| !x(i).sse.is_empty() && same_request_events(x(i), x(o)),
+    };
+    for i in pass.join(conns, links, ready, ins, joined) {
+        links.by_response.insert(i);
     }
-    joined.unmatched = unmatched;
+}
+
+/// A join on weaker evidence than the request itself, over what the stronger ones left.
+struct WeakJoin<'a> {
+    /// The upstream exchange has the evidence this join reads.
+    eligible: &'a dyn Fn(End) -> bool,
+    /// (accepted, upstream): the accepted exchange could have caused the upstream one.
+    candidate: &'a dyn Fn(End, End) -> bool,
+    /// (accepted, upstream): the evidence says they carry the same request.
+    same: &'a dyn Fn(End, End) -> bool,
+}
+
+impl WeakJoin<'_> {
+    /// Joins each of `joined.unmatched` that is eligible to the candidate of `free` with
+    /// the same request that arrived last before it (time order), once both sides'
+    /// evidence is in (until then both wait in `links.undecided`); the accepted
+    /// exchanges it joined.
+    fn join(
+        &self,
+        conns: &Conns,
+        links: &mut Links,
+        ready: &dyn Fn(End) -> bool,
+        mut free: Vec<End>,
+        joined: &mut Joined,
+    ) -> Vec<End> {
+        let x = |e: End| -> &Exchange { conns[&e.0].exchange(e.1) };
+        let mut unmatched = Vec::new();
+        let mut done = Vec::new();
+        for out in std::mem::take(&mut joined.unmatched) {
+            if !(self.eligible)(out) || links.undecided.contains(&out) {
+                unmatched.push(out);
+                continue;
+            }
+            let own_peer = links.peer.get(&out.0).copied();
+            let candidate = |i: End| Some(i.0) != own_peer && (self.candidate)(i, out);
+            if !ready(out) || free.iter().any(|&i| candidate(i) && !ready(i)) {
+                links.undecided.insert(out);
+                links
+                    .undecided
+                    .extend(free.iter().copied().filter(|&i| candidate(i)));
+                continue;
+            }
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|&(_, &i)| candidate(i) && (self.same)(i, out))
+                .max_by_key(|&(_, &i)| (x(i).request_end_ns.unwrap_or(x(i).request_start_ns), i));
+            match best {
+                Some((k, &i)) => {
+                    free.swap_remove(k);
+                    links.upstream.insert(i, out);
+                    joined.pairs.push((i, out));
+                    done.push(i);
+                }
+                None => unmatched.push(out),
+            }
+        }
+        joined.unmatched = unmatched;
+        done
+    }
 }
 
 /// Both responses begin with the same events (up to three).
