@@ -6,7 +6,7 @@
 //! each request appears once, joined `by-tokens`, with client-read, gateway (proxy write
 //! and read) and engine points; the gateway's TTFT stage equals the client's TTFT by its
 //! own clock less the engine's by its own log, within 1 ms; LiteLLM's master key (sent
-//! as Authorization) is in no output.
+//! as Authorization) is in no output; its CPU-bound event loop is not taken for Nagle.
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
@@ -236,6 +236,16 @@ fn litellm_streams_are_joined_by_their_tokens_and_its_ttft_share_measured() {
         errors.len()
     );
     assert_eq!(within, errors.len(), "errors (ns): {errors:?}");
+
+    // LiteLLM's event loop is CPU-bound here: it reads every upstream socket late at
+    // once, which is not Nagle (rule 7 tells a busy reader from a held segment).
+    let rules: Vec<u64> = report["diagnoses"]
+        .as_array()
+        .expect("diagnoses")
+        .iter()
+        .map(|d| d["rule"].as_u64().unwrap())
+        .collect();
+    assert!(!rules.contains(&7), "a busy gateway is not Nagle: {rules:?}");
 
     // The text names the hop as a gateway, with its stage and per-token delay.
     let text = Command::new(profiler())
