@@ -15,6 +15,9 @@ pub struct ServedRequest {
     pub stream: bool,
     pub prompt_tokens: u32,
     pub cached_prompt_tokens: u32,
+    /// The request's head parsed (its first bytes had just arrived): where a server's
+    /// TTFT from its first request byte starts.
+    pub head_ns: u64,
     /// Body read and request handed to the scheduler.
     pub received_ns: u64,
     /// When each token's frame was handed to the HTTP connection.

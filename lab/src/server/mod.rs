@@ -230,17 +230,21 @@ fn api_of_path(path: &str) -> Option<Api> {
 }
 
 async fn route(core: EngineCore, req: Request<Incoming>) -> Response<LabBody> {
+    // The request's head is in: its first bytes arrived just before.
+    let head_ns = monotonic_ns();
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let api = api_of_path(&path);
     if let (Some(api), &Method::POST) = (api, &method) {
-        return generate(core, req, api).await;
+        return generate(core, req, api, head_ns).await;
     }
     if let (Some(Api::OpenAiCompletions), &Method::GET) = (api, &method) {
         // EventSource can only GET: the request rides in the query, with no body.
         let query = req.uri().query().unwrap_or("").to_string();
         return match query_request(&query) {
-            Ok(body) => generate_body(core, Api::OpenAiCompletions, &path, None, body).await,
+            Ok(body) => {
+                generate_body(core, Api::OpenAiCompletions, &path, None, body, head_ns).await
+            }
             Err(e) => api_error_response(Api::OpenAiCompletions, &e),
         };
     }
@@ -294,14 +298,19 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
 
 /// Serves one generation request of `api`: validate, hand to the scheduler, then stream
 /// the API's framing of the tokens (or write the whole body after the last one).
-async fn generate(core: EngineCore, req: Request<Incoming>, api: Api) -> Response<LabBody> {
+async fn generate(
+    core: EngineCore,
+    req: Request<Incoming>,
+    api: Api,
+    head_ns: u64,
+) -> Response<LabBody> {
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
     let body = match read_body(req).await {
         Ok(b) => b,
         Err(e) => return api_error_response(api, &e),
     };
-    generate_body(core, api, &path, query.as_deref(), body).await
+    generate_body(core, api, &path, query.as_deref(), body, head_ns).await
 }
 
 /// `GET /v1/completions?prompt=..&max_tokens=N`: the completion request as its JSON body
@@ -354,6 +363,7 @@ async fn generate_body(
     path: &str,
     query: Option<&str>,
     body: Bytes,
+    head_ns: u64,
 ) -> Response<LabBody> {
     let parsed = match Parsed::parse(api, path, query, &body, &core.cfg) {
         Ok(p) => p,
@@ -389,6 +399,7 @@ async fn generate_body(
         stream: parsed.stream(),
         prompt_tokens: prompt_tokens as u32,
         cached_prompt_tokens: 0,
+        head_ns,
         received_ns,
         token_ns: Vec::new(),
         finished: false,

@@ -710,8 +710,14 @@ mod tests {
         let readers = Readers::of(&busy);
         let (from, to) = (sent[8], sent[8] + 40 * MS);
         assert!(readers.sat_on_other_data(7, 0, (from, to)));
-        assert!(!readers.sat_on_other_data(7, 1, (from, to)), "not its own data");
-        assert!(!readers.sat_on_other_data(8, 0, (from, to)), "another reader");
+        assert!(
+            !readers.sat_on_other_data(7, 1, (from, to)),
+            "not its own data"
+        );
+        assert!(
+            !readers.sat_on_other_data(8, 0, (from, to)),
+            "another reader"
+        );
 
         // Another stream the reader read promptly does not excuse the hold.
         let prompt = stream(1, &waiting, &vec![MS / 5; waiting.len()]);
