@@ -22,11 +22,6 @@ use test_support::*;
 use tokenscope_lab::bench::{self, ApiKey, BenchConfig};
 use tokenscope_lab::EngineConfig;
 
-/// The newest release that installs from PyPI alone (later ones require a
-/// `litellm-proxy` package the registry does not have). The venv's name under the temp
-/// dir; `cargo xtask test` builds it while it compiles (xtask/src/venvs.rs, same pair).
-const LITELLM: &str = "litellm[proxy]==1.108.7";
-const VENV: &str = "tokenscope-litellm-venv";
 const STREAMS: usize = 16;
 const MASTER_KEY: &str = "sk-tokenscope-gw-7f3a9c21e5";
 
@@ -38,7 +33,7 @@ struct Gateway {
 
 impl Gateway {
     fn start(dir: &Path, port: u16, engine: std::net::SocketAddr) -> Gateway {
-        let python = pyvenv::python_with(VENV, LITELLM, "import litellm");
+        let python = pyvenv::python_for(venv_specs::LITELLM);
         let config = dir.join("litellm.yaml");
         std::fs::write(
             &config,

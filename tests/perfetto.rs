@@ -36,11 +36,7 @@ fn run(cmd: &mut Command, what: &str) -> std::process::Output {
 /// built beside its final path and renamed into place, so concurrent runs never share
 /// a half-made one.
 fn perfetto_venv() -> PathBuf {
-    test_support::pyvenv::python_with(
-        "tokenscope-perfetto-venv",
-        "perfetto",
-        "from perfetto.protos.perfetto.trace import perfetto_trace_pb2",
-    )
+    test_support::pyvenv::python_for(test_support::venv_specs::PERFETTO)
 }
 
 /// Records the lab engine behind untuned nginx (auth_request sub-requests,

@@ -16,11 +16,7 @@ use serde_json::Value;
 use test_support::*;
 
 fn python() -> PathBuf {
-    test_support::pyvenv::python_with(
-        "tokenscope-openai-h2-venv",
-        "openai httpx[http2]",
-        "import openai, httpx, h2",
-    )
+    test_support::pyvenv::python_for(test_support::venv_specs::OPENAI_H2)
 }
 
 fn client_script(name: &str) -> String {

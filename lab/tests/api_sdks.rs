@@ -61,11 +61,8 @@ out["tgi_generated_tokens"] = tokens[-1].details.generated_tokens
 print(json.dumps(out))
 "#;
 
-const PACKAGES: &str = "openai anthropic google-genai ollama huggingface_hub";
-const IMPORTS: &str = "import openai, anthropic, ollama, huggingface_hub; from google import genai";
-
 fn sdks_venv() -> PathBuf {
-    test_support::pyvenv::python_with("tokenscope-lab-api-sdks-venv", PACKAGES, IMPORTS)
+    test_support::pyvenv::python_for(test_support::venv_specs::LAB_API_SDKS)
 }
 
 fn sdk_run(python: &Path, base: &str) -> serde_json::Value {

@@ -53,7 +53,7 @@ fn run(cmd: &mut Command, what: &str) -> String {
 /// built beside its final path and renamed into place, so concurrent runs never share a
 /// half-made one.
 fn openai_venv() -> PathBuf {
-    test_support::pyvenv::python_with("tokenscope-lab-openai-venv", "openai", "import openai")
+    test_support::pyvenv::python_for(test_support::venv_specs::LAB_OPENAI)
 }
 
 fn sdk_run(python: &Path, base: &str) -> serde_json::Value {

@@ -14,6 +14,7 @@ pub mod report;
 pub mod schema;
 pub mod standin;
 pub mod tmux;
+pub mod venv_specs;
 
 pub use bin::{demo_recording, demo_stdout, lab, lab_command, profiler};
 pub use events::{io_bytes, io_events, read_recording, transitions};

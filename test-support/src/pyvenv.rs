@@ -6,6 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The python of the venv `spec` (see `venv_specs`), built here if need be.
+pub fn python_for(spec: crate::venv_specs::VenvSpec) -> PathBuf {
+    python_with(spec.0, spec.1, spec.2)
+}
+
 /// The python of a venv under the temp dir named `name` in which `import_check`
 /// (Python code) runs, installing `package` from PyPI when needed (several
 /// requirements separated by spaces, e.g. "openai httpx[http2]"). Panics with the
