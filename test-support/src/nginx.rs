@@ -44,6 +44,22 @@ impl Nginx {
     /// Serves `location_body` (nginx directives) on four listeners: plain HTTP/1.1,
     /// TLS (HTTP/1.1), TLS with HTTP/2, and cleartext HTTP/2 (prior knowledge).
     pub fn start(dir: &Path, location_body: &str) -> Nginx {
+        // A free port is free when asked, not when nginx binds it: an outgoing
+        // connection of another test may take it meanwhile (same ephemeral range). Then
+        // nginx exits with "Address already in use", and other ports are tried.
+        for attempt in 1.. {
+            match Nginx::try_start(dir, location_body) {
+                Ok(nginx) => return nginx,
+                Err(why) if attempt < 4 && why.contains("Address already in use") => {
+                    eprintln!("nginx attempt {attempt}: {why}; trying other ports");
+                }
+                Err(why) => panic!("nginx did not start: {why}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    fn try_start(dir: &Path, location_body: &str) -> Result<Nginx, String> {
         let [http_port, https_port, h2_port, h2c_port] = std::array::from_fn(|_| free_port());
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
@@ -104,15 +120,29 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
             h2_port,
             h2c_port,
         };
+        let deadline = Instant::now() + Duration::from_secs(20);
         for port in [http_port, https_port, h2_port, h2c_port] {
-            wait_for_port(port);
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if let Some(status) = nginx.child.try_wait().expect("try_wait") {
+                    let mut stderr = String::new();
+                    if let Some(mut e) = nginx.child.stderr.take() {
+                        let _ = e.read_to_string(&mut stderr);
+                    }
+                    return Err(format!(
+                        "exited with {status}: {stderr}{}",
+                        nginx.error_log()
+                    ));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "nothing listens on port {port} after 20 s: {}",
+                        nginx.error_log()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        assert!(
-            nginx.child.try_wait().expect("try_wait").is_none(),
-            "nginx exited: {}",
-            nginx.error_log()
-        );
-        nginx
+        Ok(nginx)
     }
 
     pub fn master_pid(&self) -> u32 {
@@ -148,7 +178,10 @@ http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_pa
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        // SAFETY: SIGQUIT asks the nginx master for a graceful stop.
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return; // already gone (and reaped: its pid may be another's now)
+        }
+        // SAFETY: SIGQUIT asks the nginx master (still our unreaped child) to stop.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
         if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
             let _ = self.child.kill();
