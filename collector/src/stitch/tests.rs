@@ -88,6 +88,12 @@ fn a_rewriting_gateway_is_joined_by_the_text_of_the_tokens_it_forwards() {
     let mut net = Net::default();
     let t0 = 1_000 * MS;
     let words = |k: usize, i: usize| format!(" w{k}x{i}");
+    let post = |path: &str, body: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: lab\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
     let mut streams = Vec::new();
     for k in 0..3usize {
         let t = t0 + k as u64 * 2 * MS;
@@ -96,10 +102,9 @@ fn a_rewriting_gateway_is_joined_by_the_text_of_the_tokens_it_forwards() {
             (BENCH, "client", 41000 + k as u16),
             (GATEWAY, "litellm", 4000),
         );
-        let body = format!("{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"q{k}\"}}],\"stream\":true}}");
-        let req = format!(
-            "POST /chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
+        let req = post(
+            "/chat/completions",
+            &format!("{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"q{k}\"}}],\"stream\":true}}"),
         );
         net.send(t + MS, BENCH, a, req.as_bytes(), 100_000);
         // Upstream, the gateway's own body (other keys, stream_options added).
@@ -108,10 +113,9 @@ fn a_rewriting_gateway_is_joined_by_the_text_of_the_tokens_it_forwards() {
             (GATEWAY, "litellm", 51000 + k as u16),
             (ENGINE, "engine", 9000),
         );
-        let body = format!("{{\"messages\":[{{\"content\":\"q{k}\",\"role\":\"user\"}}],\"model\":\"m\",\"stream\":true,\"stream_options\":{{\"include_usage\":true}}}}");
-        let up = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: engine\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
+        let up = post(
+            "/v1/chat/completions",
+            &format!("{{\"messages\":[{{\"content\":\"q{k}\",\"role\":\"user\"}}],\"model\":\"m\",\"stream\":true,\"stream_options\":{{\"include_usage\":true}}}}"),
         );
         net.send(t + 4 * MS, GATEWAY, b, up.as_bytes(), 100_000);
         streams.push((net.peer_of(a), net.peer_of(b), b, t));
