@@ -73,9 +73,13 @@ fn a_gzip_bomb_is_cut_at_the_inflate_limit_and_the_streams_around_it_are_whole()
     }
 
     let report = report_json(&path);
-    assert_eq!(
-        report["protocols"]["limits"]["inflate"], 1,
-        "the bomb was cut at the limit, once: {} (recorder said: {said})",
+    // Cut once per end that inflated it: nginx's send side, and curl's read side when
+    // its first reads were captured whole (8 MiB of zeros inflate from ~8 KB of gzip -1;
+    // a larger first read is captured in part and not inflated). CI saw both.
+    let cuts = report["protocols"]["limits"]["inflate"].as_u64();
+    assert!(
+        matches!(cuts, Some(1 | 2)),
+        "the bomb was cut at the limit, at one or both ends: {} (recorder said: {said})",
         report["protocols"]
     );
     let requests = report["requests"].as_array().expect("requests");
@@ -99,10 +103,9 @@ fn a_gzip_bomb_is_cut_at_the_inflate_limit_and_the_streams_around_it_are_whole()
         .output()
         .expect("tokenscope report");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(
-            "limit: gzip streams cut at the 8 MiB inflate limit: 1 (their events past it are not read)"
-        ),
-        "{text}"
+    let line = format!(
+        "limit: gzip streams cut at the 8 MiB inflate limit: {} (their events past it are not read)",
+        cuts.unwrap_or(0)
     );
+    assert!(text.contains(&line), "{line}\n{text}");
 }
