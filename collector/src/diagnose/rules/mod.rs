@@ -8,6 +8,7 @@
 mod engine;
 mod gpu;
 mod network;
+mod readers;
 mod slots;
 
 use std::collections::BTreeMap;
