@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::readers::{socket_hops, Readers};
 use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
 use crate::diagnose::{ttft_point, Finding, Input};
 use crate::stitch::{PointKind, Request};
@@ -350,25 +351,13 @@ fn hold_finding(
     }
 }
 
-/// The TCP hops of a request: sender's write -> receiver's read of the same tokens.
-pub(super) fn socket_hops(r: &Request) -> impl Iterator<Item = &crate::stitch::request::Forward> {
-    r.forward.iter().filter(|f| {
-        matches!(
-            (f.from, f.to),
-            (PointKind::EngineWrite, PointKind::ProxyRead)
-                | (PointKind::ProxyWrite, PointKind::ClientRead)
-                | (PointKind::EngineWrite, PointKind::ClientRead)
-        )
-    })
-}
-
 /// Rule 7: on a TCP hop that passes tokens in well under 5 ms, some token is held
 /// longer than the one before it and reaches the reader a delayed-ACK timeout (Linux:
 /// 40 ms at least) after that one, with no retransmit meanwhile: a small write waiting
 /// (Nagle) for the ACK of the previous small segment, which the peer delays.
 pub(super) fn nagle(input: &Input) -> Option<Finding> {
     let reqs = input.requests;
-    let readers = super::readers::Readers::of(reqs);
+    let readers = Readers::of(reqs);
     let mut stalled_reader = 0;
     let (mut all, mut held) = (Vec::new(), Vec::new());
     let mut itl = BTreeMap::new();
@@ -584,3 +573,7 @@ pub(super) fn slow_client(input: &Input) -> Option<Finding> {
         itl,
     })
 }
+
+#[cfg(test)]
+#[path = "nagle_tests.rs"]
+mod busy_reader_tests;

@@ -1,0 +1,77 @@
+//! Rule 7 against a busy reader: a hold through which the reader left another
+//! stream's token unread is not Nagle.
+
+use super::nagle;
+use crate::diagnose::rules::readers::Readers;
+use crate::diagnose::Input;
+use crate::stitch::request::Forward;
+use crate::stitch::{PointKind, Request};
+
+const MS: u64 = 1_000_000;
+
+/// A stream read by process 7: tokens sent at `sent`, each crossing the hop in `delay`.
+fn stream(id: usize, sent: &[u64], delay: &[u64]) -> Request {
+    let read: Vec<u64> = sent.iter().zip(delay).map(|(s, d)| s + d).collect();
+    let mut r = Request::at_point(id, PointKind::ClientRead, 7, "reader", read);
+    r.forward.push(Forward {
+        from: PointKind::EngineWrite,
+        to: PointKind::ClientRead,
+        delay_ns: delay.to_vec(),
+    });
+    r
+}
+
+/// 64 tokens 16 ms apart crossing in 0.2 ms, every 8th held 40 ms (a delayed ACK),
+/// the next two read with it (TCP delivers in order).
+fn held_stream() -> (Vec<u64>, Request) {
+    let sent: Vec<u64> = (0..64).map(|k| 1_000 * MS + k * 16 * MS).collect();
+    let delay: Vec<u64> = (0..64u64)
+        .map(|k| match k % 8 {
+            _ if k < 8 => MS / 5,
+            0 => 40 * MS,
+            1 => 24 * MS,
+            2 => 8 * MS,
+            _ => MS / 5,
+        })
+        .collect();
+    let r = stream(0, &sent, &delay);
+    (sent, r)
+}
+
+fn input(requests: &[Request]) -> Input<'_> {
+    Input {
+        requests,
+        steps: &[],
+        nvml: &[],
+    }
+}
+
+#[test]
+fn held_segments_are_nagle_unless_the_reader_sat_on_another_streams_data() {
+    let (sent, a) = held_stream();
+    let alone = [a.clone()];
+    let f = nagle(&input(&alone)).expect("a stream with 7 held tokens and nothing else");
+    assert_eq!(f.diagnosis.evidence.figures[0].value, 7.0);
+
+    // The same reader had another stream's token waiting through each hold: it was
+    // busy (an event loop that reads every socket late), not held by the sender.
+    let waiting: Vec<u64> = (1..8).map(|h| sent[h * 8] - MS).collect();
+    let b = stream(1, &waiting, &vec![42 * MS; waiting.len()]);
+    let busy = [a.clone(), b];
+    assert!(nagle(&input(&busy)).is_none(), "a busy reader is not Nagle");
+    let readers = Readers::of(&busy);
+    let (from, to) = (sent[8], sent[8] + 40 * MS);
+    assert!(readers.sat_on_other_data(7, 0, (from, to)));
+    assert!(
+        !readers.sat_on_other_data(7, 1, (from, to)),
+        "not its own data"
+    );
+    assert!(
+        !readers.sat_on_other_data(8, 0, (from, to)),
+        "another reader"
+    );
+
+    // Another stream the reader read promptly does not excuse the hold.
+    let prompt = stream(1, &waiting, &vec![MS / 5; waiting.len()]);
+    assert!(nagle(&input(&[a, prompt])).is_some());
+}
