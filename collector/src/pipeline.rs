@@ -15,7 +15,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::analyze::protocols::{ProtocolTally, Protocols};
-use crate::gpu::{GpuStep, StepTracker};
+use crate::gpu::{GpuStep, StepTimer, StepTracker};
 use crate::ingest::model::{event::Body, GpuActivityKind, NvmlSample};
 use crate::ingest::Event;
 use crate::stitch::{
@@ -154,6 +154,8 @@ pub struct Pipeline {
     next_advance_ns: Option<u64>,
     stitcher: Stitcher,
     calls: StepTracker,
+    /// CUPTI records waiting for the step they time.
+    timer: StepTimer,
     out: Output,
     /// The requests still held at the last advance, as they stood.
     open: Vec<Request>,
@@ -174,6 +176,7 @@ impl Pipeline {
             next_advance_ns: None,
             stitcher: Stitcher::new(cfg.settle, dropped),
             calls: StepTracker::default(),
+            timer: StepTimer::default(),
             out: Output::default(),
             open: Vec::new(),
             let_go: HashMap::new(),
@@ -301,6 +304,9 @@ impl Pipeline {
         match &event.body {
             Some(Body::Nvml(s)) => self.out.nvml.push((event.ts_ns, s.clone())),
             Some(Body::Gpu(g)) => {
+                if crate::gpu::steps::device_work(g.kind()) {
+                    self.timer.record(event.pid, g.start_ns, g.end_ns);
+                }
                 let span = CuptiSpan {
                     kind: g.kind(),
                     start_ns: g.start_ns,
@@ -314,7 +320,12 @@ impl Pipeline {
                 self.out.cupti.push(span);
             }
             Some(Body::Ring(r)) => self.out.drops.push((event.ts_ns, r.dropped)),
-            Some(Body::Cuda(_)) => self.out.steps.extend(self.calls.push(&event)),
+            Some(Body::Cuda(_)) => {
+                if let Some(mut step) = self.calls.push(&event) {
+                    self.timer.time(&mut step);
+                    self.out.steps.push(step);
+                }
+            }
             _ => self.stitcher.push(&event),
         }
     }

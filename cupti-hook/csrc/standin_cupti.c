@@ -5,7 +5,10 @@
  *   STANDIN_CUPTI_NO_TS_CALLBACK=1      no timestamp callback: records in CLOCK_REALTIME ns,
  *                                       so the hook must fall back to paired readings
  *   STANDIN_CUPTI_GRAPH_TRACE=exclusive graph-level and kernel/memcpy tracing exclude each
- *                                       other: whichever is enabled second -> NOT_COMPATIBLE */
+ *                                       other: whichever is enabled second -> NOT_COMPATIBLE
+ * Beside the scripted records, the lab's stand-in libcuda hands it the simulated span of every
+ * launch (standin_cupti_activity), as the real driver feeds CUPTI, so an engine on the stand-in
+ * driver gets kernel, graph and memcpy records for its real work. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,8 @@ static timestamp_fn user_clock;
 static int subscribed;
 static uint64_t enabled_kinds; /* bit per kind < 64 */
 static uint8_t *cur;
+static uint32_t flush_period_ms;
+static pthread_t flusher;
 static size_t cur_size, cur_used;
 
 static const char *const kernel_names[3] = {"standin_kernel_gemm", "standin_kernel_attention",
@@ -42,6 +47,12 @@ static uint64_t own_clock(void) {
 }
 
 static uint64_t now(void) { return user_clock ? user_clock() : own_clock(); }
+
+static uint64_t monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 int cuptiGetVersion(uint32_t *version) {
   *version = 28;
@@ -166,6 +177,107 @@ int cuptiActivityFlushAll(uint32_t flag) {
 }
 
 static int enabled(uint32_t kind) { return (enabled_kinds >> kind) & 1; }
+
+/* CUPTI's worker delivers buffers every `time` ms (0: only when full or flushed). */
+static void *flush_periodically(void *unused) {
+  (void)unused;
+  for (;;) {
+    uint32_t ms = __atomic_load_n(&flush_period_ms, __ATOMIC_RELAXED);
+    struct timespec ts = {(time_t)((ms ? ms : 100) / 1000), (long)((ms ? ms : 100) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    if (ms) cuptiActivityFlushAll(0);
+  }
+  return NULL;
+}
+
+int cuptiActivityFlushPeriod(uint32_t time) {
+  pthread_mutex_lock(&lock);
+  int start = !flush_period_ms && time && !flusher;
+  flush_period_ms = time;
+  if (start && pthread_create(&flusher, NULL, flush_periodically, NULL) != 0) flusher = 0;
+  pthread_mutex_unlock(&lock);
+  return SI_SUCCESS;
+}
+
+/* Kernel names live as long as the library (the driver that passed them may be unloaded
+ * before the buffer is parsed); a few distinct names are all the lab uses. */
+static const char *own_name(const char *name) {
+  static char names[16][64];
+  static int used;
+  if (!name) return NULL;
+  for (int i = 0; i < used; i++)
+    if (strcmp(names[i], name) == 0) return names[i];
+  if (used == 16) return "standin_kernel_other";
+  strncpy(names[used], name, sizeof names[used] - 1);
+  return names[used++];
+}
+
+/* Lab-only: the stand-in libcuda reports one launch's device span (CLOCK_MONOTONIC ns).
+ * kind 1 kernel, 2 device-to-host copy, 3 graph launch; written as the record CUPTI would
+ * deliver for the kinds the hook enabled (a graph launch without graph-level tracing is a
+ * kernel record carrying its graph id), in the clock CUPTI timestamps with. */
+void standin_cupti_activity(uint32_t kind, uint32_t stream, uint64_t start_ns, uint64_t end_ns,
+                            uint32_t correlation, uint32_t graph_id, uint64_t bytes,
+                            const char *name) {
+  pthread_mutex_lock(&lock);
+  if (!on_requested || !on_completed || !subscribed) {
+    pthread_mutex_unlock(&lock);
+    return;
+  }
+  /* The clock CUPTI stamps with less CLOCK_MONOTONIC, bracketed and rounded to the
+   * microsecond: exactly 0 when the hook's timestamp callback is CLOCK_MONOTONIC. */
+  int64_t shift = 0;
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < 3; i++) { /* the tightest of three readings (the first may fault) */
+    uint64_t before = monotonic(), stamp = now(), after = monotonic();
+    if (after - before < best) {
+      best = after - before;
+      shift = (int64_t)(stamp - before / 2 - after / 2);
+    }
+  }
+  shift = (shift >= 0 ? shift + 500 : shift - 500) / 1000 * 1000;
+  uint64_t start = start_ns + (uint64_t)shift, end = end_ns + (uint64_t)shift;
+  if (kind == 3 && enabled(SI_KIND_GRAPH_TRACE)) {
+    si_graph_trace2 *g = reserve(sizeof *g);
+    if (g) {
+      g->kind = SI_KIND_GRAPH_TRACE;
+      g->correlationId = correlation;
+      g->start = start;
+      g->end = end;
+      g->graphId = graph_id;
+      g->contextId = 1;
+      g->streamId = stream;
+    }
+  } else if ((kind == 1 || kind == 3) && enabled(SI_KIND_CONCURRENT_KERNEL)) {
+    si_kernel9 *k = reserve(sizeof *k);
+    if (k) {
+      k->kind = SI_KIND_CONCURRENT_KERNEL;
+      k->start = start;
+      k->end = end;
+      k->completed = end;
+      k->contextId = 1;
+      k->streamId = stream;
+      k->gridX = 128; k->gridY = 1; k->gridZ = 1;
+      k->blockX = 256; k->blockY = 1; k->blockZ = 1;
+      k->correlationId = correlation;
+      k->name = own_name(name);
+      k->graphId = kind == 3 ? graph_id : 0;
+    }
+  } else if (kind == 2 && enabled(SI_KIND_MEMCPY)) {
+    si_memcpy6 *m = reserve(sizeof *m);
+    if (m) {
+      m->kind = SI_KIND_MEMCPY;
+      m->copyKind = 2; /* DTOH */
+      m->bytes = bytes;
+      m->start = start;
+      m->end = end;
+      m->contextId = 1;
+      m->streamId = stream;
+      m->correlationId = correlation;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
 
 static void marker(uint32_t flags, uint32_t id, const char *name, const char *domain) {
   si_marker2 *m = reserve(sizeof *m);

@@ -61,6 +61,7 @@ pub type ActivityRegisterTimestampCallbackFn =
 pub type ActivityGetNextRecordFn =
     unsafe extern "C" fn(buffer: *mut u8, valid_size: usize, record: *mut *mut u8) -> CuptiResult;
 pub type ActivityFlushAllFn = unsafe extern "C" fn(flag: u32) -> CuptiResult;
+pub type ActivityFlushPeriodFn = unsafe extern "C" fn(time_ms: u32) -> CuptiResult;
 pub type ActivityGetNumDroppedRecordsFn =
     unsafe extern "C" fn(context: *mut c_void, stream_id: u32, dropped: *mut usize) -> CuptiResult;
 pub type GetTimestampFn = unsafe extern "C" fn(timestamp: *mut u64) -> CuptiResult;

@@ -48,7 +48,12 @@ pub const CUPTI_SYMBOLS: &[&str] = &[
     "cuptiActivityGetNextRecord",
     "cuptiActivityFlushAll",
     "cuptiActivityGetNumDroppedRecords",
+    "cuptiActivityFlushPeriod",
 ];
+
+/// How often CUPTI's worker hands over buffers: without it a 4 MiB buffer arrives when full
+/// (minutes on a decode loop) or at exit, and a live recording sees no GPU time until then.
+const FLUSH_PERIOD_MS: u32 = 200;
 
 struct CuptiApi {
     activity_get_next_record: b::ActivityGetNextRecordFn,
@@ -157,6 +162,7 @@ fn start_cupti(hook: &Hook) -> Result<wire::Hello, wire::HookError> {
         b::ActivityRegisterTimestampCallbackFn
     );
     let get_timestamp = need!("cuptiGetTimestamp", b::GetTimestampFn);
+    let flush_period = want!("cuptiActivityFlushPeriod", b::ActivityFlushPeriodFn);
     let api = CuptiApi {
         activity_get_next_record: need!("cuptiActivityGetNextRecord", b::ActivityGetNextRecordFn),
         activity_flush_all: need!("cuptiActivityFlushAll", b::ActivityFlushAllFn),
@@ -221,6 +227,16 @@ fn start_cupti(hook: &Hook) -> Result<wire::Hello, wire::HookError> {
                     }
                 )),
             }
+        }
+        match flush_period.map(|f| f(FLUSH_PERIOD_MS)) {
+            Some(b::CUPTI_SUCCESS) => {}
+            Some(r) => notes.push(format!(
+                "cuptiActivityFlushPeriod refused ({}): records arrive when a buffer fills",
+                b::result_name(r)
+            )),
+            None => notes.push(
+                "no cuptiActivityFlushPeriod: records arrive when a buffer fills".to_string(),
+            ),
         }
         if !(CHECKED_CUPTI_VERSIONS).contains(&version) {
             notes.push(format!(

@@ -8,6 +8,14 @@
  *   - cuLaunchKernel: kernelParams[0] points to a uint64_t duration in ns;
  *   - cuGraphLaunch: hGraphExec points to a struct lab_graph_exec (below).
  * Counters of every call are kept so tests can check the engine really calls in.
+ *
+ * As the real driver does, cuInit loads CUDA_INJECTION64_PATH and calls its
+ * InitializeInjection (tokenscope's CUPTI hook). The simulated span of every launch is
+ * then handed to the stand-in libcupti, when one is loaded, as the real driver feeds
+ * CUPTI's activity records: kernels, graph launches and copies with their device start
+ * and end, stream and correlation id.
+ * The per-thread default stream entry points (`_ptsz`, what the runtime calls when built
+ * with --default-stream per-thread) are exported too, with the same behaviour.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -15,6 +23,10 @@
 #include <time.h>
 #include <errno.h>
 #include <pthread.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -43,6 +55,8 @@ struct lab_cuda_counters {
     uint64_t graph_launch;
     uint64_t memcpy_dtoh_async;
     uint64_t stream_synchronize;
+    /* Calls through the per-thread default stream (_ptsz) entry points, of the above. */
+    uint64_t per_thread_stream;
 };
 
 static struct lab_cuda_counters counters;
@@ -57,14 +71,71 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Queue work of duration_ns on the timeline: it starts when the previous work ends. */
-static void enqueue_work(uint64_t duration_ns) {
+/* Activity kinds handed to the stand-in libcupti (its own record kinds differ). */
+enum { LAB_ACT_KERNEL = 1, LAB_ACT_MEMCPY = 2, LAB_ACT_GRAPH = 3 };
+
+/* standin_cupti_activity(kind, stream, start_ns, end_ns, correlation, graph_id, bytes, name),
+ * exported by the stand-in libcupti; times in CLOCK_MONOTONIC ns. */
+typedef void (*activity_sink_fn)(uint32_t, uint32_t, uint64_t, uint64_t, uint32_t, uint32_t,
+                                 uint64_t, const char *);
+static activity_sink_fn activity_sink;
+static uint32_t next_correlation = 1;
+/* The device span of the work queued since the last synchronisation (lab_cuda_last_sync). */
+static uint64_t window_start_ns, last_sync_start_ns, last_sync_end_ns;
+
+/* Queue work of duration_ns on the timeline: it starts when the previous work ends.
+ * Returns its correlation id and device span. */
+static uint32_t enqueue_work(uint64_t duration_ns, uint64_t *start, uint64_t *end) {
     uint64_t now = now_ns();
     pthread_mutex_lock(&lock);
     if (busy_until_ns < now)
         busy_until_ns = now;
+    if (!window_start_ns)
+        window_start_ns = busy_until_ns;
+    *start = busy_until_ns;
     busy_until_ns += duration_ns;
+    *end = busy_until_ns;
+    uint32_t correlation = next_correlation++;
     pthread_mutex_unlock(&lock);
+    return correlation;
+}
+
+static void report(uint32_t kind, uint32_t correlation, uint64_t start, uint64_t end,
+                   uint32_t graph_id, uint64_t bytes, const char *name) {
+    activity_sink_fn sink = __atomic_load_n(&activity_sink, __ATOMIC_ACQUIRE);
+    if (sink)
+        sink(kind, 7, start, end, correlation, graph_id, bytes, name);
+}
+
+/* Finds standin_cupti_activity in whatever loaded it: the hook dlopens libcupti with
+ * RTLD_LOCAL, so the symbol is not global; look in every loaded object. */
+static int find_sink(struct dl_phdr_info *info, size_t size, void *found) {
+    (void)size;
+    if (!info->dlpi_name || !info->dlpi_name[0])
+        return 0;
+    void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        return 0;
+    void *f = dlsym(h, "standin_cupti_activity");
+    dlclose(h);
+    if (!f)
+        return 0;
+    *(void **)found = f;
+    return 1;
+}
+
+/* What the driver does at cuInit for CUDA_INJECTION64_PATH: load it, call InitializeInjection. */
+static void load_injection(void) {
+    const char *path = getenv("CUDA_INJECTION64_PATH");
+    if (path && path[0]) {
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
+        if (init)
+            init();
+    }
+    void *sink = NULL;
+    dl_iterate_phdr(find_sink, &sink);
+    __atomic_store_n(&activity_sink, (activity_sink_fn)sink, __ATOMIC_RELEASE);
 }
 
 __attribute__((visibility("default"), noinline))
@@ -72,64 +143,80 @@ CUresult cuInit(unsigned int flags) {
     __atomic_fetch_add(&counters.init, 1, __ATOMIC_RELAXED);
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    __atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
+    if (!__atomic_exchange_n(&initialized, 1, __ATOMIC_ACQ_REL))
+        load_injection();
     return CUDA_SUCCESS;
 }
 
-__attribute__((visibility("default"), noinline))
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+static CUresult launch_kernel(int ptsz, CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                         void **kernelParams, void **extra) {
     (void)gridDimX; (void)gridDimY; (void)gridDimZ; (void)blockDimX; (void)blockDimY;
     (void)blockDimZ; (void)sharedMemBytes; (void)hStream; (void)extra;
     __atomic_fetch_add(&counters.launch_kernel, 1, __ATOMIC_RELAXED);
+    if (ptsz)
+        __atomic_fetch_add(&counters.per_thread_stream, 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (f == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
     if (kernelParams == NULL || kernelParams[0] == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    enqueue_work(*(const uint64_t *)kernelParams[0]);
+    uint64_t start, end;
+    uint32_t c = enqueue_work(*(const uint64_t *)kernelParams[0], &start, &end);
+    report(LAB_ACT_KERNEL, c, start, end, 0, 0, "lab_prefill_attn");
     return CUDA_SUCCESS;
 }
 
-__attribute__((visibility("default"), noinline))
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+static CUresult graph_launch(int ptsz, CUgraphExec hGraphExec, CUstream hStream) {
     (void)hStream;
     __atomic_fetch_add(&counters.graph_launch, 1, __ATOMIC_RELAXED);
+    if (ptsz)
+        __atomic_fetch_add(&counters.per_thread_stream, 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_NOT_INITIALIZED;
     const struct lab_graph_exec *g = (const struct lab_graph_exec *)hGraphExec;
     if (g == NULL || g->magic != LAB_GRAPH_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
-    enqueue_work(g->duration_ns);
+    uint64_t start, end;
+    uint32_t c = enqueue_work(g->duration_ns, &start, &end);
+    report(LAB_ACT_GRAPH, c, start, end, 1, 0, "lab_decode_graph");
     return CUDA_SUCCESS;
 }
 
-__attribute__((visibility("default"), noinline))
-CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                              CUstream hStream) {
+static CUresult memcpy_dtoh_async(int ptsz, void *dstHost, CUdeviceptr srcDevice,
+                                  size_t ByteCount, CUstream hStream) {
     (void)hStream;
     __atomic_fetch_add(&counters.memcpy_dtoh_async, 1, __ATOMIC_RELAXED);
+    if (ptsz)
+        __atomic_fetch_add(&counters.per_thread_stream, 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (dstHost == NULL && ByteCount > 0)
         return CUDA_ERROR_INVALID_VALUE;
     (void)srcDevice;
     /* A token-id copy is a few bytes: cost it at ~1 ns per byte, after the queued work. */
-    enqueue_work((uint64_t)ByteCount);
+    uint64_t start, end;
+    uint32_t c = enqueue_work((uint64_t)ByteCount, &start, &end);
+    report(LAB_ACT_MEMCPY, c, start, end, 0, (uint64_t)ByteCount, NULL);
     return CUDA_SUCCESS;
 }
 
-__attribute__((visibility("default"), noinline))
-CUresult cuStreamSynchronize(CUstream hStream) {
+static CUresult stream_synchronize(int ptsz, CUstream hStream) {
     (void)hStream;
     __atomic_fetch_add(&counters.stream_synchronize, 1, __ATOMIC_RELAXED);
+    if (ptsz)
+        __atomic_fetch_add(&counters.per_thread_stream, 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&lock);
     uint64_t until = busy_until_ns;
+    if (window_start_ns) {
+        last_sync_start_ns = window_start_ns;
+        last_sync_end_ns = until;
+        window_start_ns = 0;
+    }
     pthread_mutex_unlock(&lock);
     struct timespec ts = { (time_t)(until / 1000000000ull), (long)(until % 1000000000ull) };
     /* Absolute deadline so wakeups late by scheduling do not accumulate across steps. */
@@ -146,4 +233,62 @@ void lab_cuda_counters(struct lab_cuda_counters *out) {
     out->graph_launch = __atomic_load_n(&counters.graph_launch, __ATOMIC_RELAXED);
     out->memcpy_dtoh_async = __atomic_load_n(&counters.memcpy_dtoh_async, __ATOMIC_RELAXED);
     out->stream_synchronize = __atomic_load_n(&counters.stream_synchronize, __ATOMIC_RELAXED);
+    out->per_thread_stream = __atomic_load_n(&counters.per_thread_stream, __ATOMIC_RELAXED);
+}
+
+/* Lab-only: the device span of the work the last synchronisation waited for (first
+ * queued work's start, last one's end), as a GPU trace would show the step. */
+__attribute__((visibility("default"), noinline))
+void lab_cuda_last_sync(uint64_t *start_ns, uint64_t *end_ns) {
+    pthread_mutex_lock(&lock);
+    *start_ns = last_sync_start_ns;
+    *end_ns = last_sync_end_ns;
+    pthread_mutex_unlock(&lock);
+}
+
+/* The exported entry points, each a thin frame over the work (no `lock` instruction
+ * first: x86 uprobes refuse one at the probed address) so that the plain and the
+ * per-thread default stream variants (`_ptsz`: cuda.h maps the plain names to these under
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM) are distinct functions a uprobe sees once per call.
+ * The lab has one timeline, so both share it. */
+#define LAUNCH_KERNEL_PARAMS                                                                  \
+    CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,       \
+        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,               \
+        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra
+#define LAUNCH_KERNEL_ARGS                                                                    \
+    f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
+        kernelParams, extra
+
+__attribute__((visibility("default"), noinline))
+CUresult cuLaunchKernel(LAUNCH_KERNEL_PARAMS) { return launch_kernel(0, LAUNCH_KERNEL_ARGS); }
+__attribute__((visibility("default"), noinline))
+CUresult cuLaunchKernel_ptsz(LAUNCH_KERNEL_PARAMS) {
+    return launch_kernel(1, LAUNCH_KERNEL_ARGS);
+}
+
+__attribute__((visibility("default"), noinline))
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    return graph_launch(0, hGraphExec, hStream);
+}
+__attribute__((visibility("default"), noinline))
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    return graph_launch(1, hGraphExec, hStream);
+}
+
+__attribute__((visibility("default"), noinline))
+CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream) {
+    return memcpy_dtoh_async(0, dstHost, srcDevice, ByteCount, hStream);
+}
+__attribute__((visibility("default"), noinline))
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+    return memcpy_dtoh_async(1, dstHost, srcDevice, ByteCount, hStream);
+}
+
+__attribute__((visibility("default"), noinline))
+CUresult cuStreamSynchronize(CUstream hStream) { return stream_synchronize(0, hStream); }
+__attribute__((visibility("default"), noinline))
+CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+    return stream_synchronize(1, hStream);
 }

@@ -171,6 +171,10 @@ pub struct EngineArgs {
     /// does not exist yet gets the stand-in, kept: a stable path for uprobes).
     #[arg(long, value_name = "PATH")]
     pub libcuda: Option<PathBuf>,
+    /// Call the driver's per-thread default stream entry points (cuLaunchKernel_ptsz...),
+    /// as engines built with `--default-stream per-thread` do.
+    #[arg(long)]
+    pub per_thread_stream: bool,
     /// Model name served.
     #[arg(long, default_value = "lab-model")]
     pub model: String,
@@ -200,6 +204,7 @@ impl EngineArgs {
                 .map_or(d.auth_delay, Duration::from_millis),
             x_accel_buffering_no: self.x_accel_buffering_no,
             libcuda_path: self.libcuda.clone(),
+            per_thread_stream: self.per_thread_stream,
             ..d
         }
     }
@@ -269,6 +274,12 @@ fn run_engine(a: EngineArgs) -> anyhow::Result<()> {
             std::process::id()
         );
         wait_for_stop().await?;
+        if let Some(c) = engine.cuda_call_counts() {
+            println!(
+                "stand-in driver calls: {} kernel launches, {} graph launches, {} copies, {} synchronisations ({} through _ptsz entry points)",
+                c.launch_kernel, c.graph_launch, c.memcpy_dtoh_async, c.stream_synchronize, c.per_thread_stream
+            );
+        }
         let (steps, requests) = (engine.step_log(), engine.request_log());
         engine.shutdown().await;
         if let Some(path) = &a.step_log {

@@ -46,6 +46,7 @@ type CuGraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult;
 type CuMemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CuResult;
 type CuStreamSynchronize = unsafe extern "C" fn(*mut c_void) -> CuResult;
 type LabCudaCounters = unsafe extern "C" fn(*mut CudaCallCounts);
+type LabCudaLastSync = unsafe extern "C" fn(*mut u64, *mut u64);
 
 /// Calls the stand-in driver has received, per entry point (since it was loaded).
 #[repr(C)]
@@ -56,9 +57,11 @@ pub struct CudaCallCounts {
     pub graph_launch: u64,
     pub memcpy_dtoh_async: u64,
     pub stream_synchronize: u64,
+    /// Of the above, calls through the `_ptsz` entry points.
+    pub per_thread_stream: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<CudaCallCounts>() == 40);
+const _: () = assert!(std::mem::size_of::<CudaCallCounts>() == 48);
 
 const LAB_GRAPH_MAGIC: u64 = 0x4c41_4247_5241_5048;
 
@@ -83,6 +86,8 @@ pub struct CudaDriver {
     graph_launch: CuGraphLaunch,
     memcpy_dtoh_async: CuMemcpyDtoHAsync,
     stream_synchronize: CuStreamSynchronize,
+    /// The stand-in's device span of the last synchronised work (None: another driver).
+    last_sync: Option<LabCudaLastSync>,
     kernel: Box<LabFunction>,
     graph: Box<LabGraphExec>,
     token_ids: Vec<u32>,
@@ -114,8 +119,10 @@ fn dlerror_string() -> String {
 }
 
 impl CudaDriver {
-    /// dlopens the driver at `path` (a libcuda.so.1) and calls cuInit(0).
-    pub fn open(path: &Path) -> Result<Self, CudaError> {
+    /// dlopens the driver at `path` (a libcuda.so.1) and calls cuInit(0). With
+    /// `per_thread_stream` the engine calls the `_ptsz` entry points, as a runtime built
+    /// with `--default-stream per-thread` (PyTorch's option) does.
+    pub fn open(path: &Path, per_thread_stream: bool) -> Result<Self, CudaError> {
         let cpath =
             CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| CudaError::Open {
                 path: path.to_path_buf(),
@@ -142,33 +149,42 @@ impl CudaDriver {
                 Ok(p)
             }
         };
+        let entry = |plain: &'static str, ptsz: &'static str| {
+            sym(if per_thread_stream { ptsz } else { plain })
+        };
         // SAFETY: each symbol is transmuted to its documented driver signature.
         let driver = unsafe {
             let init: CuInit = std::mem::transmute::<*mut c_void, CuInit>(sym("cuInit")?);
-            let driver = CudaDriver {
-                handle,
-                path: path.to_path_buf(),
-                launch_kernel: std::mem::transmute::<*mut c_void, CuLaunchKernel>(sym(
-                    "cuLaunchKernel",
-                )?),
-                graph_launch: std::mem::transmute::<*mut c_void, CuGraphLaunch>(sym(
-                    "cuGraphLaunch",
-                )?),
-                memcpy_dtoh_async: std::mem::transmute::<*mut c_void, CuMemcpyDtoHAsync>(sym(
-                    "cuMemcpyDtoHAsync_v2",
-                )?),
-                stream_synchronize: std::mem::transmute::<*mut c_void, CuStreamSynchronize>(sym(
-                    "cuStreamSynchronize",
-                )?),
-                kernel: Box::new(LabFunction {
-                    name: *b"lab_prefill_attn",
-                }),
-                graph: Box::new(LabGraphExec {
-                    magic: LAB_GRAPH_MAGIC,
-                    duration_ns: 0,
-                }),
-                token_ids: vec![0; 1024],
-            };
+            let driver =
+                CudaDriver {
+                    handle,
+                    path: path.to_path_buf(),
+                    launch_kernel: std::mem::transmute::<*mut c_void, CuLaunchKernel>(entry(
+                        "cuLaunchKernel",
+                        "cuLaunchKernel_ptsz",
+                    )?),
+                    graph_launch: std::mem::transmute::<*mut c_void, CuGraphLaunch>(entry(
+                        "cuGraphLaunch",
+                        "cuGraphLaunch_ptsz",
+                    )?),
+                    memcpy_dtoh_async: std::mem::transmute::<*mut c_void, CuMemcpyDtoHAsync>(
+                        entry("cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz")?,
+                    ),
+                    stream_synchronize: std::mem::transmute::<*mut c_void, CuStreamSynchronize>(
+                        entry("cuStreamSynchronize", "cuStreamSynchronize_ptsz")?,
+                    ),
+                    last_sync: sym("lab_cuda_last_sync")
+                        .ok()
+                        .map(|p| std::mem::transmute::<*mut c_void, LabCudaLastSync>(p)),
+                    kernel: Box::new(LabFunction {
+                        name: *b"lab_prefill_attn",
+                    }),
+                    graph: Box::new(LabGraphExec {
+                        magic: LAB_GRAPH_MAGIC,
+                        duration_ns: 0,
+                    }),
+                    token_ids: vec![0; 1024],
+                };
             check("cuInit", init(0))?;
             driver
         };
@@ -229,6 +245,16 @@ impl CudaDriver {
                 std::ptr::null_mut(),
             )
         })
+    }
+
+    /// The device span (start of the first, end of the last work) the last `synchronize`
+    /// waited for, as the stand-in's GPU trace shows it; None from another driver.
+    pub fn last_sync_span(&self) -> Option<(u64, u64)> {
+        let f = self.last_sync?;
+        let (mut start, mut end) = (0u64, 0u64);
+        // SAFETY: two valid out-pointers; the stand-in only writes them.
+        unsafe { f(&mut start, &mut end) };
+        Some((start, end))
     }
 
     /// Blocks until the queued simulated work is done.

@@ -252,14 +252,22 @@ pub const STUB_BUILD: u8 = if cfg!(tokenscope_probes_stub) { 1 } else { 0 };
 pub const UPROBE_CUDA_ENTRY: &str = "up_cuda_entry";
 pub const UPROBE_CUDA_RETURN: &str = "up_cuda_return";
 
-/// libcuda symbols probed, with the cookie each attachment carries.
+/// libcuda symbols probed, with the cookie each attachment carries. The `_ptsz` / `_ptds`
+/// forms are what the runtime calls with per-thread default streams (`cuda.h` maps the
+/// plain names to them under CUDA_API_PER_THREAD_DEFAULT_STREAM): the same call.
 pub const CUDA_SYMBOLS: &[(&str, u32)] = &[
     ("cuLaunchKernel", abi::CU_LAUNCH_KERNEL),
+    ("cuLaunchKernel_ptsz", abi::CU_LAUNCH_KERNEL),
     ("cuLaunchKernelEx", abi::CU_LAUNCH_KERNEL_EX),
+    ("cuLaunchKernelEx_ptsz", abi::CU_LAUNCH_KERNEL_EX),
     ("cuGraphLaunch", abi::CU_GRAPH_LAUNCH),
+    ("cuGraphLaunch_ptsz", abi::CU_GRAPH_LAUNCH),
     ("cuMemcpyDtoHAsync_v2", abi::CU_MEMCPY_DTOH_ASYNC),
+    ("cuMemcpyDtoHAsync_v2_ptsz", abi::CU_MEMCPY_DTOH_ASYNC),
     ("cuMemcpyDtoH_v2", abi::CU_MEMCPY_DTOH),
+    ("cuMemcpyDtoH_v2_ptds", abi::CU_MEMCPY_DTOH),
     ("cuStreamSynchronize", abi::CU_STREAM_SYNCHRONIZE),
+    ("cuStreamSynchronize_ptsz", abi::CU_STREAM_SYNCHRONIZE),
     ("cuCtxSynchronize", abi::CU_CTX_SYNCHRONIZE),
     ("cuEventSynchronize", abi::CU_EVENT_SYNCHRONIZE),
 ];

@@ -61,6 +61,10 @@ pub struct Report {
 #[derive(Debug, Default, Serialize)]
 pub struct GpuSummary {
     pub steps: usize,
+    /// Steps timed on the device by the engine's CUPTI records (the rest are CPU-timed:
+    /// first launch -> synchronisation's return). Absent when none.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub gpu_timed: usize,
     /// Step durations by kind: prefill, decode, mixed.
     pub step_ns: BTreeMap<&'static str, Summary>,
     /// Decode gaps stalled by other requests' prefill, over all requests.
@@ -102,6 +106,10 @@ pub struct RecordingInfo {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_usize(n: &usize) -> bool {
     *n == 0
 }
 
@@ -438,7 +446,12 @@ fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     if g.steps == 0 {
         return Ok(());
     }
-    writeln!(out, "GPU steps (from libcuda calls): {}", g.steps)?;
+    let timing = match g.gpu_timed {
+        0 => "CPU-timed (no CUPTI records joined)".to_string(),
+        n if n == g.steps => "GPU-timed by CUPTI".to_string(),
+        n => format!("{n} GPU-timed by CUPTI, the rest CPU-timed"),
+    };
+    writeln!(out, "GPU steps (from libcuda calls): {}, {timing}", g.steps)?;
     for (kind, v) in &g.step_ns {
         summary_row(out, kind, v)?;
     }

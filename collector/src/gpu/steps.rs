@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::ingest::model::{event::Body, CudaApi};
+use crate::ingest::model::{event::Body, CudaApi, GpuActivityKind};
 use crate::ingest::Event;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -35,6 +35,10 @@ pub struct GpuStep {
     /// in the batch for engines that sample every scheduled request (vLLM V1 does, and
     /// drops the rows of prompts still in prefill on the host).
     pub copied_bytes: u64,
+    /// The step's work on the device, from the engine's CUPTI records (GPU-timed); None
+    /// without them (CPU-timed: first launch -> synchronisation's return).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<super::DeviceTime>,
 }
 
 #[derive(Debug, Default)]
@@ -46,17 +50,37 @@ struct Open {
     bytes: u64,
 }
 
-/// Steps per engine thread, ordered by start.
+/// Steps per engine thread, ordered by start; GPU-timed where CUPTI records came along.
 pub fn steps(events: &[Event]) -> Vec<GpuStep> {
     let mut calls: Vec<&Event> = events
         .iter()
-        .filter(|e| matches!(e.body, Some(Body::Cuda(_))))
+        .filter(|e| matches!(e.body, Some(Body::Cuda(_) | Body::Gpu(_))))
         .collect();
     calls.sort_by_key(|e| e.ts_ns);
     let mut tracker = StepTracker::default();
-    let mut out: Vec<GpuStep> = calls.into_iter().filter_map(|e| tracker.push(e)).collect();
+    let mut timer = super::StepTimer::default();
+    let mut out: Vec<GpuStep> = Vec::new();
+    for e in calls {
+        match &e.body {
+            Some(Body::Gpu(g)) if device_work(g.kind()) => {
+                timer.record(e.pid, g.start_ns, g.end_ns)
+            }
+            _ => out.extend(tracker.push(e).map(|mut s| {
+                timer.time(&mut s);
+                s
+            })),
+        }
+    }
     out.sort_by_key(|s| s.start_ns);
     out
+}
+
+/// CUPTI records that are a step's device work (NVTX ranges are the host's).
+pub fn device_work(kind: GpuActivityKind) -> bool {
+    matches!(
+        kind,
+        GpuActivityKind::Kernel | GpuActivityKind::Memcpy | GpuActivityKind::Graph
+    )
 }
 
 /// Steps built one libcuda call at a time (calls in time order): a step comes out
@@ -119,6 +143,7 @@ impl StepTracker {
                     kernel_launches: o.kernels,
                     graph_launches: o.graphs,
                     copied_bytes: o.bytes,
+                    device: None,
                 });
             }
             _ => {}

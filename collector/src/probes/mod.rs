@@ -433,6 +433,7 @@ fn attach_uprobes(
     for program in [set.entry, set.ret] {
         let up = uprobe_program(ebpf, program)?;
         for file in files {
+            let mut missing = Vec::new();
             for &(symbol, cookie) in set.symbols {
                 if program == set.ret && set.entry_only.contains(&cookie) {
                     continue;
@@ -450,14 +451,48 @@ fn attach_uprobes(
                         }
                     }
                     Err(e) if program == set.entry => {
-                        skipped.push(format!("{label}: {}", one_line(&error_chain(&e))))
+                        let why = one_line(&error_chain(&e));
+                        // A library exports some of the variants only (`_ptsz` forms,
+                        // newer calls): those are listed once per file, below.
+                        if why.contains("unknown symbol") {
+                            missing.push(symbol);
+                        } else {
+                            skipped.push(format!("{label}: {why}"));
+                        }
                     }
-                    Err(_) => {} // the entry attempt already said why
+                    // A return probe that fails where the entry attached leaves calls
+                    // that never end: say so (the entry attempt said why it failed).
+                    Err(e) if attached.contains(&label) => {
+                        skipped.push(format!("{label} (return): {}", one_line(&error_chain(&e))))
+                    }
+                    Err(_) => {}
                 }
+            }
+            if program == set.entry && !missing.is_empty() {
+                skipped.push(not_exported(file, set.symbols, &missing));
             }
         }
     }
     Ok(links)
+}
+
+/// One line for the symbols of a set a file does not export: all of them means the file
+/// gives nothing (not the library the engine calls, or a driver too old or too new).
+fn not_exported(file: &std::path::Path, all: &[(&str, u32)], missing: &[&str]) -> String {
+    if missing.len() == all.len() {
+        let names: Vec<&str> = all.iter().map(|(s, _)| *s).collect();
+        format!(
+            "uprobe: {} exports none of {}: no calls from it",
+            file.display(),
+            names.join(", ")
+        )
+    } else {
+        format!(
+            "uprobe: {} does not export {} (the rest are probed)",
+            file.display(),
+            missing.join(", ")
+        )
+    }
 }
 
 fn uprobe_program<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, ProbeError> {

@@ -21,6 +21,13 @@ pub struct GpuShare {
     pub prefill_ns: u64,
     /// Steps between its first and last token.
     pub decode_steps: u32,
+    /// GPU-timed (the steps have CUPTI device time): from the device start of its first
+    /// prefill step to the device end of its last, as `prefill_ns` is on the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_gpu_ns: Option<u64>,
+    /// GPU-timed: the device's busy time in its decode steps (shared with the batch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_gpu_ns: Option<u64>,
     /// Its inter-token gaps at the engine that a step with prefill work stalled.
     pub stalled_by: Vec<Stall>,
 }
@@ -348,17 +355,30 @@ impl Joined<'_> {
             let (a, b) = (&steps[first], &steps[last]);
             share.queue_ns = Some(a.start_ns.saturating_sub(w.arrived));
             share.prefill_ns = b.end_ns.saturating_sub(a.start_ns);
+            if let (Some(da), Some(db)) = (a.device, b.device) {
+                share.prefill_gpu_ns = Some(db.end_ns.saturating_sub(da.start_ns));
+            }
             share.prefill_steps = mine[from(a.start_ns)..]
                 .iter()
                 .take_while(|s| s.start_ns <= b.start_ns)
                 .count() as u32;
         }
         let last = *w.tokens.last().unwrap_or(&w.first);
-        share.decode_steps = mine[from(w.first)..]
+        let decode: Vec<&&GpuStep> = mine[from(w.first)..]
             .iter()
             .take_while(|s| s.start_ns <= last)
             .filter(|s| s.end_ns <= last)
-            .count() as u32;
+            .collect();
+        share.decode_steps = decode.len() as u32;
+        if !decode.is_empty() && decode.iter().all(|s| s.device.is_some()) {
+            share.decode_gpu_ns = Some(
+                decode
+                    .iter()
+                    .filter_map(|s| s.device)
+                    .map(|d| d.busy_ns)
+                    .sum(),
+            );
+        }
         share.stalled_by = self.stalls(i, w, &mine, ids);
         share
     }
@@ -444,6 +464,7 @@ mod tests {
                 kernel_launches: 0,
                 graph_launches: 1,
                 copied_bytes: 0,
+                device: None,
             })
             .collect()
     }

@@ -53,6 +53,9 @@ pub struct EngineConfig {
     /// How often APIs with keep-alive events (Anthropic's `ping`) send one while they
     /// stream.
     pub ping_interval: Duration,
+    /// Call the driver's per-thread default stream entry points (`cuLaunchKernel_ptsz`...),
+    /// as engines built with `--default-stream per-thread` do.
+    pub per_thread_stream: bool,
     /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir; a
     /// path that does not exist yet gets the stand-in written there and kept.
     pub libcuda_path: Option<PathBuf>,
@@ -80,6 +83,7 @@ impl Default for EngineConfig {
             split_chunk_writes: false,
             send_buffer_bytes: None,
             ping_interval: Duration::from_secs(5),
+            per_thread_stream: false,
             libcuda_path: None,
         }
     }

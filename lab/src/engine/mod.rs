@@ -141,7 +141,7 @@ impl Engine {
         let scheduler = thread::Builder::new()
             .name("lab-scheduler".into())
             .spawn(move || {
-                let driver = match CudaDriver::open(&thread_path) {
+                let driver = match CudaDriver::open(&thread_path, thread_cfg.per_thread_stream) {
                     Ok(d) => {
                         let _ = ready_tx.send(Ok(()));
                         d
@@ -341,10 +341,13 @@ impl SchedulerLoop {
         let sampled = plan.sampled();
         self.driver.synchronize()?;
         let end = monotonic_ns();
+        let gpu = self.driver.last_sync_span();
         self.log.push(Step {
             index: self.steps,
             start_ns: start,
             end_ns: end,
+            gpu_start_ns: gpu.map(|g| g.0),
+            gpu_end_ns: gpu.map(|g| g.1),
             kind: plan.kind(),
             requests: plan.step_requests(),
             prefill_tokens: plan.prefill_tokens() as u32,

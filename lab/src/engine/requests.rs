@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 /// One request as the engine served it, CLOCK_MONOTONIC ns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ServedRequest {
     pub request_id: u64,
     /// The `id` field of the response (`cmpl-lab-N` / `chatcmpl-lab-N`); bench records it.

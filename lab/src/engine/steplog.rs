@@ -1,10 +1,10 @@
 //! The engine's step log: one entry per scheduler step, for tests and the profiler's checks.
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a step computed: prompt tokens, one token per running sequence, or both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StepKind {
     Prefill,
@@ -13,7 +13,7 @@ pub enum StepKind {
 }
 
 /// One request's share of a step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepRequest {
     pub request_id: u64,
     /// Prompt tokens of this request computed in the step (0 for a decode).
@@ -23,11 +23,15 @@ pub struct StepRequest {
 }
 
 /// One scheduler step, timed on CLOCK_MONOTONIC around its GPU work.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     pub index: u64,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The simulated device's span of the step's work (first work's start, last one's
+    /// end), what a GPU trace of the stand-in driver shows; None on another driver.
+    pub gpu_start_ns: Option<u64>,
+    pub gpu_end_ns: Option<u64>,
     pub kind: StepKind,
     pub requests: Vec<StepRequest>,
     pub prefill_tokens: u32,

@@ -60,6 +60,7 @@ pub struct Builder {
 #[derive(Default)]
 struct GpuSums {
     steps: usize,
+    gpu_timed: usize,
     step_ns: BTreeMap<&'static str, Samples>,
     cupti_ns: BTreeMap<&'static str, Samples>,
     stalls: usize,
@@ -473,6 +474,7 @@ impl GpuSums {
             crate::gpu::StepKind::Mixed => "mixed",
         };
         self.steps += 1;
+        self.gpu_timed += usize::from(s.device.is_some());
         self.step_ns
             .entry(kind)
             .or_default()
@@ -516,6 +518,7 @@ impl GpuSums {
     fn summary(&self) -> GpuSummary {
         GpuSummary {
             steps: self.steps,
+            gpu_timed: self.gpu_timed,
             step_ns: analyze::summaries(&self.step_ns),
             stalls: self.stalls,
             cupti_ns: analyze::summaries(&self.cupti_ns),

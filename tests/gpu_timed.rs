@@ -1,0 +1,331 @@
+//! Privileged: GPU-timed steps. The lab engine runs as its own process on the stand-in
+//! libcuda with tokenscope's CUPTI hook injected the way the driver does it
+//! (CUDA_INJECTION64_PATH at cuInit) over the stand-in libcupti, which the stand-in driver
+//! feeds the device span of every launch. The recording holds the uprobes' libcuda calls
+//! and the hook's kernel, graph and copy records; each step must carry the device start
+//! and end the simulated GPU logged, and each request's GPU-timed prefill the engine's.
+//! The engine calling the per-thread default stream entry points (`_ptsz`) must give the
+//! same steps.
+
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use collector::gpu;
+use serde_json::Value;
+use test_support::*;
+use tokenscope_lab::bench::{self, BenchConfig};
+use tokenscope_lab::engine::requests::ServedRequest;
+use tokenscope_lab::Step;
+
+struct Run {
+    log: Vec<Step>,
+    served: Vec<ServedRequest>,
+    path: PathBuf,
+    probes: Vec<String>,
+    /// The engine's stdout (its driver call counts at exit).
+    stdout: String,
+    _dir: tempfile::TempDir,
+}
+
+fn hook() -> PathBuf {
+    let hook = profiler()
+        .parent()
+        .expect("target dir")
+        .join("deps")
+        .join("libtokenscope_cupti_hook.so");
+    assert!(
+        hook.exists(),
+        "the hook cdylib is built: {}",
+        hook.display()
+    );
+    hook
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn wait_listening(engine: &mut Child, port: u16) {
+    for _ in 0..300 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = engine.try_wait() {
+            panic!("the lab engine exited: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the lab engine never listened on {port}");
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a log line"))
+        .collect()
+}
+
+/// Records the lab engine (its own process, CUPTI hook injected) under `load`.
+fn record(engine_args: &[&str], load: BenchConfig) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lib = tokenscope_lab::cuda::install_stand_in(dir.path()).expect("stand-in libcuda");
+    let socket = dir.path().join("cupti.sock");
+    let port = free_port();
+    let rec = Recorder::start(
+        dir.path(),
+        &[
+            "--port",
+            &port.to_string(),
+            "--libcuda",
+            lib.to_str().unwrap(),
+            "--cupti-socket",
+            socket.to_str().unwrap(),
+            "--nvml",
+            "off",
+        ],
+    );
+    let (steps, requests) = (
+        dir.path().join("steps.jsonl"),
+        dir.path().join("requests.jsonl"),
+    );
+    let mut engine = Command::new(lab())
+        .arg("engine")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--libcuda")
+        .arg(&lib)
+        .arg("--step-log")
+        .arg(&steps)
+        .arg("--request-log")
+        .arg(&requests)
+        .args(engine_args)
+        .env("CUDA_INJECTION64_PATH", hook())
+        .env("TOKENSCOPE_CUPTI_SOCKET", &socket)
+        .env(
+            "TOKENSCOPE_CUPTI_LIB",
+            standin::cupti_dir().join("libcupti_standin.so"),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the lab engine");
+    wait_listening(&mut engine, port);
+    let load = BenchConfig {
+        url: format!("http://127.0.0.1:{port}"),
+        progress: false,
+        timeout: Duration::from_secs(60),
+        ..load
+    };
+    let out = runtime().block_on(bench::run(&load)).expect("bench");
+    assert!(out.records.iter().all(|r| r.ok), "every request succeeded");
+    // SIGTERM: the engine writes its logs and exits; the hook flushes CUPTI at exit.
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
+    let status = wait_timeout(&mut engine, Duration::from_secs(20)).expect("the engine exits");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    {
+        use std::io::Read;
+        if let Some(mut o) = engine.stdout.take() {
+            let _ = o.read_to_string(&mut stdout);
+        }
+        if let Some(mut e) = engine.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+    }
+    assert!(status.success(), "engine: {status}: {stderr}");
+    let path = rec.path.clone();
+    rec.stop();
+    let (header, _) = read_recording(&path);
+    assert!(
+        header.cupti_received > 0,
+        "the hook's records reached the recording; engine said: {stderr}"
+    );
+    Run {
+        log: read_lines(&steps)
+            .into_iter()
+            .map(|v| serde_json::from_value(v).expect("a step"))
+            .collect(),
+        served: read_lines(&requests)
+            .into_iter()
+            .map(|v| serde_json::from_value(v).expect("a served request"))
+            .collect(),
+        path,
+        probes: header.probes,
+        stdout,
+        _dir: dir,
+    }
+}
+
+fn load(requests: u64, prompt: usize) -> BenchConfig {
+    BenchConfig {
+        concurrency: 4,
+        requests: Some(requests),
+        prompt_tokens: prompt,
+        shared_prefix: 0,
+        max_tokens: 16,
+        ..BenchConfig::default()
+    }
+}
+
+/// Every recorded step is GPU-timed, with exactly the device span the stand-in logged.
+fn assert_steps_gpu_timed(run: &Run) {
+    let (_, events) = read_recording(&run.path);
+    let steps = gpu::steps(&events);
+    assert_eq!(
+        steps.len(),
+        run.log.len(),
+        "one recorded step per engine step; probes {:?}",
+        run.probes
+    );
+    for (s, l) in steps.iter().zip(&run.log) {
+        let d = s
+            .device
+            .unwrap_or_else(|| panic!("step {} has no CUPTI device time", l.index));
+        assert_eq!(
+            (Some(d.start_ns), Some(d.end_ns)),
+            (l.gpu_start_ns, l.gpu_end_ns),
+            "step {}: device start and end",
+            l.index
+        );
+        assert_eq!(
+            d.busy_ns,
+            d.end_ns - d.start_ns,
+            "the stand-in GPU never idles in a step"
+        );
+        assert_eq!(
+            d.records,
+            l.kernel_launches + l.graph_launches + 1,
+            "step {}: a record per launch and the copy",
+            l.index
+        );
+    }
+    println!(
+        "{} steps GPU-timed; device start/end equal the stand-in's log for every one",
+        steps.len()
+    );
+}
+
+/// |reported - logged| GPU prefill time per request, matched by the first token's time.
+/// The engine's: device start of the step with its first prompt chunk to device end of the
+/// step with its last.
+fn gpu_prefill_errors(run: &Run, report: &Value) -> Vec<u64> {
+    let requests = report["requests"].as_array().expect("requests");
+    run.served
+        .iter()
+        .map(|served| {
+            let mut chunks = run.log.iter().filter(|s| {
+                s.requests
+                    .iter()
+                    .any(|r| r.request_id == served.request_id && r.prefill_tokens > 0)
+            });
+            let first = chunks.next().expect("a prefill chunk");
+            let last = chunks.next_back().unwrap_or(first);
+            let logged = last.gpu_end_ns.expect("GPU end") - first.gpu_start_ns.expect("GPU start");
+            let token = served.token_ns[0];
+            let r = requests
+                .iter()
+                .min_by_key(|r| {
+                    point(r, "engine_write")
+                        .and_then(|p| p["token_ns"][0].as_u64())
+                        .map_or(u64::MAX, |t| t.abs_diff(token))
+                })
+                .expect("a reported request");
+            r["gpu"]["prefill_gpu_ns"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a GPU-timed prefill: {}", r["gpu"]))
+                .abs_diff(logged)
+        })
+        .collect()
+}
+
+fn prefill_matches(engine_args: &[&str], what: &str) -> Run {
+    let run = record(engine_args, load(16, 200));
+    assert_steps_gpu_timed(&run);
+    let report = report_json(&run.path);
+    assert_eq!(
+        report["gpu"]["gpu_timed"], report["gpu"]["steps"],
+        "the report counts every step GPU-timed"
+    );
+    let errors = gpu_prefill_errors(&run, &report);
+    let within = errors.iter().filter(|&&e| e <= 500_000).count();
+    println!(
+        "GPU-timed prefill vs the engine's log, {what}: {within} of {} within 0.5 ms, worst {} ns",
+        errors.len(),
+        errors.iter().max().copied().unwrap_or(0)
+    );
+    assert_eq!(errors.len(), 16, "16 requests served");
+    assert_eq!(within, 16, "every request within 0.5 ms: {errors:?}");
+    let text = report_text(&run.path);
+    assert!(
+        text.contains("GPU-timed by CUPTI"),
+        "the text report says the steps are GPU-timed"
+    );
+    run
+}
+
+fn report_text(path: &Path) -> String {
+    let out = Command::new(profiler())
+        .arg("report")
+        .arg(path)
+        .output()
+        .expect("tokenscope report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn gpu_timed_prefill_matches_the_log_with_chunked_prefill() {
+    prefill_matches(&["--chunked-prefill", "on"], "chunked prefill on");
+}
+
+#[test]
+fn gpu_timed_prefill_matches_the_log_with_whole_prompt_prefills() {
+    prefill_matches(
+        &["--chunked-prefill", "off", "--prefix-cache", "off"],
+        "chunked prefill off",
+    );
+}
+
+#[test]
+fn per_thread_stream_entry_points_give_the_same_steps() {
+    let run = prefill_matches(&["--per-thread-stream"], "_ptsz entry points");
+    // The driver counted every call as coming through a _ptsz entry point.
+    let calls = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("stand-in driver calls:"))
+        .unwrap_or_else(|| panic!("the engine printed its driver calls: {}", run.stdout));
+    let numbers: Vec<u64> = calls
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (total, ptsz) = (numbers[..4].iter().sum::<u64>(), numbers[4]);
+    assert!(
+        total > 0 && ptsz == total,
+        "every call through _ptsz: {calls}"
+    );
+    println!("{calls}");
+    for symbol in [
+        "cuLaunchKernel_ptsz",
+        "cuGraphLaunch_ptsz",
+        "cuStreamSynchronize_ptsz",
+    ] {
+        assert!(
+            run.probes
+                .iter()
+                .any(|p| p.starts_with(&format!("uprobe:{symbol}@"))),
+            "{symbol} probed: {:?}",
+            run.probes
+        );
+    }
+}
