@@ -329,3 +329,25 @@ fn per_thread_stream_entry_points_give_the_same_steps() {
         );
     }
 }
+
+#[test]
+fn a_host_bound_decode_loop_is_seen_on_the_device_and_async_scheduling_clears_it() {
+    let rule_11 = |args: &[&str]| {
+        let run = record(args, load(24, 40));
+        let report = report_json(&run.path);
+        report["diagnoses"]
+            .as_array()
+            .expect("diagnoses")
+            .iter()
+            .find(|d| d["rule"] == 11)
+            .cloned()
+    };
+    let found = rule_11(&["--host-overhead-ms", "8"]).expect("rule 11 fires on 8 ms host work");
+    let finding = found["finding"].as_str().unwrap_or_default();
+    println!("rule 11, GPU-timed: {finding}");
+    assert!(finding.contains("GPU-timed by CUPTI"), "{finding}");
+    assert!(
+        rule_11(&["--host-overhead-ms", "8", "--async-scheduling"]).is_none(),
+        "overlapped host work is not host-bound"
+    );
+}

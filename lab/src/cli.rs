@@ -91,7 +91,9 @@ Scenarios (positive / negative, and the diagnosis rules they show):
   lossy / lossless                 rule 8: 1 in 10 of the engine's segments dropped
   slow-client / fast-client        rule 9: a client reading 256 bytes every 10 ms
   gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling
-                                   (and the engine's steps slow with the clock)")]
+                                   (and the engine's steps slow with the clock)
+  host-bound / host-bound-fixed    rule 11: 8 ms of host work per step with the GPU idle, and
+                                   the same work overlapped (vLLM --async-scheduling)")]
     Scenario(ScenarioArgs),
     /// Write a recording N times over, each copy later in time and on its own sockets,
     /// for the scaling bench (`cargo xtask bench scaling`).
@@ -171,6 +173,12 @@ pub struct EngineArgs {
     /// does not exist yet gets the stand-in, kept: a stable path for uprobes).
     #[arg(long, value_name = "PATH")]
     pub libcuda: Option<PathBuf>,
+    /// Host work per step with the GPU idle (output processing, scheduling), ms [default: 0].
+    #[arg(long)]
+    pub host_overhead_ms: Option<f64>,
+    /// Overlap each step's host work with the GPU work before it (vLLM --async-scheduling).
+    #[arg(long)]
+    pub async_scheduling: bool,
     /// Call the driver's per-thread default stream entry points (cuLaunchKernel_ptsz...),
     /// as engines built with `--default-stream per-thread` do.
     #[arg(long)]
@@ -205,6 +213,8 @@ impl EngineArgs {
             x_accel_buffering_no: self.x_accel_buffering_no,
             libcuda_path: self.libcuda.clone(),
             per_thread_stream: self.per_thread_stream,
+            host_overhead_ns: self.host_overhead_ms.map_or(d.host_overhead_ns, ms_to_ns),
+            async_scheduling: self.async_scheduling,
             ..d
         }
     }

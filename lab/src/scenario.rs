@@ -58,10 +58,14 @@ pub enum Scenario {
     GpuThrottled,
     /// The same with a busy, unthrottled GPU.
     GpuCool,
+    /// An engine whose host loop spends 8 ms per step with the GPU idle (rule 11).
+    HostBound,
+    /// The same host work overlapped with the GPU's (vLLM --async-scheduling).
+    HostBoundFixed,
 }
 
 impl Scenario {
-    pub fn all() -> [Scenario; 17] {
+    pub fn all() -> [Scenario; 19] {
         [
             Scenario::Nagle,
             Scenario::NagleFixed,
@@ -75,6 +79,8 @@ impl Scenario {
             Scenario::GpuCool,
             Scenario::Queued,
             Scenario::QueuedFixed,
+            Scenario::HostBound,
+            Scenario::HostBoundFixed,
             Scenario::UntunedFixed(OneFix::KeepAlive),
             Scenario::UntunedFixed(OneFix::NoBuffering),
             Scenario::UntunedFixed(OneFix::NoGzip),
@@ -102,6 +108,8 @@ impl Scenario {
             Scenario::UntunedFixed(OneFix::ChunkedPrefill) => "untuned-chunked-prefill",
             Scenario::GpuThrottled => "gpu-throttled",
             Scenario::GpuCool => "gpu-cool",
+            Scenario::HostBound => "host-bound",
+            Scenario::HostBoundFixed => "host-bound-fixed",
         }
     }
 
@@ -116,6 +124,7 @@ impl Scenario {
             }
             Scenario::Queued | Scenario::QueuedFixed => &[6],
             Scenario::GpuThrottled | Scenario::GpuCool => &[10],
+            Scenario::HostBound | Scenario::HostBoundFixed => &[11],
         }
     }
 
@@ -148,6 +157,7 @@ impl Scenario {
                 | Scenario::UntunedFixed(_)
                 | Scenario::Queued
                 | Scenario::GpuThrottled
+                | Scenario::HostBound
         )
     }
 
@@ -207,6 +217,14 @@ impl Scenario {
                  every step 1980/1410 times as long as on the cool GPU)"
             }
             Scenario::GpuCool => "engine under load while NVML reports a busy, unthrottled GPU",
+            Scenario::HostBound => {
+                "engine whose host loop spends 8 ms per step (output processing, scheduling) \
+                 with the GPU idle; four clients stream"
+            }
+            Scenario::HostBoundFixed => {
+                "the same 8 ms of host work per step overlapped with the GPU's (vLLM \
+                 --async-scheduling)"
+            }
         }
     }
 
@@ -270,7 +288,9 @@ impl Scenario {
             | Scenario::QueuedFixed
             | Scenario::UntunedFixed(_)
             | Scenario::GpuThrottled
-            | Scenario::GpuCool => None,
+            | Scenario::GpuCool
+            | Scenario::HostBound
+            | Scenario::HostBoundFixed => None,
         }
     }
 }
@@ -296,8 +316,9 @@ impl FromStr for Scenario {
 pub enum ScenarioError {
     #[error(
         "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client, \
-         untuned, tuned-plain, queued, queued-fixed, gpu-throttled, gpu-cool, untuned-keepalive, \
-         untuned-unbuffered, untuned-no-gzip, untuned-prefix-cache, untuned-chunked-prefill)"
+         untuned, tuned-plain, queued, queued-fixed, gpu-throttled, gpu-cool, host-bound, \
+         host-bound-fixed, untuned-keepalive, untuned-unbuffered, untuned-no-gzip, \
+         untuned-prefix-cache, untuned-chunked-prefill)"
     )]
     Unknown(String),
     #[error("engine: {0}")]
@@ -619,6 +640,11 @@ async fn run_lab_load(
                         ..d
                     }
                 }
+                Scenario::HostBound | Scenario::HostBoundFixed => EngineConfig {
+                    host_overhead_ns: 8_000_000,
+                    async_scheduling: s == Scenario::HostBoundFixed,
+                    ..EngineConfig::default()
+                },
                 _ => EngineConfig::default(),
             };
             let engine = Engine::start(config, "127.0.0.1:0".parse().expect("literal")).await?;
@@ -669,7 +695,7 @@ mod tests {
         for s in Scenario::all() {
             assert_eq!(s.name().parse::<Scenario>().unwrap(), s, "{s} parses back");
         }
-        for pair in Scenario::all()[..12].chunks(2) {
+        for pair in Scenario::all()[..14].chunks(2) {
             assert_eq!(
                 pair[0].rules(),
                 pair[1].rules(),

@@ -21,6 +21,8 @@ const SCENARIOS: &[&str] = &[
     "fast-client",
     "gpu-throttled",
     "gpu-cool",
+    "host-bound",
+    "host-bound-fixed",
     "untuned-keepalive",
     "untuned-unbuffered",
     "untuned-no-gzip",

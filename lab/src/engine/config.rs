@@ -53,6 +53,14 @@ pub struct EngineConfig {
     /// How often APIs with keep-alive events (Anthropic's `ping`) send one while they
     /// stream.
     pub ping_interval: Duration,
+    /// Host work per step with the GPU idle (output processing, detokenising, scheduling
+    /// the next step), as a Python engine loop spends it: between a step's synchronisation
+    /// and the next step's launches.
+    pub host_overhead_ns: u64,
+    /// vLLM --async-scheduling / SGLang's overlap scheduler: the host work of the next
+    /// step runs while this step's work is on the GPU, so it costs nothing while it is
+    /// shorter than the step.
+    pub async_scheduling: bool,
     /// Call the driver's per-thread default stream entry points (`cuLaunchKernel_ptsz`...),
     /// as engines built with `--default-stream per-thread` do.
     pub per_thread_stream: bool,
@@ -83,6 +91,8 @@ impl Default for EngineConfig {
             split_chunk_writes: false,
             send_buffer_bytes: None,
             ping_interval: Duration::from_secs(5),
+            host_overhead_ns: 0,
+            async_scheduling: false,
             per_thread_stream: false,
             libcuda_path: None,
         }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -339,9 +340,18 @@ impl SchedulerLoop {
         self.driver
             .copy_token_ids(plan.prefill.len() + plan.decode.len())?;
         let sampled = plan.sampled();
+        let host = Duration::from_nanos(cfg.host_overhead_ns);
+        if cfg.async_scheduling {
+            // The next step's host work, overlapped with this step's GPU work.
+            std::thread::sleep(host);
+        }
         self.driver.synchronize()?;
         let end = monotonic_ns();
         let gpu = self.driver.last_sync_span();
+        if !cfg.async_scheduling {
+            // Output processing and the next step's scheduling, the GPU waiting.
+            std::thread::sleep(host);
+        }
         self.log.push(Step {
             index: self.steps,
             start_ns: start,

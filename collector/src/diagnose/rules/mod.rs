@@ -2,11 +2,13 @@
 //! returns its evidence plus what the fix would remove (per request TTFT, per
 //! inter-token gap); `super::share_savings` turns removals into savings. By what
 //! they read: `network` (connections, proxies, TCP hops: rules 1-3, 7-9), `engine`
-//! (prompts and GPU steps: rules 4-6), `gpu` (NVML: rule 10), `slots` (an engine's
-//! writes when it has no GPU source: rule 13). Rules 11 and 12 are not written yet.
+//! (prompts and GPU steps: rules 4-6), `gpu` (NVML: rule 10), `host` (the GPU idle
+//! between decode steps: rule 11), `slots` (an engine's writes when it has no GPU
+//! source: rule 13). Rule 12 is not written yet.
 
 mod engine;
 mod gpu;
+mod host;
 mod network;
 mod readers;
 mod slots;
@@ -20,7 +22,7 @@ use crate::stitch::Request;
 pub(super) use engine::shared_fractions;
 
 /// (number, key, title) of every rule, in order.
-pub const RULES: [(u8, &str, &str); 11] = [
+pub const RULES: [(u8, &str, &str); 12] = [
     (1, "new_connection_per_request", "keep connections alive"),
     (2, "proxy_buffering", "turn proxy buffering off"),
     (3, "compression_buffering", "do not gzip event streams"),
@@ -31,6 +33,11 @@ pub const RULES: [(u8, &str, &str); 11] = [
     (8, "retransmits", "find the packet loss"),
     (9, "slow_client", "the client reads too slowly"),
     (10, "gpu_throttled", "the GPU is throttled or idle"),
+    (
+        11,
+        "host_bound_decode",
+        "overlap the host loop with the GPU",
+    ),
     (13, "slot_saturation", "add engine slots"),
 ];
 
@@ -58,6 +65,7 @@ pub(super) fn run_with(input: &Input, with_prefix_cache: bool) -> Vec<Finding> {
     out.extend(network::retransmits(input));
     out.extend(network::slow_client(input));
     out.extend(gpu::gpu_throttled(input));
+    out.extend(host::host_bound_decode(input));
     out.extend(slots::slot_saturation(input));
     out
 }
