@@ -41,6 +41,9 @@ const TABLE: &[(&str, &[u8])] = &[
     ("host-bound", &[11]),
     // The same host work overlapped with the GPU's (--async-scheduling).
     ("host-bound-fixed", &[]),
+    // A full KV cache also holds new requests back from their first step: queueing.
+    ("kv-preempt", &[6, 12]),
+    ("kv-preempt-fixed", &[]),
 ];
 
 fn fixture(name: &str, dir: &Path) -> PathBuf {
@@ -114,8 +117,8 @@ fn each_fixture_yields_exactly_its_rules_with_evidence_and_a_fix() {
         check_report_schema(&json)
             .unwrap_or_else(|e| panic!("{name}: report JSON breaks the schema: {e}"));
         if !built.diagnoses.is_empty() {
-            // The schema's bounds are enforced: rule numbers are those written (no 12 yet).
-            for out_of_range in [0, 12, 14] {
+            // The schema's bounds are enforced: rule numbers run 1 to 13.
+            for out_of_range in [0, 14] {
                 let mut bad = json.clone();
                 bad["diagnoses"][0]["rule"] = serde_json::json!(out_of_range);
                 assert!(
@@ -165,6 +168,7 @@ const PAIRS: &[(&str, &str, &str, Stat, bool)] = &[
     ("slow-client", "fast-client", "9", Stat::ItlP99, true),
     ("gpu-throttled", "gpu-cool", "10", Stat::ItlP99, true),
     ("host-bound", "host-bound-fixed", "11", Stat::ItlP99, true),
+    ("kv-preempt", "kv-preempt-fixed", "12", Stat::ItlP99, true),
 ];
 
 fn what_if(path: &Path, rules: &str) -> collector::diagnose::WhatIf {

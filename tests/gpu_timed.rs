@@ -351,3 +351,81 @@ fn a_host_bound_decode_loop_is_seen_on_the_device_and_async_scheduling_clears_it
         "overlapped host work is not host-bound"
     );
 }
+
+#[test]
+fn kv_preemptions_the_engine_logged_are_the_ones_rule_12_names() {
+    let cfg = BenchConfig {
+        concurrency: 6,
+        requests: Some(24),
+        prompt_tokens: 40,
+        shared_prefix: 0,
+        max_tokens: 64,
+        ..BenchConfig::default()
+    };
+    let run = record(&["--kv-cache-tokens", "320", "--prefix-cache", "off"], cfg);
+    // The engine's truth: requests preempted after their first token, and the token gaps
+    // that held a preemption (a request preempted again before its next token, right after
+    // it was let back in, shows one stall).
+    // Tokens each request had when step j was planned: those sampled in steps before it.
+    let mut sampled: std::collections::HashMap<u64, usize> = Default::default();
+    let mut stalls: Vec<(u64, usize)> = Vec::new();
+    for s in &run.log {
+        for id in &s.preempted {
+            match sampled.get(id) {
+                Some(&n) if n > 0 => stalls.push((*id, n)),
+                _ => {}
+            }
+        }
+        for r in s.requests.iter().filter(|r| r.sampled) {
+            *sampled.entry(r.request_id).or_default() += 1;
+        }
+    }
+    let preemptions = stalls.len();
+    let served: std::collections::HashMap<u64, &Vec<u64>> = run
+        .served
+        .iter()
+        .map(|s| (s.request_id, &s.token_ns))
+        .collect();
+    let lengths: Vec<String> = stalls
+        .iter()
+        .filter_map(|(id, n)| {
+            let t = served.get(id)?;
+            Some(format!("{:.0}", (t.get(*n)? - t[n - 1]) as f64 / 1e6))
+        })
+        .collect();
+    println!("engine-side stalls (ms): {}", lengths.join(" "));
+    stalls.sort_unstable();
+    stalls.dedup();
+    let mut requests: Vec<u64> = stalls.iter().map(|s| s.0).collect();
+    requests.dedup();
+    let report = report_json(&run.path);
+    let found = report["diagnoses"]
+        .as_array()
+        .expect("diagnoses")
+        .iter()
+        .find(|d| d["rule"] == 12)
+        .cloned()
+        .expect("rule 12 fires");
+    let figure = |name: &str| {
+        found["evidence"]["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .and_then(|f| f["value"].as_f64())
+            .unwrap_or(-1.0) as usize
+    };
+    println!(
+        "engine log: {preemptions} mid-stream preemptions of {} requests in {} token gaps; rule 12: {} stalls of {} requests",
+        requests.len(),
+        stalls.len(),
+        figure("stalls"),
+        figure("preempted requests")
+    );
+    assert_eq!(
+        figure("preempted requests"),
+        requests.len(),
+        "the preempted requests"
+    );
+    assert_eq!(figure("stalls"), stalls.len(), "each stalled token gap");
+}

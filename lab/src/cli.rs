@@ -93,7 +93,9 @@ Scenarios (positive / negative, and the diagnosis rules they show):
   gpu-throttled / gpu-cool         rule 10: NVML (scripted stand-in) reports thermal throttling
                                    (and the engine's steps slow with the clock)
   host-bound / host-bound-fixed    rule 11: 8 ms of host work per step with the GPU idle, and
-                                   the same work overlapped (vLLM --async-scheduling)")]
+                                   the same work overlapped (vLLM --async-scheduling)
+  kv-preempt / kv-preempt-fixed    rule 12: a 320-token KV cache under six streams preempts and
+                                   recomputes the newest request")]
     Scenario(ScenarioArgs),
     /// Write a recording N times over, each copy later in time and on its own sockets,
     /// for the scaling bench (`cargo xtask bench scaling`).
@@ -173,6 +175,10 @@ pub struct EngineArgs {
     /// does not exist yet gets the stand-in, kept: a stable path for uprobes).
     #[arg(long, value_name = "PATH")]
     pub libcuda: Option<PathBuf>,
+    /// KV-cache size in tokens: running sequences past it preempt the newest, which
+    /// recomputes later (vLLM V1) [default: unbounded].
+    #[arg(long)]
+    pub kv_cache_tokens: Option<usize>,
     /// Host work per step with the GPU idle (output processing, scheduling), ms [default: 0].
     #[arg(long)]
     pub host_overhead_ms: Option<f64>,
@@ -215,6 +221,7 @@ impl EngineArgs {
             per_thread_stream: self.per_thread_stream,
             host_overhead_ns: self.host_overhead_ms.map_or(d.host_overhead_ns, ms_to_ns),
             async_scheduling: self.async_scheduling,
+            kv_cache_tokens: self.kv_cache_tokens,
             ..d
         }
     }

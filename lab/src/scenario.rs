@@ -62,10 +62,15 @@ pub enum Scenario {
     HostBound,
     /// The same host work overlapped with the GPU's (vLLM --async-scheduling).
     HostBoundFixed,
+    /// An engine whose KV cache holds 320 tokens under 6 streams of 64: the newest
+    /// running request is preempted and recomputed (rule 12).
+    KvPreempt,
+    /// The same load with room in the KV cache for every stream.
+    KvPreemptFixed,
 }
 
 impl Scenario {
-    pub fn all() -> [Scenario; 19] {
+    pub fn all() -> [Scenario; 21] {
         [
             Scenario::Nagle,
             Scenario::NagleFixed,
@@ -81,6 +86,8 @@ impl Scenario {
             Scenario::QueuedFixed,
             Scenario::HostBound,
             Scenario::HostBoundFixed,
+            Scenario::KvPreempt,
+            Scenario::KvPreemptFixed,
             Scenario::UntunedFixed(OneFix::KeepAlive),
             Scenario::UntunedFixed(OneFix::NoBuffering),
             Scenario::UntunedFixed(OneFix::NoGzip),
@@ -110,6 +117,8 @@ impl Scenario {
             Scenario::GpuCool => "gpu-cool",
             Scenario::HostBound => "host-bound",
             Scenario::HostBoundFixed => "host-bound-fixed",
+            Scenario::KvPreempt => "kv-preempt",
+            Scenario::KvPreemptFixed => "kv-preempt-fixed",
         }
     }
 
@@ -125,6 +134,7 @@ impl Scenario {
             Scenario::Queued | Scenario::QueuedFixed => &[6],
             Scenario::GpuThrottled | Scenario::GpuCool => &[10],
             Scenario::HostBound | Scenario::HostBoundFixed => &[11],
+            Scenario::KvPreempt | Scenario::KvPreemptFixed => &[12],
         }
     }
 
@@ -158,6 +168,7 @@ impl Scenario {
                 | Scenario::Queued
                 | Scenario::GpuThrottled
                 | Scenario::HostBound
+                | Scenario::KvPreempt
         )
     }
 
@@ -225,6 +236,11 @@ impl Scenario {
                 "the same 8 ms of host work per step overlapped with the GPU's (vLLM \
                  --async-scheduling)"
             }
+            Scenario::KvPreempt => {
+                "engine with a 320-token KV cache; six clients stream 64 tokens each: the \
+                 newest running request is preempted and recomputed"
+            }
+            Scenario::KvPreemptFixed => "the same load with room in the KV cache for every stream",
         }
     }
 
@@ -290,7 +306,9 @@ impl Scenario {
             | Scenario::GpuThrottled
             | Scenario::GpuCool
             | Scenario::HostBound
-            | Scenario::HostBoundFixed => None,
+            | Scenario::HostBoundFixed
+            | Scenario::KvPreempt
+            | Scenario::KvPreemptFixed => None,
         }
     }
 }
@@ -317,7 +335,7 @@ pub enum ScenarioError {
     #[error(
         "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client, \
          untuned, tuned-plain, queued, queued-fixed, gpu-throttled, gpu-cool, host-bound, \
-         host-bound-fixed, untuned-keepalive, untuned-unbuffered, untuned-no-gzip, \
+         host-bound-fixed, kv-preempt, kv-preempt-fixed, untuned-keepalive, untuned-unbuffered, untuned-no-gzip, \
          untuned-prefix-cache, untuned-chunked-prefill)"
     )]
     Unknown(String),
@@ -645,20 +663,29 @@ async fn run_lab_load(
                     async_scheduling: s == Scenario::HostBoundFixed,
                     ..EngineConfig::default()
                 },
+                Scenario::KvPreempt | Scenario::KvPreemptFixed => EngineConfig {
+                    prefix_cache: false,
+                    kv_cache_tokens: (s == Scenario::KvPreempt).then_some(320),
+                    ..EngineConfig::default()
+                },
                 _ => EngineConfig::default(),
             };
             let engine = Engine::start(config, "127.0.0.1:0".parse().expect("literal")).await?;
             observer.ready(false, engine.addr(), engine.addr());
             let load = BenchConfig {
                 url: engine.base_url(),
-                concurrency: if matches!(s, Scenario::Queued | Scenario::QueuedFixed) {
-                    8
-                } else {
-                    4
+                concurrency: match s {
+                    Scenario::Queued | Scenario::QueuedFixed => 8,
+                    Scenario::KvPreempt | Scenario::KvPreemptFixed => 6,
+                    _ => 4,
                 },
                 requests: Some(24),
                 prompt_tokens: 40,
-                max_tokens: 32,
+                max_tokens: if matches!(s, Scenario::KvPreempt | Scenario::KvPreemptFixed) {
+                    64
+                } else {
+                    32
+                },
                 progress: false,
                 timeout: REQUEST_TIMEOUT,
                 ..BenchConfig::default()
@@ -695,7 +722,7 @@ mod tests {
         for s in Scenario::all() {
             assert_eq!(s.name().parse::<Scenario>().unwrap(), s, "{s} parses back");
         }
-        for pair in Scenario::all()[..14].chunks(2) {
+        for pair in Scenario::all()[..16].chunks(2) {
             assert_eq!(
                 pair[0].rules(),
                 pair[1].rules(),

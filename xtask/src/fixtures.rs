@@ -23,6 +23,8 @@ const SCENARIOS: &[&str] = &[
     "gpu-cool",
     "host-bound",
     "host-bound-fixed",
+    "kv-preempt",
+    "kv-preempt-fixed",
     "untuned-keepalive",
     "untuned-unbuffered",
     "untuned-no-gzip",

@@ -53,6 +53,10 @@ pub struct EngineConfig {
     /// How often APIs with keep-alive events (Anthropic's `ping`) send one while they
     /// stream.
     pub ping_interval: Duration,
+    /// KV-cache size in tokens (vLLM's blocks x block size, set by --gpu-memory-utilization);
+    /// when running sequences outgrow it the newest is preempted and recomputed later.
+    /// None: unbounded.
+    pub kv_cache_tokens: Option<usize>,
     /// Host work per step with the GPU idle (output processing, detokenising, scheduling
     /// the next step), as a Python engine loop spends it: between a step's synchronisation
     /// and the next step's launches.
@@ -91,6 +95,7 @@ impl Default for EngineConfig {
             split_chunk_writes: false,
             send_buffer_bytes: None,
             ping_interval: Duration::from_secs(5),
+            kv_cache_tokens: None,
             host_overhead_ns: 0,
             async_scheduling: false,
             per_thread_stream: false,

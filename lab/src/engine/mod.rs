@@ -365,6 +365,7 @@ impl SchedulerLoop {
             cost_ns: cost,
             kernel_launches,
             graph_launches,
+            preempted: self.sched.take_preempted(),
         });
         self.steps += 1;
         let cached: HashMap<u64, usize> = sampled

@@ -49,6 +49,9 @@ pub struct Sequence {
     /// Prompt tokens served from the prefix cache.
     pub cached: usize,
     pub generated: usize,
+    /// Tokens generated before the last preemption: recomputed with the prompt when the
+    /// sequence runs again (vLLM V1 preempts by recomputation).
+    pub resumed: usize,
     admitted: bool,
 }
 
@@ -61,12 +64,23 @@ impl Sequence {
             computed: 0,
             cached: 0,
             generated: 0,
+            resumed: 0,
             admitted: false,
         }
     }
 
+    /// Tokens to prefill: the prompt, and after a preemption what it had generated.
+    fn prefill_target(&self) -> usize {
+        self.prompt.tokens + self.resumed
+    }
+
     fn prefill_left(&self) -> usize {
-        self.prompt.tokens.saturating_sub(self.computed)
+        self.prefill_target().saturating_sub(self.computed)
+    }
+
+    /// KV-cache tokens it holds: what was prefilled, and each token decoded since.
+    fn kv_tokens(&self) -> usize {
+        self.computed + self.generated.saturating_sub(self.resumed)
     }
 
     fn prefilling(&self) -> bool {
@@ -139,6 +153,8 @@ pub struct Scheduler {
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     cached_blocks: HashSet<u64>,
+    /// Sequences preempted since `take_preempted`.
+    preempted: Vec<u64>,
 }
 
 impl Scheduler {
@@ -152,6 +168,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             cached_blocks: HashSet::new(),
+            preempted: Vec::new(),
         }
     }
 
@@ -200,8 +217,40 @@ impl Scheduler {
         }
     }
 
+    /// Requests preempted while planning the steps since the last call.
+    pub fn take_preempted(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.preempted)
+    }
+
+    fn kv_used(&self) -> usize {
+        self.running.iter().map(Sequence::kv_tokens).sum()
+    }
+
+    /// Room in the KV cache for `tokens` more (always, without a KV budget).
+    fn kv_fits(&self, tokens: usize) -> bool {
+        self.cfg
+            .kv_cache_tokens
+            .is_none_or(|budget| self.kv_used() + tokens <= budget)
+    }
+
+    /// vLLM V1 when a step's decodes need more KV blocks than are free: the newest
+    /// running sequence is preempted (its blocks freed), goes back to the head of the
+    /// queue, and later prefills its prompt and generated tokens again.
+    fn preempt_over_budget(&mut self) {
+        while self.running.len() > 1 && !self.kv_fits(self.running.len()) {
+            let mut seq = self.running.pop().expect("more than one running");
+            seq.resumed = seq.generated;
+            seq.computed = 0;
+            seq.cached = 0;
+            seq.admitted = false;
+            self.preempted.push(seq.id);
+            self.waiting.push_front(seq);
+        }
+    }
+
     /// Chooses the next step, or None when there is nothing to do.
     pub fn plan_step(&mut self) -> Option<StepPlan> {
+        self.preempt_over_budget();
         let plan = if self.cfg.chunked_prefill {
             self.plan_chunked()
         } else {
@@ -224,7 +273,9 @@ impl Scheduler {
             };
             self.admit(&mut seq);
             let need = seq.prefill_left();
-            if !plan.prefill.is_empty() && need > budget {
+            if (!plan.prefill.is_empty() && need > budget)
+                || (!self.running.is_empty() && !self.kv_fits(need + self.running.len()))
+            {
                 self.waiting.push_front(seq);
                 break;
             }
@@ -281,6 +332,10 @@ impl Scheduler {
                 break;
             };
             self.admit(&mut seq);
+            if !self.running.is_empty() && !self.kv_fits(seq.prefill_left() + self.running.len()) {
+                self.waiting.push_front(seq);
+                break;
+            }
             let chunk = seq.prefill_left().min(budget);
             budget -= chunk;
             plan.prefill
@@ -309,7 +364,7 @@ impl Scheduler {
         for &(id, tokens, _) in &plan.prefill {
             if let Some(seq) = self.running.iter_mut().find(|s| s.id == id) {
                 let before = seq.computed / self.cfg.block_size;
-                seq.computed = (seq.computed + tokens).min(seq.prompt.tokens);
+                seq.computed = (seq.computed + tokens).min(seq.prefill_target());
                 // Full blocks become reusable as soon as they are computed (vLLM caches
                 // per block), so a concurrent request with the same prefix hits them.
                 let after = seq.computed / self.cfg.block_size;
@@ -454,5 +509,46 @@ mod tests {
         s.finish_step(&p);
         assert_eq!(s.running_len(), 4, "no more than max_running_seqs run");
         assert_eq!(s.waiting_len(), 2, "the rest wait");
+    }
+
+    #[test]
+    fn a_full_kv_cache_preempts_the_newest_which_recomputes_what_it_generated() {
+        let mut s = Scheduler::new(EngineConfig {
+            kv_cache_tokens: Some(70),
+            ..cfg(true, false)
+        });
+        for id in 1..=3 {
+            s.add(Sequence::new(
+                id,
+                Prompt::from_text(&words(10, "p"), 16),
+                40,
+            ));
+        }
+        let mut tokens: std::collections::HashMap<u64, Vec<usize>> = Default::default();
+        let mut preempted = Vec::new();
+        let mut recompute = None;
+        for _ in 0..200 {
+            let Some(p) = s.plan_step() else { break };
+            preempted.extend(s.take_preempted());
+            if let Some(&(id, n, _)) = p.prefill.iter().find(|x| preempted.contains(&x.0)) {
+                recompute.get_or_insert((id, n));
+            }
+            for (id, index, _) in s.finish_step(&p) {
+                tokens.entry(id).or_default().push(index);
+            }
+        }
+        assert_eq!(preempted.first(), Some(&3), "the newest goes first");
+        let (id, n) = recompute.expect("the preempted sequence prefills again");
+        assert!(
+            n > 10,
+            "request {id} recomputes its prompt and its tokens: {n}"
+        );
+        for id in 1..=3 {
+            assert_eq!(
+                tokens[&id],
+                (0..40).collect::<Vec<_>>(),
+                "request {id}: every token once, in order"
+            );
+        }
     }
 }

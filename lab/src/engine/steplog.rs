@@ -41,6 +41,9 @@ pub struct Step {
     pub cost_ns: u64,
     pub kernel_launches: u32,
     pub graph_launches: u32,
+    /// Requests preempted (KV cache full) when the step was planned.
+    #[serde(default)]
+    pub preempted: Vec<u64>,
 }
 
 impl Step {

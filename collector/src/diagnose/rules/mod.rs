@@ -3,13 +3,14 @@
 //! inter-token gap); `super::share_savings` turns removals into savings. By what
 //! they read: `network` (connections, proxies, TCP hops: rules 1-3, 7-9), `engine`
 //! (prompts and GPU steps: rules 4-6), `gpu` (NVML: rule 10), `host` (the GPU idle
-//! between decode steps: rule 11), `slots` (an engine's writes when it has no GPU
-//! source: rule 13). Rule 12 is not written yet.
+//! between decode steps: rule 11), `preempt` (streams stopped and recomputed: rule
+//! 12), `slots` (an engine's writes when it has no GPU source: rule 13).
 
 mod engine;
 mod gpu;
 mod host;
 mod network;
+mod preempt;
 mod readers;
 mod slots;
 
@@ -22,7 +23,7 @@ use crate::stitch::Request;
 pub(super) use engine::shared_fractions;
 
 /// (number, key, title) of every rule, in order.
-pub const RULES: [(u8, &str, &str); 12] = [
+pub const RULES: [(u8, &str, &str); 13] = [
     (1, "new_connection_per_request", "keep connections alive"),
     (2, "proxy_buffering", "turn proxy buffering off"),
     (3, "compression_buffering", "do not gzip event streams"),
@@ -38,6 +39,7 @@ pub const RULES: [(u8, &str, &str); 12] = [
         "host_bound_decode",
         "overlap the host loop with the GPU",
     ),
+    (12, "kv_cache_preemption", "give the KV cache room"),
     (13, "slot_saturation", "add engine slots"),
 ];
 
@@ -66,6 +68,7 @@ pub(super) fn run_with(input: &Input, with_prefix_cache: bool) -> Vec<Finding> {
     out.extend(network::slow_client(input));
     out.extend(gpu::gpu_throttled(input));
     out.extend(host::host_bound_decode(input));
+    out.extend(preempt::kv_preemption(input));
     out.extend(slots::slot_saturation(input));
     out
 }
