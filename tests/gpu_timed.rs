@@ -285,7 +285,16 @@ fn report_text(path: &Path) -> String {
 
 #[test]
 fn gpu_timed_prefill_matches_the_log_with_chunked_prefill() {
-    prefill_matches(&["--chunked-prefill", "on"], "chunked prefill on");
+    let run = prefill_matches(&["--chunked-prefill", "on"], "chunked prefill on");
+    // The trace draws the steps in device time beside the stream's kernels.
+    let (header, events) = read_recording(&run.path);
+    let mut trace = Vec::new();
+    collector::export::perfetto::write_trace(&header, &events, &mut trace).expect("a trace");
+    let name = b"GPU 0 stream 7 steps (device time)";
+    assert!(
+        trace.windows(name.len()).any(|w| w == name),
+        "the trace has the device-time step track"
+    );
 }
 
 #[test]

@@ -305,7 +305,12 @@ impl Pipeline {
             Some(Body::Nvml(s)) => self.out.nvml.push((event.ts_ns, s.clone())),
             Some(Body::Gpu(g)) => {
                 if crate::gpu::steps::device_work(g.kind()) {
-                    self.timer.record(event.pid, g.start_ns, g.end_ns);
+                    self.timer.record(
+                        event.pid,
+                        (g.device, g.stream),
+                        (g.start_ns, g.end_ns),
+                        &mut self.out.steps,
+                    );
                 }
                 let span = CuptiSpan {
                     kind: g.kind(),

@@ -21,30 +21,77 @@ pub struct DeviceTime {
     /// device waited for the host between launches.
     pub busy_ns: u64,
     pub records: u32,
+    /// Where its first record ran.
+    pub device: u32,
+    pub stream: u32,
 }
 
 /// Records kept per process while no step has claimed them: a hook without uprobes (or a
 /// process whose steps the probes miss) must not grow the pipeline without bound.
 const KEPT_PER_PID: usize = 65_536;
+/// Closed steps a late record is looked for in (the latest first).
+const LATE_STEPS: usize = 64;
+
+/// A record's device span and where it ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    start: u64,
+    end: u64,
+    device: u32,
+    stream: u32,
+}
 
 /// Device spans waiting for their step, per process, in arrival (time) order.
 #[derive(Debug, Default)]
 pub struct StepTimer {
-    pending: HashMap<u32, VecDeque<(u64, u64)>>,
+    pending: HashMap<u32, VecDeque<Span>>,
     /// Records no step claimed: started before the step they would belong to was seen, or
     /// pushed out by `KEPT_PER_PID`.
     pub unjoined: u64,
 }
 
 impl StepTimer {
-    /// A kernel, graph or copy record of `pid` (device time, CLOCK_MONOTONIC).
-    pub fn record(&mut self, pid: u32, start_ns: u64, end_ns: u64) {
+    /// A kernel, graph or copy record of `pid` (device time, CLOCK_MONOTONIC). One that
+    /// arrives after its step was closed (CUPTI hands buffers over late; a replay's
+    /// reorder window may not cover it) joins that step among the latest `closed` ones.
+    pub fn record(
+        &mut self,
+        pid: u32,
+        (device, stream): (u32, u32),
+        (start_ns, end_ns): (u64, u64),
+        closed: &mut [GpuStep],
+    ) {
+        let end_ns = end_ns.max(start_ns);
+        if let Some(step) = closed
+            .iter_mut()
+            .rev()
+            .take(LATE_STEPS)
+            .find(|s| s.pid == pid && s.start_ns <= start_ns && start_ns <= s.end_ns)
+        {
+            let d = step.device.get_or_insert(DeviceTime {
+                start_ns,
+                end_ns: start_ns,
+                device,
+                stream,
+                ..Default::default()
+            });
+            d.busy_ns += end_ns.saturating_sub(start_ns.max(d.end_ns));
+            d.start_ns = d.start_ns.min(start_ns);
+            d.end_ns = d.end_ns.max(end_ns);
+            d.records += 1;
+            return;
+        }
         let q = self.pending.entry(pid).or_default();
         if q.len() == KEPT_PER_PID {
             q.pop_front();
             self.unjoined += 1;
         }
-        q.push_back((start_ns, end_ns.max(start_ns)));
+        q.push_back(Span {
+            start: start_ns,
+            end: end_ns,
+            device,
+            stream,
+        });
     }
 
     /// Gives `step` the device time of its process's records that started within it;
@@ -55,13 +102,13 @@ impl StepTimer {
         };
         let mut spans = Vec::new();
         let mut kept = VecDeque::with_capacity(q.len());
-        for (start, end) in q.drain(..) {
-            if start < step.start_ns {
+        for span in q.drain(..) {
+            if span.start < step.start_ns {
                 self.unjoined += 1;
-            } else if start <= step.end_ns {
-                spans.push((start, end));
+            } else if span.start <= step.end_ns {
+                spans.push(span);
             } else {
-                kept.push_back((start, end));
+                kept.push_back(span);
             }
         }
         *q = kept;
@@ -70,12 +117,16 @@ impl StepTimer {
 }
 
 /// First start, last end and the union's length of `spans`.
-fn device_time(spans: &mut [(u64, u64)]) -> Option<DeviceTime> {
+fn device_time(spans: &mut [Span]) -> Option<DeviceTime> {
     spans.sort_unstable();
-    let &(start_ns, _) = spans.first()?;
+    let first = *spans.first()?;
+    let start_ns = first.start;
     let (mut busy, mut end_ns) = (0, start_ns);
     let mut open: Option<(u64, u64)> = None;
-    for &(s, e) in spans.iter() {
+    for &Span {
+        start: s, end: e, ..
+    } in spans.iter()
+    {
         end_ns = end_ns.max(e);
         open = match open {
             Some((a, b)) if s <= b => Some((a, b.max(e))),
@@ -94,6 +145,8 @@ fn device_time(spans: &mut [(u64, u64)]) -> Option<DeviceTime> {
         end_ns,
         busy_ns: busy,
         records: spans.len() as u32,
+        device: first.device,
+        stream: first.stream,
     })
 }
 
@@ -120,12 +173,13 @@ mod tests {
     #[test]
     fn a_step_takes_the_records_that_started_within_it_and_counts_the_gaps() {
         let mut t = StepTimer::default();
-        t.record(7, 50, 90); // before the step: no step had it
-        t.record(7, 110, 150);
-        t.record(7, 140, 160); // overlaps the first
-        t.record(7, 180, 200); // 20 ns idle before it
-        t.record(8, 120, 130); // another process
-        t.record(7, 260, 270); // the next step's
+        let at = (0, 7);
+        t.record(7, at, (50, 90), &mut []); // before the step: no step had it
+        t.record(7, at, (110, 150), &mut []);
+        t.record(7, at, (140, 160), &mut []); // overlaps the first
+        t.record(7, at, (180, 200), &mut []); // 20 ns idle before it
+        t.record(8, at, (120, 130), &mut []); // another process
+        t.record(7, (0, 8), (260, 270), &mut []); // the next step's, on another stream
         let mut s = step(7, 100, 210);
         t.time(&mut s);
         assert_eq!(
@@ -134,7 +188,9 @@ mod tests {
                 start_ns: 110,
                 end_ns: 200,
                 busy_ns: 50 + 20,
-                records: 3
+                records: 3,
+                device: 0,
+                stream: 7,
             })
         );
         assert_eq!(t.unjoined, 1);
@@ -147,5 +203,17 @@ mod tests {
         let mut none = step(9, 0, 1_000);
         t.time(&mut none);
         assert_eq!(none.device, None, "no records: CPU-timed");
+        // Records that come after their step closed join it there.
+        let mut closed = [s.clone(), next];
+        t.record(7, at, (205, 208), &mut closed);
+        t.record(7, at, (280, 290), &mut closed);
+        assert_eq!(
+            closed[0].device.map(|d| (d.end_ns, d.busy_ns, d.records)),
+            Some((208, 73, 4))
+        );
+        assert_eq!(
+            closed[1].device.map(|d| (d.end_ns, d.busy_ns, d.records)),
+            Some((290, 20, 2))
+        );
     }
 }

@@ -62,9 +62,12 @@ pub fn steps(events: &[Event]) -> Vec<GpuStep> {
     let mut out: Vec<GpuStep> = Vec::new();
     for e in calls {
         match &e.body {
-            Some(Body::Gpu(g)) if device_work(g.kind()) => {
-                timer.record(e.pid, g.start_ns, g.end_ns)
-            }
+            Some(Body::Gpu(g)) if device_work(g.kind()) => timer.record(
+                e.pid,
+                (g.device, g.stream),
+                (g.start_ns, g.end_ns),
+                &mut out,
+            ),
             _ => out.extend(tracker.push(e).map(|mut s| {
                 timer.time(&mut s);
                 s

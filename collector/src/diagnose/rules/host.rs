@@ -231,6 +231,8 @@ mod tests {
                 end_ns: e,
                 busy_ns: e - s,
                 records: 2,
+                device: 0,
+                stream: 7,
             }),
         }
     }

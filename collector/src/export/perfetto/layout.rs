@@ -18,7 +18,7 @@ pub(crate) use diagnoses::Cites;
 pub(crate) use trace::{Conn, Trace};
 
 /// Interned categories, by index (iid = index + 1).
-pub(crate) const CATEGORIES: [&str; 8] = [
+pub(crate) const CATEGORIES: [&str; 9] = [
     "request",
     "stage",
     "token",
@@ -27,6 +27,7 @@ pub(crate) const CATEGORIES: [&str; 8] = [
     "kernel",
     "nvtx",
     "diagnosis",
+    "gpu_device",
 ];
 #[derive(Clone, Copy)]
 #[repr(u8)]
@@ -39,6 +40,8 @@ pub(crate) enum Cat {
     Kernel = 5,
     Nvtx = 6,
     Diagnosis = 7,
+    /// A GPU-timed step in device time, beside its stream's kernels.
+    DeviceStep = 8,
 }
 
 /// Tokens/s counters count tokens in windows of this width.

@@ -20,6 +20,7 @@ struct Counts {
     request_tracks: usize,
     token_instants: usize,
     gpu_steps: usize,
+    device_steps: usize,
     flows: usize,
     kernels: usize,
     counter_tracks: usize,
@@ -151,6 +152,9 @@ fn check(trace: &Trace) -> Result<Counts, String> {
                 if cat == "kernel" {
                     c.kernels += 1;
                 }
+                if cat == "gpu_device" {
+                    c.device_steps += 1;
+                }
                 if cat == "diagnosis" {
                     c.diagnoses += 1;
                 }
@@ -242,6 +246,8 @@ fn synthetic() -> (FileHeader, Vec<Event>) {
                 name: (*name).into(),
                 ..Default::default()
             };
+            // Arriving after the step closed (the recorder writes them at their start;
+            // a live hook's buffers come late): they join it all the same.
             net.ev(t + 6 * MS, ENGINE, "engine", Body::Gpu(a));
         }
     }
@@ -313,7 +319,11 @@ fn the_written_trace_decodes_and_keeps_perfettos_invariants() {
     );
     assert_eq!(tokens, 8 * 6 * 4, "6 tokens at 4 points per request");
     assert_eq!(counts.gpu_steps, report.gpu.steps, "a slice per GPU step");
-    assert_eq!(report.gpu.steps, 40);
+    assert_eq!(
+        counts.device_steps, report.gpu.gpu_timed,
+        "one in device time per GPU-timed step"
+    );
+    assert_eq!((report.gpu.steps, report.gpu.gpu_timed), (40, 40));
     assert_eq!(counts.flows, 8 * 6, "a flow per token, engine to client");
     assert_eq!(counts.kernels, 80, "every CUPTI kernel");
     assert!(

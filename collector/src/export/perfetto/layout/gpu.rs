@@ -24,17 +24,53 @@ impl Builder {
             );
             let mut items = Vec::with_capacity(steps.len());
             for s in steps {
-                let kind = match s.kind {
-                    StepKind::Prefill => "prefill",
-                    StepKind::Decode => "decode",
-                    StepKind::Mixed => "mixed",
-                };
+                let kind = step_name(s.kind);
                 let args = self.args(vec![
                     ("kernel_launches", Arg::Int(i64::from(s.kernel_launches))),
                     ("graph_launches", Arg::Int(i64::from(s.graph_launches))),
                 ]);
                 items.push(self.slice(s.start_ns, s.end_ns, kind, Cat::Gpu, args));
                 self.plan.gpu_steps += 1;
+            }
+            self.nest(track, items);
+        }
+        self.device_steps(steps);
+    }
+
+    /// GPU-timed steps on the device: a track per (process, device, stream) beside that
+    /// stream's kernels, each step from its first record's start to its last one's end.
+    fn device_steps(&mut self, steps: &[GpuStep]) {
+        let mut by_stream: BTreeMap<(u32, u32, u32), Vec<&GpuStep>> = BTreeMap::new();
+        for s in steps {
+            if let Some(d) = s.device {
+                by_stream
+                    .entry((s.pid, d.device, d.stream))
+                    .or_default()
+                    .push(s);
+            }
+        }
+        for ((pid, device, stream), steps) in by_stream {
+            let parent = self.process(pid, &steps[0].comm);
+            let track = self.track(
+                parent,
+                format!("GPU {device} stream {stream} steps (device time)"),
+                TrackKind::Plain,
+            );
+            let mut items = Vec::with_capacity(steps.len());
+            for s in steps {
+                let Some(d) = s.device else { continue };
+                let args = self.args(vec![
+                    ("busy_ns", Arg::Int(d.busy_ns as i64)),
+                    ("records", Arg::Int(i64::from(d.records))),
+                    ("host_start_ns", Arg::Int(s.start_ns as i64)),
+                ]);
+                items.push(self.slice(
+                    d.start_ns,
+                    d.end_ns,
+                    step_name(s.kind),
+                    Cat::DeviceStep,
+                    args,
+                ));
             }
             self.nest(track, items);
         }
@@ -137,5 +173,13 @@ impl Builder {
                 self.counter(track, ts, v);
             }
         }
+    }
+}
+
+fn step_name(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Prefill => "prefill",
+        StepKind::Decode => "decode",
+        StepKind::Mixed => "mixed",
     }
 }
