@@ -263,8 +263,8 @@ fn prefill_matches(engine_args: &[&str], what: &str) -> Run {
     assert_eq!(within, 16, "every request within 0.5 ms: {errors:?}");
     let text = report_text(&run.path);
     assert!(
-        text.contains("GPU-timed by CUPTI"),
-        "the text report says the steps are GPU-timed"
+        text.contains("GPU-timed by CUPTI") && text.contains("decode on the device"),
+        "the text report says the steps are GPU-timed and how long they ran there: {text}"
     );
     run
 }

@@ -22,6 +22,8 @@ pub const CU_MEMCPY_DTOH: u32 = 5;
 pub const CU_STREAM_SYNCHRONIZE: u32 = 6;
 pub const CU_CTX_SYNCHRONIZE: u32 = 7;
 pub const CU_EVENT_SYNCHRONIZE: u32 = 8;
+/// Or'ed into a cookie: the per-thread default stream entry point (`_ptsz` / `_ptds`).
+pub const CU_PER_THREAD: u32 = 0x100;
 pub const CUDA_ENTRY: u32 = 1;
 pub const CUDA_RETURN: u32 = 2;
 

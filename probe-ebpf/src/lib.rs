@@ -257,17 +257,35 @@ pub const UPROBE_CUDA_RETURN: &str = "up_cuda_return";
 /// plain names to them under CUDA_API_PER_THREAD_DEFAULT_STREAM): the same call.
 pub const CUDA_SYMBOLS: &[(&str, u32)] = &[
     ("cuLaunchKernel", abi::CU_LAUNCH_KERNEL),
-    ("cuLaunchKernel_ptsz", abi::CU_LAUNCH_KERNEL),
+    (
+        "cuLaunchKernel_ptsz",
+        abi::CU_LAUNCH_KERNEL | abi::CU_PER_THREAD,
+    ),
     ("cuLaunchKernelEx", abi::CU_LAUNCH_KERNEL_EX),
-    ("cuLaunchKernelEx_ptsz", abi::CU_LAUNCH_KERNEL_EX),
+    (
+        "cuLaunchKernelEx_ptsz",
+        abi::CU_LAUNCH_KERNEL_EX | abi::CU_PER_THREAD,
+    ),
     ("cuGraphLaunch", abi::CU_GRAPH_LAUNCH),
-    ("cuGraphLaunch_ptsz", abi::CU_GRAPH_LAUNCH),
+    (
+        "cuGraphLaunch_ptsz",
+        abi::CU_GRAPH_LAUNCH | abi::CU_PER_THREAD,
+    ),
     ("cuMemcpyDtoHAsync_v2", abi::CU_MEMCPY_DTOH_ASYNC),
-    ("cuMemcpyDtoHAsync_v2_ptsz", abi::CU_MEMCPY_DTOH_ASYNC),
+    (
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        abi::CU_MEMCPY_DTOH_ASYNC | abi::CU_PER_THREAD,
+    ),
     ("cuMemcpyDtoH_v2", abi::CU_MEMCPY_DTOH),
-    ("cuMemcpyDtoH_v2_ptds", abi::CU_MEMCPY_DTOH),
+    (
+        "cuMemcpyDtoH_v2_ptds",
+        abi::CU_MEMCPY_DTOH | abi::CU_PER_THREAD,
+    ),
     ("cuStreamSynchronize", abi::CU_STREAM_SYNCHRONIZE),
-    ("cuStreamSynchronize_ptsz", abi::CU_STREAM_SYNCHRONIZE),
+    (
+        "cuStreamSynchronize_ptsz",
+        abi::CU_STREAM_SYNCHRONIZE | abi::CU_PER_THREAD,
+    ),
     ("cuCtxSynchronize", abi::CU_CTX_SYNCHRONIZE),
     ("cuEventSynchronize", abi::CU_EVENT_SYNCHRONIZE),
 ];

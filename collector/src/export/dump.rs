@@ -187,7 +187,7 @@ pub fn event_line(ev: &Event) -> String {
             let _ = write!(
                 s,
                 "cuda {} {}",
-                c.api().symbol(),
+                c.symbol(),
                 if c.entry { "entry" } else { "return" }
             );
             if c.stream != 0 {

@@ -67,6 +67,10 @@ pub struct GpuSummary {
     pub gpu_timed: usize,
     /// Step durations by kind: prefill, decode, mixed.
     pub step_ns: BTreeMap<&'static str, Summary>,
+    /// GPU-timed steps' device durations by kind (first record's start to last one's
+    /// end). Absent without CUPTI records.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub device_step_ns: BTreeMap<&'static str, Summary>,
     /// Decode gaps stalled by other requests' prefill, over all requests.
     pub stalls: usize,
     /// CUPTI hook spans by kind (kernel, memcpy, graph, marker): device-time durations.
@@ -454,6 +458,9 @@ fn write_gpu(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "GPU steps (from libcuda calls): {}, {timing}", g.steps)?;
     for (kind, v) in &g.step_ns {
         summary_row(out, kind, v)?;
+    }
+    for (kind, v) in &g.device_step_ns {
+        summary_row(out, &format!("{kind} on the device"), v)?;
     }
     for st in &g.stallers {
         writeln!(

@@ -73,11 +73,13 @@ pub fn decode_record(raw: &[u8]) -> Result<(Event, &[u8]), DecodeError> {
             exact(abi::CUDA_EVENT_SIZE)?;
             let e: abi::TsCudaEvent = read_prefix(raw).expect("length checked");
             Body::Cuda(CudaCall {
-                api: CudaApi::try_from(e.call as i32).unwrap_or(CudaApi::Unknown) as i32,
+                api: CudaApi::try_from((e.call & !abi::CU_PER_THREAD) as i32)
+                    .unwrap_or(CudaApi::Unknown) as i32,
                 entry: e.phase == abi::CUDA_ENTRY,
                 stream: e.stream,
                 bytes: e.bytes,
                 result: e.result,
+                per_thread_stream: e.call & abi::CU_PER_THREAD != 0,
             })
         }
         abi::EV_IO => {

@@ -187,6 +187,21 @@ pub struct CudaCall {
     /// Returns: the CUresult.
     #[prost(int64, tag = "5")]
     pub result: i64,
+    /// Through the per-thread default stream entry point (`cuLaunchKernel_ptsz`...).
+    #[prost(bool, tag = "6")]
+    pub per_thread_stream: bool,
+}
+
+impl CudaCall {
+    /// The symbol that was called, `_ptsz` / `_ptds` form included.
+    pub fn symbol(&self) -> String {
+        let name = self.api().symbol();
+        match (self.per_thread_stream, self.api()) {
+            (false, _) => name.to_string(),
+            (true, CudaApi::MemcpyDtoH) => format!("{name}_ptds"),
+            (true, _) => format!("{name}_ptsz"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]

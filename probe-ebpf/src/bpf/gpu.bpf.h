@@ -18,7 +18,7 @@ int up_cuda_entry(struct pt_regs *ctx)
 	fill_header(&ev.hdr, TS_EV_CUDA, 1);
 	ev.call = bpf_get_attach_cookie(ctx);
 	ev.phase = TS_CUDA_ENTRY;
-	switch (ev.call) {
+	switch (ev.call & ~TS_CU_PER_THREAD) {
 	case TS_CU_LAUNCH_KERNEL: /* (f, grid xyz, block xyz, sharedMem, hStream, params, extra) */
 		ev.stream = uprobe_arg(ctx, 9);
 		break;

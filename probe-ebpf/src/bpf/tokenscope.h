@@ -38,6 +38,8 @@ enum ts_cuda_call {
 	TS_CU_CTX_SYNCHRONIZE = 7,
 	TS_CU_EVENT_SYNCHRONIZE = 8,
 };
+/* Or'ed into the cookie of a per-thread default stream entry point (_ptsz / _ptds). */
+#define TS_CU_PER_THREAD 0x100
 
 #define TS_CUDA_ENTRY 1
 #define TS_CUDA_RETURN 2

@@ -62,6 +62,7 @@ struct GpuSums {
     steps: usize,
     gpu_timed: usize,
     step_ns: BTreeMap<&'static str, Samples>,
+    device_step_ns: BTreeMap<&'static str, Samples>,
     cupti_ns: BTreeMap<&'static str, Samples>,
     stalls: usize,
     stallers: Vec<Staller>,
@@ -474,7 +475,13 @@ impl GpuSums {
             crate::gpu::StepKind::Mixed => "mixed",
         };
         self.steps += 1;
-        self.gpu_timed += usize::from(s.device.is_some());
+        if let Some(d) = s.device {
+            self.gpu_timed += 1;
+            self.device_step_ns
+                .entry(kind)
+                .or_default()
+                .push(d.end_ns - d.start_ns);
+        }
         self.step_ns
             .entry(kind)
             .or_default()
@@ -520,6 +527,7 @@ impl GpuSums {
             steps: self.steps,
             gpu_timed: self.gpu_timed,
             step_ns: analyze::summaries(&self.step_ns),
+            device_step_ns: analyze::summaries(&self.device_step_ns),
             stalls: self.stalls,
             cupti_ns: analyze::summaries(&self.cupti_ns),
             stallers: self.stallers.clone(),
