@@ -215,27 +215,12 @@ fn assert_steps_gpu_timed(run: &Run) {
 /// The engine's: device start of the step with its first prompt chunk to device end of the
 /// step with its last.
 fn gpu_prefill_errors(run: &Run, report: &Value) -> Vec<u64> {
-    let requests = report["requests"].as_array().expect("requests");
     run.served
         .iter()
         .map(|served| {
-            let mut chunks = run.log.iter().filter(|s| {
-                s.requests
-                    .iter()
-                    .any(|r| r.request_id == served.request_id && r.prefill_tokens > 0)
-            });
-            let first = chunks.next().expect("a prefill chunk");
-            let last = chunks.next_back().unwrap_or(first);
+            let (first, last) = prefill_steps(&run.log, served.request_id);
             let logged = last.gpu_end_ns.expect("GPU end") - first.gpu_start_ns.expect("GPU start");
-            let token = served.token_ns[0];
-            let r = requests
-                .iter()
-                .min_by_key(|r| {
-                    point(r, "engine_write")
-                        .and_then(|p| p["token_ns"][0].as_u64())
-                        .map_or(u64::MAX, |t| t.abs_diff(token))
-                })
-                .expect("a reported request");
+            let r = reported_by_first_token(report, served.token_ns[0]);
             r["gpu"]["prefill_gpu_ns"]
                 .as_u64()
                 .unwrap_or_else(|| panic!("a GPU-timed prefill: {}", r["gpu"]))
@@ -267,20 +252,6 @@ fn prefill_matches(engine_args: &[&str], what: &str) -> Run {
         "the text report says the steps are GPU-timed and how long they ran there: {text}"
     );
     run
-}
-
-fn report_text(path: &Path) -> String {
-    let out = Command::new(profiler())
-        .arg("report")
-        .arg(path)
-        .output()
-        .expect("tokenscope report");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -141,33 +141,12 @@ fn recorded_steps_match_the_engine_step_log() {
 /// time is vLLM's: from the start of the step with its first prompt chunk to the end of the
 /// step with its last (under chunked prefill those steps are shared with other prompts).
 fn prefill_errors(run: &Run, report: &Value) -> Vec<u64> {
-    let requests = report["requests"].as_array().expect("requests");
     run.served
         .iter()
         .map(|served| {
-            // vLLM's prefill time: first scheduled -> its last prompt chunk computed.
-            let mut chunks = run.log.iter().filter(|s| {
-                s.requests
-                    .iter()
-                    .any(|r| r.request_id == served.request_id && r.prefill_tokens > 0)
-            });
-            let first_chunk = chunks.next().expect("a prefill chunk");
-            let logged = chunks.next_back().unwrap_or(first_chunk).end_ns - first_chunk.start_ns;
-            let first = served.token_ns[0];
-            let r = requests
-                .iter()
-                .min_by_key(|r| {
-                    let engine = r["points"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .find(|p| p["kind"] == "engine_write");
-                    engine
-                        .and_then(|p| p["token_ns"][0].as_u64())
-                        .map_or(u64::MAX, |t| t.abs_diff(first))
-                })
-                .expect("a reported request");
-            r["gpu"]["prefill_ns"]
+            let (first, last) = prefill_steps(&run.log, served.request_id);
+            let logged = last.end_ns - first.start_ns;
+            reported_by_first_token(report, served.token_ns[0])["gpu"]["prefill_ns"]
                 .as_u64()
                 .expect("a prefill time")
                 .abs_diff(logged)

@@ -12,12 +12,46 @@ pub fn report_json(path: &Path) -> serde_json::Value {
     report_json_with(path, &["--tokens"])
 }
 
-/// `tokenscope report FILE --json ARGS..`, parsed (e.g. `--what-if 13`).
-pub fn report_json_with(path: &Path, args: &[&str]) -> serde_json::Value {
+/// `tokenscope report FILE` (the text report).
+pub fn report_text(path: &Path) -> String {
+    report_out(path, &[])
+}
+
+/// The steps of the engine's log that prefilled request `id` (vLLM's prefill time runs
+/// from the start of the first to the end of the last; under chunked prefill those steps
+/// carry other prompts' chunks too).
+pub fn prefill_steps(
+    log: &[tokenscope_lab::Step],
+    id: u64,
+) -> (&tokenscope_lab::Step, &tokenscope_lab::Step) {
+    let mut chunks = log.iter().filter(|s| {
+        s.requests
+            .iter()
+            .any(|r| r.request_id == id && r.prefill_tokens > 0)
+    });
+    let first = chunks.next().expect("a prefill chunk");
+    (first, chunks.next_back().unwrap_or(first))
+}
+
+/// The reported request whose first engine-side token is nearest `token_ns` (how a
+/// request the engine logged is found in the report).
+pub fn reported_by_first_token(report: &serde_json::Value, token_ns: u64) -> &serde_json::Value {
+    report["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .min_by_key(|r| {
+            point(r, "engine_write")
+                .and_then(|p| p["token_ns"][0].as_u64())
+                .map_or(u64::MAX, |t| t.abs_diff(token_ns))
+        })
+        .expect("a reported request")
+}
+
+fn report_out(path: &Path, args: &[&str]) -> String {
     let out = Command::new(crate::profiler())
         .arg("report")
         .arg(path)
-        .arg("--json")
         .args(args)
         .output()
         .expect("run tokenscope report");
@@ -26,7 +60,15 @@ pub fn report_json_with(path: &Path, args: &[&str]) -> serde_json::Value {
         "report failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `tokenscope report FILE --json ARGS..`, parsed (e.g. `--what-if 13`).
+pub fn report_json_with(path: &Path, args: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = std::iter::once("--json")
+        .chain(args.iter().copied())
+        .collect();
+    serde_json::from_str(&report_out(path, &args)).expect("report --json is JSON")
 }
 
 /// Runs every output of a recording (dump, report as text and JSON, the Perfetto

@@ -135,6 +135,16 @@ pub(crate) struct Finding {
 }
 
 impl Finding {
+    /// A finding whose fix changes token gaps only (the ITL rules).
+    pub(crate) fn itl_only(diagnosis: Diagnosis, itl: BTreeMap<(usize, usize), i64>) -> Finding {
+        Finding {
+            diagnosis,
+            ttft: BTreeMap::new(),
+            ttft_added: BTreeMap::new(),
+            itl,
+        }
+    }
+
     /// Per request index: TTFT the fix removes, less what it adds.
     fn ttft_removed(&self) -> BTreeMap<usize, i64> {
         let mut m: BTreeMap<usize, i64> = self.ttft.iter().map(|(&k, &v)| (k, v as i64)).collect();

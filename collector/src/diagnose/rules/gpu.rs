@@ -54,12 +54,7 @@ pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
     d.scope = format!("GPU {}", during[0].1.device);
     d.evidence.start_ns = during.first().map_or(0, |s| s.0);
     d.evidence.end_ns = during.last().map_or(0, |s| s.0);
-    Some(Finding {
-        diagnosis: d,
-        ttft: BTreeMap::new(),
-        ttft_added: BTreeMap::new(),
-        itl,
-    })
+    Some(Finding::itl_only(d, itl))
 }
 
 /// The NVML samples taken while the engine ran steps, and what they show.

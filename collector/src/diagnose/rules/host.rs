@@ -125,12 +125,7 @@ pub(super) fn host_bound_decode(input: &Input) -> Option<Finding> {
         [pid] => format!("{comm}/{pid}: {}", d.scope),
         _ => d.scope,
     };
-    Some(Finding {
-        diagnosis: d,
-        ttft: BTreeMap::new(),
-        ttft_added: BTreeMap::new(),
-        itl,
-    })
+    Some(Finding::itl_only(d, itl))
 }
 
 /// Per (request, gap at its TTFT point): the hidden host time of the engine gaps whose

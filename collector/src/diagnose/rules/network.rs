@@ -429,12 +429,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
         ],
     }
     .diagnosis();
-    Some(Finding {
-        diagnosis: d,
-        ttft: BTreeMap::new(),
-        ttft_added: BTreeMap::new(),
-        itl,
-    })
+    Some(Finding::itl_only(d, itl))
 }
 
 /// Rule 8: TCP retransmits on a request's connections inside its long token gaps.
@@ -498,12 +493,7 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
         )],
     }
     .diagnosis();
-    Some(Finding {
-        diagnosis: d,
-        ttft: BTreeMap::new(),
-        ttft_added: BTreeMap::new(),
-        itl,
-    })
+    Some(Finding::itl_only(d, itl))
 }
 
 /// Rule 9: the delay from the last sender's write to the client's read grows over the
@@ -566,12 +556,7 @@ pub(super) fn slow_client(input: &Input) -> Option<Finding> {
         ],
     }
     .diagnosis();
-    Some(Finding {
-        diagnosis: d,
-        ttft: BTreeMap::new(),
-        ttft_added: BTreeMap::new(),
-        itl,
-    })
+    Some(Finding::itl_only(d, itl))
 }
 
 #[cfg(test)]

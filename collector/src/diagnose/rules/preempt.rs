@@ -134,12 +134,7 @@ pub(super) fn kv_preemption(input: &Input) -> Option<Finding> {
         ],
     }
     .diagnosis();
-    Some(Finding {
-        diagnosis: d,
-        ttft: BTreeMap::new(),
-        ttft_added: BTreeMap::new(),
-        itl,
-    })
+    Some(Finding::itl_only(d, itl))
 }
 
 /// Per (request, gap at its TTFT point): the stall less the engine's typical gap. The
