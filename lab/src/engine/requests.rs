@@ -15,8 +15,8 @@ pub struct ServedRequest {
     pub stream: bool,
     pub prompt_tokens: u32,
     pub cached_prompt_tokens: u32,
-    /// The request's head parsed (its first bytes had just arrived): where a server's
-    /// TTFT from its first request byte starts.
+    /// The read that brought the request's head off the socket (the handler's entry when
+    /// unknown): where a server's TTFT from its first request byte starts.
     pub head_ns: u64,
     /// Body read and request handed to the scheduler.
     pub received_ns: u64,

@@ -3,6 +3,8 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -44,6 +46,8 @@ fn set_send_buffer(stream: &TcpStream, bytes: usize) -> io::Result<()> {
 pub(crate) struct ConnIo {
     stream: TcpStream,
     split_chunks: bool,
+    /// When a read last returned bytes (CLOCK_MONOTONIC ns; 0: none yet).
+    last_read_ns: Arc<AtomicU64>,
 }
 
 impl ConnIo {
@@ -51,7 +55,16 @@ impl ConnIo {
         ConnIo {
             stream,
             split_chunks,
+            last_read_ns: Arc::default(),
         }
+    }
+
+    /// The time of the last read that returned bytes, shared with the connection's
+    /// handler: when a request's head is handed over, the read that brought it (its bytes
+    /// come in one burst) is the last one, where the handler itself may run later on a
+    /// busy runtime.
+    pub(crate) fn last_read(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.last_read_ns)
     }
 }
 
@@ -70,7 +83,14 @@ impl AsyncRead for ConnIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.last_read_ns
+                .store(collector::clock::monotonic_ns(), Ordering::Relaxed);
+        }
+        polled
     }
 }
 

@@ -193,12 +193,15 @@ pub(crate) async fn serve(
         };
         conn_io::configure(&stream, &core.cfg);
         let io = ConnIo::new(stream, core.cfg.split_chunk_writes);
+        let last_read = io.last_read();
         let core = core.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let core = core.clone();
-                async move { Ok::<_, Infallible>(route(core, req).await) }
+                // The read that brought this request's head (hyper hands it over after it).
+                let read_ns = last_read.load(std::sync::atomic::Ordering::Relaxed);
+                async move { Ok::<_, Infallible>(route(core, req, read_ns).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
@@ -229,9 +232,15 @@ fn api_of_path(path: &str) -> Option<Api> {
     }
 }
 
-async fn route(core: EngineCore, req: Request<Incoming>) -> Response<LabBody> {
-    // The request's head is in: its first bytes arrived just before.
-    let head_ns = monotonic_ns();
+async fn route(core: EngineCore, req: Request<Incoming>, read_ns: u64) -> Response<LabBody> {
+    // The request's head is in: its first bytes arrived with the connection's last read
+    // (the handler may run later on a busy runtime).
+    let now = monotonic_ns();
+    let head_ns = if read_ns > 0 && read_ns <= now {
+        read_ns
+    } else {
+        now
+    };
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let api = api_of_path(&path);
