@@ -132,6 +132,9 @@ pub(crate) struct Finding {
     /// Per (request index, gap index at the request's TTFT point): gap time removed
     /// (negative: the fix lengthens the gap, as unbatching a burst does).
     pub itl: BTreeMap<(usize, usize), i64>,
+    /// Per request index: the TTFT removed instead when rule N's fix is applied too (the
+    /// two fixes remove some of the same time), as (N, removed).
+    pub ttft_with: Option<(u8, BTreeMap<usize, u64>)>,
 }
 
 impl Finding {
@@ -142,6 +145,7 @@ impl Finding {
             ttft: BTreeMap::new(),
             ttft_added: BTreeMap::new(),
             itl,
+            ttft_with: None,
         }
     }
 
@@ -196,25 +200,47 @@ const MAX_SHAPLEY: usize = 10;
 /// order in which the fixes could be applied, so causes that hide each other (a proxy's
 /// bursts hide an engine stall) are credited fairly and the shares add up to the joint
 /// saving.
+/// A rule's removals, and the removals it makes instead when another rule (an index into
+/// the same list) is in the coalition.
+struct Removal<'a, K> {
+    map: &'a BTreeMap<K, i64>,
+    with: Option<(usize, BTreeMap<K, i64>)>,
+}
+
 fn shapley<K: Ord>(
     samples: &[(K, u64)],
-    removals: &[&BTreeMap<K, i64>],
+    removals: &[Removal<K>],
     stat: fn(&[u64]) -> u64,
 ) -> Vec<(u64, u64)> {
     let live: Vec<usize> = (0..removals.len())
-        .filter(|&j| !removals[j].is_empty())
+        .filter(|&j| !removals[j].map.is_empty())
+        .collect();
+    // Per live rule: the live position of the rule whose presence switches its removals.
+    let switch: Vec<Option<usize>> = live
+        .iter()
+        .map(|&j| {
+            let (other, _) = removals[j].with.as_ref()?;
+            live.iter().position(|&l| l == *other)
+        })
         .collect();
     let m = live.len();
     let mut out = vec![(0, 0); removals.len()];
     if m == 0 || samples.is_empty() {
         return out;
     }
-    // Per sample, what each live rule removes from it.
-    let rem: Vec<Vec<i64>> = samples
+    // Per sample, what each live rule removes from it, alone and with its switch.
+    let rem: Vec<Vec<(i64, i64)>> = samples
         .iter()
         .map(|(k, _)| {
             live.iter()
-                .map(|&j| removals[j].get(k).copied().unwrap_or(0))
+                .map(|&j| {
+                    let alone = removals[j].map.get(k).copied().unwrap_or(0);
+                    let with = removals[j]
+                        .with
+                        .as_ref()
+                        .map_or(alone, |(_, m)| m.get(k).copied().unwrap_or(0));
+                    (alone, with)
+                })
                 .collect()
         })
         .collect();
@@ -224,7 +250,13 @@ fn shapley<K: Ord>(
             .iter()
             .zip(&rem)
             .map(|((_, v), r)| {
-                let removed: i64 = (0..m).filter(|b| mask & (1 << b) != 0).map(|b| r[b]).sum();
+                let removed: i64 = (0..m)
+                    .filter(|b| mask & (1 << b) != 0)
+                    .map(|b| match switch[b] {
+                        Some(o) if mask & (1 << o) != 0 => r[b].1,
+                        _ => r[b].0,
+                    })
+                    .sum();
                 (*v as i64 - removed).max(0) as u64
             })
             .collect();
@@ -285,12 +317,31 @@ fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis>
         })
         .collect();
     let ttft_maps: Vec<BTreeMap<usize, i64>> = findings.iter().map(Finding::ttft_removed).collect();
-    let ttft_shares = shapley(&ttft, &ttft_maps.iter().collect::<Vec<_>>(), p95);
-    let itl_shares = shapley(
-        &gaps,
-        &findings.iter().map(|f| &f.itl).collect::<Vec<_>>(),
-        p99,
-    );
+    let ttft_removals: Vec<Removal<usize>> = findings
+        .iter()
+        .zip(&ttft_maps)
+        .map(|(f, map)| Removal {
+            map,
+            with: f.ttft_with.as_ref().and_then(|(rule, removed)| {
+                let other = findings.iter().position(|g| g.diagnosis.rule == *rule)?;
+                let mut m: BTreeMap<usize, i64> =
+                    removed.iter().map(|(&k, &v)| (k, v as i64)).collect();
+                for (&k, &v) in &f.ttft_added {
+                    *m.entry(k).or_default() -= v as i64;
+                }
+                Some((other, m))
+            }),
+        })
+        .collect();
+    let ttft_shares = shapley(&ttft, &ttft_removals, p95);
+    let itl_removals: Vec<Removal<(usize, usize)>> = findings
+        .iter()
+        .map(|f| Removal {
+            map: &f.itl,
+            with: None,
+        })
+        .collect();
+    let itl_shares = shapley(&gaps, &itl_removals, p99);
     findings
         .into_iter()
         .enumerate()

@@ -85,7 +85,11 @@ pub struct Accumulator {
 impl Accumulator {
     /// The window's requests re-timed with the fixes of `selection` that fire in it.
     pub fn add(&mut self, input: &Input, selection: &Selection) {
-        let findings: Vec<super::Finding> = rules::run_with(input, selection.takes(4))
+        let fixed = rules::Fixed {
+            prefix_cache: selection.takes(4),
+            proxy_buffering: selection.takes(2),
+        };
+        let findings: Vec<super::Finding> = rules::run_with(input, fixed)
             .into_iter()
             .filter(|f| selection.takes(f.diagnosis.rule))
             .collect();

@@ -70,10 +70,13 @@ fn prefill_share_permille(input: &Input, r: &Request) -> Option<u64> {
 
 /// Rule 4: prompts repeat a prefix an earlier request sent, yet cost as much to prefill
 /// per KiB as new ones (or, with no new ones to compare, over 50 ms): no prefix cache.
-pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
+pub(super) fn no_prefix_cache(
+    input: &Input,
+    held: bool,
+) -> Option<(Finding, BTreeMap<usize, u64>)> {
     let e = Repeats::gather(input)?;
     let reqs = input.requests;
-    let ttft: BTreeMap<usize, u64> = e
+    let weights: BTreeMap<usize, u64> = e
         .sharing
         .iter()
         .map(|&i| {
@@ -85,10 +88,15 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
             (i, (wait as f64 * e.fractions[i].unwrap_or(0.0)) as u64)
         })
         .collect();
+    let ttft = if held {
+        with_held_stalls(reqs, &e, &weights)
+    } else {
+        weights.clone()
+    };
     let diagnosis = Draft {
         rule: 4,
         requests: reqs,
-        weights: &ttft,
+        weights: &weights,
         finding: e.finding(),
         figures: e.figures(),
         basis: "the shared share of each repeating request's engine wait (queue + prefill) goes",
@@ -108,12 +116,64 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<Finding> {
         ],
     }
     .diagnosis();
-    Some(Finding {
+    // With rule 2's fix too, no response is held: only the own share goes.
+    let finding = Finding {
         diagnosis,
         ttft,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
-    })
+        ttft_with: Some((2, weights.clone())),
+    };
+    Some((finding, weights))
+}
+
+/// Per request: its own saving (`own`), and where its first token reached the client only
+/// after the engine had written several (a proxy buffering the stream), the shared share
+/// of the other prompts' prefill steps that stalled its stream before that: a prefix
+/// cache shortens those steps, and the held response is released that much earlier.
+fn with_held_stalls(
+    reqs: &[Request],
+    e: &Repeats,
+    own: &BTreeMap<usize, u64>,
+) -> BTreeMap<usize, u64> {
+    let index: HashMap<usize, usize> = reqs.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+    let mut out = own.clone();
+    for (j, r) in reqs.iter().enumerate() {
+        let (Some(g), Some(engine), Some(client)) = (
+            r.gpu.as_ref(),
+            r.point(PointKind::EngineWrite),
+            crate::diagnose::ttft_point(r),
+        ) else {
+            continue;
+        };
+        let Some(&first_read) = client.token_ns.first() else {
+            continue;
+        };
+        if client.kind == PointKind::EngineWrite {
+            continue; // read at the engine: stalls are gaps, not TTFT
+        }
+        // Engine tokens written before the client read its first: the held ones.
+        let held = engine.token_ns.partition_point(|&t| t < first_read);
+        let freed: f64 = g
+            .stalled_by
+            .iter()
+            .filter(|s| s.token < held)
+            .map(|s| {
+                let share = s
+                    .requests
+                    .iter()
+                    .filter_map(|id| index.get(id))
+                    .filter(|&&i| e.sharing.contains(&i))
+                    .filter_map(|&i| e.fractions[i])
+                    .fold(0.0, f64::max);
+                s.step_ns as f64 * share
+            })
+            .sum();
+        if freed >= 1.0 {
+            *out.entry(j).or_default() += freed as u64;
+        }
+    }
+    out
 }
 
 /// Requests repeating an earlier prompt prefix whose prefill costs as if it did not.
@@ -359,6 +419,7 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
         ttft: BTreeMap::new(),
         ttft_added,
         itl,
+        ttft_with: None,
     })
 }
 
@@ -446,5 +507,6 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
         ttft,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
+        ttft_with: None,
     })
 }

@@ -47,19 +47,42 @@ pub const RULES: [(u8, &str, &str); 13] = [
 const MIN_EVIDENCE: usize = 3;
 
 pub(super) fn run(input: &Input) -> Vec<Finding> {
-    run_with(input, true)
+    run_with(input, Fixed::default())
 }
 
-/// The rules, where rule 5's cost (the chunked prefill of each long prompt) counts a
-/// prefix cache only when `with_prefix_cache` (rule 4's fix applied too, as in the joint
-/// saving); a what-if of rule 5 without rule 4 prefills the whole prompt in chunks.
-pub(super) fn run_with(input: &Input, with_prefix_cache: bool) -> Vec<Finding> {
+/// Which other fixes a rule's saving may assume applied, where two rules' fixes change
+/// the same time (a what-if of several rules; `run` takes each fix alone, as its own
+/// saving).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fixed {
+    /// Rule 4 (prefix cache) applied: rule 5's chunked prefill then prefills only the
+    /// unshared part of each long prompt, so its cost counts the cache.
+    pub prefix_cache: bool,
+    /// Rule 2 (proxy buffering) applied: responses are no longer held, so rule 4's
+    /// shorter prefill steps no longer release a held response earlier.
+    pub proxy_buffering: bool,
+}
+
+impl Default for Fixed {
+    fn default() -> Self {
+        Fixed {
+            prefix_cache: true,
+            proxy_buffering: false,
+        }
+    }
+}
+
+/// The rules, each saving under the fixes `fixed` assumes applied alongside.
+pub(super) fn run_with(input: &Input, fixed: Fixed) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(network::new_connection_per_request(input));
     out.extend(network::proxy_holds(input));
-    let prefix = engine::no_prefix_cache(input);
-    let prefix_removed = prefix.as_ref().map(|f| f.ttft.clone()).unwrap_or_default();
-    let prefix_cache_fixed = prefix.is_some() && with_prefix_cache;
+    // Rule 6 subtracts only what the cache takes off each request's own engine wait.
+    let (prefix, prefix_removed) = match engine::no_prefix_cache(input, !fixed.proxy_buffering) {
+        Some((f, own)) => (Some(f), own),
+        None => (None, BTreeMap::new()),
+    };
+    let prefix_cache_fixed = prefix.is_some() && fixed.prefix_cache;
     out.extend(prefix);
     out.extend(engine::prefill_stalls_decode(input, prefix_cache_fixed));
     out.extend(engine::queueing(input, &prefix_removed));

@@ -96,6 +96,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
         ttft,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
+        ttft_with: None,
     })
 }
 
@@ -348,6 +349,7 @@ fn hold_finding(
         ttft,
         ttft_added: BTreeMap::new(),
         itl,
+        ttft_with: None,
     }
 }
 
