@@ -62,10 +62,13 @@ impl StepTimer {
         closed: &mut [GpuStep],
     ) {
         let end_ns = end_ns.max(start_ns);
+        // `closed` is in closing order: a record that started after the last step closed
+        // (the usual case, records in time order) is no late one, and skips the scan.
+        let late = closed.last().is_some_and(|s| start_ns <= s.end_ns);
         if let Some(step) = closed
             .iter_mut()
             .rev()
-            .take(LATE_STEPS)
+            .take(if late { LATE_STEPS } else { 0 })
             .find(|s| s.pid == pid && s.start_ns <= start_ns && start_ns <= s.end_ns)
         {
             let d = step.device.get_or_insert(DeviceTime {
