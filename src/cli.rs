@@ -357,7 +357,7 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let opts = RecordOptions {
         probes,
         duration: args.duration,
-        output: recording.clone(),
+        output: collector::record::sink::Output::File(recording.clone()),
         cupti_socket: args.cupti_socket.clone(),
         nvml: (args.nvml == GpuMode::Auto).then(|| collector::record::NvmlOptions {
             lib: args.nvml_lib.clone(),

@@ -1,5 +1,8 @@
-//! A live recording: probes -> decode -> record file, until a signal, a
-//! duration, or an error. Used by `tokenscope record`.
+//! A live recording: probes -> decode -> observer and record file(s), until a
+//! signal, a duration, or an error. Used by `tokenscope record`, `top` and `agent`.
+
+pub mod live;
+pub mod sink;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,10 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::{monotonic_ns, realtime_ns};
-use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
+use crate::ingest::record::{Counters, FileHeader, RecordError};
 use crate::ingest::Event;
 use crate::probes::{ProbeConfig, ProbeError, Probes};
 use crate::protocol::Decoder;
+use sink::{Output, Sink};
 
 /// How often pending events are drained when the kernel has not woken us
 /// (the probes wake user space only every 64 KiB).
@@ -27,7 +31,7 @@ pub struct RecordOptions {
     pub cupti_socket: Option<PathBuf>,
     /// Stop after this long; `None` runs until SIGINT/SIGTERM.
     pub duration: Option<Duration>,
-    pub output: PathBuf,
+    pub output: Output,
 }
 
 #[derive(Clone, Debug)]
@@ -60,7 +64,7 @@ impl RecordSessionError {
 pub trait RecordObserver {
     /// Probes are attached: traffic from now on is recorded.
     fn started(&mut self, probes: &Probes);
-    /// Called per decoded event, before it is written.
+    /// Called per event (probes, NVML, CUPTI, ring readings), before it is written.
     fn event(&mut self, _event: &Event) {}
     /// A line about an optional source (e.g. NVML on or off, and why).
     fn note(&mut self, _line: &str) {}
@@ -82,7 +86,7 @@ pub fn run(
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(RecordSessionError::Signal)?;
     }
     // Create the file first: a bad path fails before anything touches the kernel.
-    let mut writer = RecordWriter::create(&opts.output, base_header(&opts.probes))?;
+    let mut writer = Sink::create(&opts.output, base_header(&opts.probes))?;
     let mut probes = Probes::load(&opts.probes)?;
     writer.update_header(|h| {
         // The header has a fixed 4 KiB region: many libssl files make long lists.
@@ -114,11 +118,11 @@ pub fn run(
             failure = Some(e);
             break;
         }
-        if let Err(e) = drain_cupti(cupti.as_ref(), &mut writer, &mut counters) {
+        if let Err(e) = drain_cupti(cupti.as_ref(), &mut writer, &mut counters, observer) {
             failure = Some(e);
             break;
         }
-        if let Err(e) = drain_nvml(sampler.as_ref(), &mut writer, &mut counters) {
+        if let Err(e) = drain_nvml(sampler.as_ref(), &mut writer, &mut counters, observer) {
             failure = Some(e);
             break;
         }
@@ -126,14 +130,18 @@ pub fn run(
             if let Ok((submitted, dropped)) = probes.counters() {
                 observer.counters(submitted, dropped);
                 let reading = (submitted, dropped);
-                if let Err(e) =
-                    write_ring_reading(&mut writer, &mut counters, &mut ring_dropped, reading)
-                {
+                if let Err(e) = write_ring_reading(
+                    &mut writer,
+                    &mut counters,
+                    &mut ring_dropped,
+                    reading,
+                    observer,
+                ) {
                     failure = Some(e);
                     break;
                 }
             }
-            if let Err(e) = writer.flush() {
+            if let Err(e) = writer.flush(&counters, monotonic_ns()) {
                 failure = Some(e);
                 break;
             }
@@ -165,14 +173,20 @@ pub fn run(
     }
     // The last reading: drops after the last one written, while the probes detached.
     let reading = (counters.submitted, counters.dropped);
-    write_ring_reading(&mut writer, &mut counters, &mut ring_dropped, reading)?;
+    write_ring_reading(
+        &mut writer,
+        &mut counters,
+        &mut ring_dropped,
+        reading,
+        observer,
+    )?;
     let tls_untied = probes.tls_untied()?;
     writer.update_header(|h| h.tls_untied = tls_untied)?;
     drop(probes);
     if let Some(listener) = &cupti {
         // Hooks that already hung up may still have bytes in flight to the listener.
         listener.wait_until(Duration::from_millis(500), |s| s.closed >= s.connections);
-        drain_cupti(Some(listener), &mut writer, &mut counters)?;
+        drain_cupti(Some(listener), &mut writer, &mut counters, observer)?;
         let stats = listener.stats();
         writer.update_header(|h| {
             h.cupti_received = stats.records_received;
@@ -188,7 +202,7 @@ pub fn run(
         }
     }
     if let Some(sampler) = sampler {
-        drain_nvml(Some(&sampler), &mut writer, &mut counters)?;
+        drain_nvml(Some(&sampler), &mut writer, &mut counters, observer)?;
         let dropped = sampler.dropped();
         sampler.stop();
         writer.update_header(|h| h.nvml_dropped = dropped)?;
@@ -199,7 +213,7 @@ pub fn run(
 /// Starts NVML sampling when asked; without a driver that is a note, not a failure.
 fn start_nvml(
     opts: Option<&NvmlOptions>,
-    writer: &mut RecordWriter,
+    writer: &mut Sink,
     observer: &mut dyn RecordObserver,
 ) -> Result<Option<nvml_sampler::Sampler>, RecordError> {
     let Some(opts) = opts else { return Ok(None) };
@@ -254,8 +268,9 @@ fn start_cupti(
 
 fn drain_cupti(
     listener: Option<&tokenscope_cupti_hook::HookListener>,
-    writer: &mut RecordWriter,
+    writer: &mut Sink,
     counters: &mut Counters,
+    observer: &mut dyn RecordObserver,
 ) -> Result<(), RecordError> {
     use crate::ingest::model::{event::Body, GpuActivity, GpuActivityKind};
     use tokenscope_cupti_hook::GpuActivity as Hook;
@@ -318,14 +333,18 @@ fn drain_cupti(
             ),
         };
         counters.gpu_samples += 1;
-        writer.push(Event {
-            ts_ns: g.start_ns,
-            pid,
-            tid: 0,
-            cpu: 0,
-            comm: String::new(),
-            body: Some(Body::Gpu(g)),
-        })?;
+        emit(
+            writer,
+            observer,
+            Event {
+                ts_ns: g.start_ns,
+                pid,
+                tid: 0,
+                cpu: 0,
+                comm: String::new(),
+                body: Some(Body::Gpu(g)),
+            },
+        )?;
     }
     Ok(())
 }
@@ -333,39 +352,55 @@ fn drain_cupti(
 /// Writes the ring buffer's counters when its drops moved since the last reading
 /// written: the recording then tells when events were lost, not only how many.
 fn write_ring_reading(
-    writer: &mut RecordWriter,
+    writer: &mut Sink,
     counters: &mut Counters,
     last_dropped: &mut u64,
     (submitted, dropped): (u64, u64),
+    observer: &mut dyn RecordObserver,
 ) -> Result<(), RecordError> {
     if dropped <= *last_dropped {
         return Ok(());
     }
     *last_dropped = dropped;
     counters.ring_readings += 1;
-    writer.push(Event {
-        ts_ns: monotonic_ns(),
-        pid: 0,
-        tid: 0,
-        cpu: 0,
-        comm: String::new(),
-        body: Some(crate::ingest::model::event::Body::Ring(
-            crate::ingest::model::RingCounters { submitted, dropped },
-        )),
-    })
+    emit(
+        writer,
+        observer,
+        Event {
+            ts_ns: monotonic_ns(),
+            pid: 0,
+            tid: 0,
+            cpu: 0,
+            comm: String::new(),
+            body: Some(crate::ingest::model::event::Body::Ring(
+                crate::ingest::model::RingCounters { submitted, dropped },
+            )),
+        },
+    )
+}
+
+/// Hands an event to the observer, then to the sink.
+fn emit(
+    writer: &mut Sink,
+    observer: &mut dyn RecordObserver,
+    event: Event,
+) -> Result<(), RecordError> {
+    observer.event(&event);
+    writer.push(event)
 }
 
 fn drain_nvml(
     sampler: Option<&nvml_sampler::Sampler>,
-    writer: &mut RecordWriter,
+    writer: &mut Sink,
     counters: &mut Counters,
+    observer: &mut dyn RecordObserver,
 ) -> Result<(), RecordError> {
     let Some(sampler) = sampler else {
         return Ok(());
     };
     for s in sampler.drain() {
         counters.gpu_samples += 1;
-        writer.push(Event {
+        emit(writer, observer, Event {
             ts_ns: s.ts_ns,
             pid: 0,
             tid: 0,
@@ -394,7 +429,7 @@ fn drain_nvml(
 fn drain_into(
     probes: &mut Probes,
     decoder: &mut Decoder,
-    writer: &mut RecordWriter,
+    writer: &mut Sink,
     counters: &mut Counters,
     observer: &mut dyn RecordObserver,
 ) -> Result<(), RecordError> {

@@ -10,6 +10,7 @@ use anyhow::Context;
 use collector::probes::{
     IoSource, IoSourceChoice, ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES,
 };
+use collector::record::sink::Output;
 use collector::record::{NvmlOptions, RecordOptions};
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -109,7 +110,7 @@ pub struct TopArgs {
     pub tls: GpuMode,
     #[command(flatten)]
     pub kernel: KernelArgs,
-    /// Live: keep the recording in this file (default: a temporary file, removed on exit).
+    /// Live: keep the recording in this file (default: none kept).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// History kept: finished requests, GPU steps and samples this recent (e.g. 30s, 5m).
@@ -185,7 +186,7 @@ pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
             )
         }
         None => {
-            let mut live = Live::start(record_options(&args), args.output.clone())?;
+            let mut live = Live::start(record_options(&args))?;
             let (attached, skipped) = live.wait_started(Duration::from_secs(60))?;
             let meta = Meta {
                 host: hostname(),
@@ -234,8 +235,10 @@ fn record_options(args: &TopArgs) -> RecordOptions {
         }),
         cupti_socket: None,
         duration: None,
-        // Set by Live::start.
-        output: PathBuf::new(),
+        output: match &args.output {
+            Some(path) => Output::File(path.clone()),
+            None => Output::Discard,
+        },
     }
 }
 

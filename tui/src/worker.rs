@@ -178,7 +178,7 @@ fn run(
     }
     if let Source::Live(mut live) = source {
         if let Some(Err(e)) = live.stop() {
-            return Err(e);
+            return Err(e.into());
         }
     }
     Ok(())

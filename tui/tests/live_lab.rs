@@ -7,7 +7,6 @@
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -47,9 +46,9 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
         nvml: None,
         cupti_socket: None,
         duration: None,
-        output: PathBuf::new(),
+        output: collector::record::sink::Output::Discard,
     };
-    let mut live = Live::start(opts, None).expect("live recording");
+    let mut live = Live::start(opts).expect("live recording");
     let (attached, _) = live
         .wait_started(Duration::from_secs(60))
         .expect("probes attached (this test needs root and eBPF)");

@@ -7,7 +7,8 @@ use anyhow::{bail, Context, Result};
 
 /// Build: clang-19 + libbpf headers (+ kernel UAPI headers) compile the probes.
 /// Tests: nginx, curl, openssl, bpftool, python3-venv (the openai SDK test and virtme-ng),
-/// tmux (TUI test), QEMU (the kernel matrix), g++ (libFuzzer).
+/// tmux (TUI test), QEMU (the kernel matrix), g++ (libFuzzer), Prometheus (the agent's
+/// scrape test).
 const PACKAGES: &[&str] = &[
     "clang-19",
     "libbpf-dev",
@@ -28,6 +29,8 @@ const PACKAGES: &[&str] = &[
     "kmod",
     // The fuzz targets (cargo xtask fuzz): libfuzzer-sys builds libFuzzer from C++.
     "g++",
+    // A real Prometheus server scrapes `tokenscope agent` (tests/agent_prometheus.rs).
+    "prometheus",
 ];
 const POLICY_RC: &str = "/usr/sbin/policy-rc.d";
 

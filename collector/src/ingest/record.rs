@@ -148,6 +148,8 @@ pub struct RecordWriter {
     header: FileHeader,
     pending: Vec<Event>,
     written: u64,
+    /// Bytes in the file so far (header region and flushed frames).
+    bytes: u64,
 }
 
 /// Creates (or truncates) `path` readable and writable by its owner only (0600, also
@@ -180,6 +182,7 @@ impl RecordWriter {
             header,
             pending: Vec::new(),
             written: 0,
+            bytes: HEADER_REGION,
         };
         w.write_header()?;
         Ok(w)
@@ -201,6 +204,7 @@ impl RecordWriter {
             };
             self.written += batch.events.len() as u64;
             let buf = batch.encode_length_delimited_to_vec();
+            self.bytes += buf.len() as u64;
             self.out.write_all(&buf).map_err(|e| self.io(e))?;
         }
         self.out.flush().map_err(|e| self.io(e))
@@ -214,6 +218,11 @@ impl RecordWriter {
         update(&mut self.header);
         self.header.complete = false;
         self.write_header()
+    }
+
+    /// The file's size once what is pending is flushed (less those events).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     pub fn written(&self) -> u64 {

@@ -1,0 +1,173 @@
+//! A live recording on its own thread, for the views that watch as it happens (`top`,
+//! `agent`): events are taken in batches, the recording is always stopped (probes
+//! detached) when the handle goes, panics included.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{RecordObserver, RecordOptions, RecordSessionError};
+use crate::ingest::record::FileHeader;
+use crate::ingest::Event;
+use crate::probes::Probes;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("starting the recording thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("record: {0}")]
+    Session(#[from] RecordSessionError),
+    #[error("the recording ended before it started")]
+    EndedEarly,
+    #[error("probes not attached after {0:?}")]
+    NotAttached(Duration),
+    #[error("the recording did not stop within 30 s; its probes go when this process exits")]
+    NoStop,
+    #[error("the recording thread panicked")]
+    Panicked,
+}
+
+impl LiveError {
+    /// The kernel (or this process) cannot run the probes.
+    pub fn is_unsupported_kernel(&self) -> bool {
+        matches!(self, LiveError::Session(s) if s.is_unsupported_kernel())
+    }
+}
+
+/// What the recording thread shares with its watcher.
+#[derive(Default)]
+struct Shared {
+    events: Mutex<Vec<Event>>,
+    notes: Mutex<Vec<String>>,
+    /// Probes attached (and the signal handlers that stop the recording installed).
+    started: Mutex<Option<(usize, usize)>>,
+    /// Ring-buffer drops so far, as the recorder last read them.
+    dropped: Mutex<Option<u64>>,
+}
+
+struct Observer(Arc<Shared>);
+
+impl RecordObserver for Observer {
+    fn started(&mut self, probes: &Probes) {
+        *lock(&self.0.started) = Some((probes.attached.len(), probes.skipped.len()));
+    }
+
+    fn event(&mut self, event: &Event) {
+        lock(&self.0.events).push(event.clone());
+    }
+
+    fn note(&mut self, line: &str) {
+        lock(&self.0.notes).push(line.to_string());
+    }
+
+    fn counters(&mut self, _submitted: u64, dropped: u64) {
+        *lock(&self.0.dropped) = Some(dropped);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `record::run` on a thread. Dropping it stops the recording (SIGINT, which
+/// `record::run` handles by detaching its probes) and waits.
+pub struct Live {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<Result<FileHeader, RecordSessionError>>>,
+}
+
+impl Live {
+    pub fn start(opts: RecordOptions) -> Result<Live, LiveError> {
+        let shared = Arc::new(Shared::default());
+        let mut observer = Observer(Arc::clone(&shared));
+        let thread = std::thread::Builder::new()
+            .name("tokenscope-record".into())
+            .spawn(move || super::run(&opts, &mut observer))
+            .map_err(LiveError::Spawn)?;
+        Ok(Live {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits until the probes are attached, or returns the error that stopped the
+    /// recording. The attached and skipped probe counts.
+    pub fn wait_started(&mut self, limit: Duration) -> Result<(usize, usize), LiveError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(counts) = *lock(&self.shared.started) {
+                return Ok(counts);
+            }
+            if self.finished() {
+                return match self.join() {
+                    Some(Err(e)) => Err(e),
+                    _ => Err(LiveError::EndedEarly),
+                };
+            }
+            if Instant::now() > deadline {
+                return Err(LiveError::NotAttached(limit));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn take_events(&self) -> Vec<Event> {
+        std::mem::take(&mut *lock(&self.shared.events))
+    }
+
+    /// Ring-buffer drops so far (None until the recorder has read its counters).
+    pub fn dropped(&self) -> Option<u64> {
+        *lock(&self.shared.dropped)
+    }
+
+    pub fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.shared.notes))
+    }
+
+    pub fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the recording and returns how it ended (None: already joined).
+    pub fn stop(&mut self) -> Option<Result<FileHeader, LiveError>> {
+        self.thread.as_ref()?;
+        if !self.finished() && lock(&self.shared.started).is_some() {
+            request_stop();
+        }
+        self.join()
+    }
+
+    fn join(&mut self) -> Option<Result<FileHeader, LiveError>> {
+        let thread = self.thread.take()?;
+        // Attaching may still be under way: the recording installs its SIGINT
+        // handler before it attaches, so keep asking until it ends.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !thread.is_finished() && Instant::now() < deadline {
+            if lock(&self.shared.started).is_some() {
+                request_stop();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !thread.is_finished() {
+            return Some(Err(LiveError::NoStop));
+        }
+        Some(match thread.join() {
+            Ok(r) => r.map_err(LiveError::from),
+            Err(_) => Err(LiveError::Panicked),
+        })
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// `record::run` stops on SIGINT; raising it in-process reaches its handler.
+fn request_stop() {
+    // SAFETY: raise(2) with a valid signal number; the handlers are installed.
+    unsafe {
+        libc::raise(libc::SIGINT);
+    }
+}
