@@ -35,5 +35,12 @@ pub const LAB_API_SDKS: VenvSpec = (
     "import openai, anthropic, ollama, huggingface_hub; from google import genai",
 );
 
+/// The OpenTelemetry protobuf schema (the agent's OTLP exports decode with it).
+pub const OTLP: VenvSpec = (
+    "tokenscope-otlp-venv",
+    "opentelemetry-proto",
+    "from opentelemetry.proto.collector.trace.v1 import trace_service_pb2",
+);
+
 /// All of them, the slowest to install first.
-pub const ALL: [VenvSpec; 5] = [LITELLM, LAB_API_SDKS, OPENAI_H2, PERFETTO, LAB_OPENAI];
+pub const ALL: [VenvSpec; 6] = [LITELLM, LAB_API_SDKS, OPENAI_H2, PERFETTO, LAB_OPENAI, OTLP];

@@ -118,10 +118,28 @@ pub fn redacted(name: &[u8], value: &[u8]) -> Option<Header> {
         return None;
     }
     let name = text(name).to_ascii_lowercase();
-    let value = VALUE_ALLOWED
-        .contains(&name.as_str())
-        .then(|| text(value.trim_ascii()));
+    let value = if name == "traceparent" {
+        trace_parent(value.trim_ascii())
+    } else {
+        VALUE_ALLOWED
+            .contains(&name.as_str())
+            .then(|| text(value.trim_ascii()))
+    };
     Some(Header { name, value })
+}
+
+/// A W3C `traceparent` value (`00-<32 hex trace id>-<16 hex parent id>-<2 hex
+/// flags>`), lower-cased; anything else is dropped (only ids cross, never text).
+fn trace_parent(value: &[u8]) -> Option<String> {
+    let hex = |b: &[u8]| !b.is_empty() && b.iter().all(u8::is_ascii_hexdigit);
+    let parts: Vec<&[u8]> = value.split(|b| *b == b'-').collect();
+    let shape = [2, 32, 16, 2];
+    let ok = parts.len() == 4
+        && parts.iter().zip(shape).all(|(p, n)| p.len() == n && hex(p))
+        && parts[1].iter().any(|b| *b != b'0')
+        && parts[2].iter().any(|b| *b != b'0')
+        && !parts[0].eq_ignore_ascii_case(b"ff");
+    ok.then(|| text(value).to_ascii_lowercase())
 }
 
 /// An HTTP/2 header block's fields as a head, redacted as an HTTP/1 head is: a
@@ -210,6 +228,25 @@ Content-Length: 42\r\n\r\n{\"messages\":[{\"content\":\"my prompt\"}]}";
         );
         assert!(h.has_query && h.complete);
         assert_eq!(header(&h.headers, "host"), Some("localhost:8080"));
+        let traced = parse_request_head(
+            b"GET /e HTTP/1.1\r\ntraceparent: 00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            header(&traced.headers, "traceparent"),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        for bad in [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-secretsecretsecretsecretsecret12-00f067aa0ba902b7-01",
+        ] {
+            let head = parse_request_head(
+                format!("GET /e HTTP/1.1\r\ntraceparent: {bad}\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(header(&head.headers, "traceparent"), None, "{bad}");
+        }
         assert_eq!(header(&h.headers, "content-length"), Some("42"));
         let auth = h
             .headers

@@ -98,6 +98,8 @@ pub struct Exchange {
     pub method: String,
     pub path: String,
     pub host: Option<String>,
+    /// Its W3C `traceparent` header, when it carried a well-formed one.
+    pub trace_parent: Option<String>,
     pub body_print: Option<(u64, u64)>,
     /// Hash of each whole KiB of the request body's first 64 KiB (see protocol::stream).
     pub prefix_prints: Vec<u64>,
@@ -138,6 +140,7 @@ impl Exchange {
             self.method = h.method.clone();
             self.path = h.path.clone();
             self.host = http::header(&h.headers, "host").map(str::to_string);
+            self.trace_parent = http::header(&h.headers, "traceparent").map(str::to_string);
         }
         if let Some(p) = sn.body_print {
             self.body_print = Some((p.hash, p.length));

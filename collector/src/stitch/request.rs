@@ -129,6 +129,10 @@ pub struct Request {
     pub method: String,
     pub path: String,
     pub host: Option<String>,
+    /// The W3C `traceparent` the request carried (the client-most hop that had one):
+    /// the agent's spans join that trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
     pub status: Option<u32>,
     /// The streaming API its events had (`openai-chat`, `anthropic`, ... see
     /// `ingest::model::Api`); `unknown-sse` when none matched (every data event is then
@@ -224,6 +228,7 @@ impl Request {
             method: "POST".into(),
             path: "/v1/completions".into(),
             host: None,
+            trace_parent: None,
             status: None,
             api: None,
             reasoning_tokens: 0,
@@ -395,6 +400,7 @@ pub fn build(
         } else {
             head.host.clone()
         },
+        trace_parent: chain.iter().find_map(|&e| x(e).trace_parent.clone()),
         encrypted: rx.encrypted,
         http2: rx.stream_id.is_some(),
         attached_mid: head.attached_mid,
