@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use collector::probes::{ProbeConfig, Probes, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES};
-use collector::record::{RecordObserver, RecordOptions};
+use collector::probes::Probes;
+use collector::record::RecordObserver;
+
+use crate::probe_args::ProbeArgs;
 
 const ABOUT: &str =
     "Where did the time to first token go? An eBPF + GPU trace profiler for LLM token streams.";
@@ -133,6 +135,9 @@ the saving estimated before), new, or kept.")]
     /// The live terminal view: requests, TTFT and ITL per hop, as they happen (or a replay).
     #[command(after_help = tokenscope_tui::AFTER_HELP)]
     Top(tokenscope_tui::TopArgs),
+    /// Always on: Prometheus metrics and OTLP traces of every stream, rotating recordings.
+    #[command(after_help = crate::agent_cli::AFTER_HELP)]
+    Agent(crate::agent_cli::AgentArgs),
 }
 
 #[derive(Args, Debug)]
@@ -186,12 +191,8 @@ struct ExportArgs {
 
 #[derive(Args, Debug)]
 struct RecordArgs {
-    /// Trace only this process (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pids: Vec<u32>,
-    /// Trace only sockets with this local or remote port (repeatable, up to 8).
-    #[arg(long = "port", value_name = "N")]
-    ports: Vec<u16>,
+    #[command(flatten)]
+    probes: ProbeArgs,
     /// Stop after this long (e.g. 500ms, 10s, 2m); default: until Ctrl-C.
     #[arg(short, long, value_parser = collector::duration::parse, value_name = "D")]
     duration: Option<Duration>,
@@ -202,47 +203,9 @@ struct RecordArgs {
     /// Output format; default: from the extension (.pftrace: perfetto).
     #[arg(long, value_enum)]
     format: Option<OutputFormat>,
-    /// Ring buffer size in bytes (power of two). Small values make drops likely.
-    #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
-    ring_size: u32,
-    /// GPU probes: `auto` puts uprobes on every libcuda a traced process maps; `off` none.
-    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
-    gpu: GpuMode,
-    /// Put the libcuda uprobes on this file (repeatable) instead of searching for it.
-    #[arg(long, value_name = "PATH")]
-    libcuda: Vec<PathBuf>,
-    /// TLS plaintext: `auto` puts uprobes on OpenSSL's SSL_read/SSL_write in every
-    /// libssl.so a traced process maps, the system's libssl, and traced executables
-    /// that export them (node); `off` times TLS by record only.
-    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
-    tls: GpuMode,
-    /// Put the TLS plaintext uprobes on this file (repeatable) instead of searching.
-    #[arg(long, value_name = "PATH")]
-    libssl: Vec<PathBuf>,
-    #[command(flatten)]
-    kernel: tokenscope_tui::KernelArgs,
-    /// NVML device counters: `auto` samples when a driver is there (one line when not).
-    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
-    nvml: GpuMode,
-    /// Use this NVML library instead of the system's libnvidia-ml.so.1.
-    #[arg(long, value_name = "PATH")]
-    nvml_lib: Option<PathBuf>,
-    /// How often NVML is sampled.
-    #[arg(long, value_parser = collector::duration::parse, default_value = "100ms", value_name = "D")]
-    nvml_interval: Duration,
-    /// Listen here for the CUPTI hook: start the engine with
-    /// CUDA_INJECTION64_PATH=<dir of tokenscope>/libtokenscope_cupti_hook.so and
-    /// TOKENSCOPE_CUPTI_SOCKET=<this path> for exact kernel and copy spans. The socket is
-    /// owner-only (0600; missing directories are made 0700) and takes hooks running as
-    /// this user or root; others are refused and counted.
-    #[arg(long, value_name = "PATH")]
-    cupti_socket: Option<PathBuf>,
     /// Print the report (as `tokenscope report`) when the recording ends.
     #[arg(long)]
     report: bool,
-    /// Payload bytes copied per socket send/receive (parsed, then dropped; at most 16384).
-    #[arg(long, default_value_t = DEFAULT_PAYLOAD_CAP, value_name = "BYTES")]
-    payload_cap: u32,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,12 +214,6 @@ enum OutputFormat {
     Record,
     /// A Perfetto trace (ui.perfetto.dev), exported when the recording ends.
     Perfetto,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum GpuMode {
-    Auto,
-    Off,
 }
 
 #[derive(Args, Debug)]
@@ -282,6 +239,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Export(args) => export(&args.file, &args.output, args.window),
         Command::Diff(args) => diff(&args),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
+        Command::Agent(args) => crate::agent_cli::agent(args),
         Command::Dump(args) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -323,17 +281,6 @@ impl RecordObserver for Progress {
 }
 
 fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
-    // Uprobes cost microseconds per call (tens in VMs): say where they go, or why not.
-    let libcuda = match (args.gpu, args.libcuda.is_empty()) {
-        (GpuMode::Off, _) => Vec::new(),
-        (GpuMode::Auto, false) => args.libcuda.clone(),
-        (GpuMode::Auto, true) => collector::probes::find_libcuda(&args.pids),
-    };
-    let libssl = match (args.tls, args.libssl.is_empty()) {
-        (GpuMode::Off, _) => Vec::new(),
-        (GpuMode::Auto, false) => args.libssl.clone(),
-        (GpuMode::Auto, true) => collector::probes::find_libssl(&args.pids),
-    };
     let perfetto = args.format == Some(OutputFormat::Perfetto)
         || (args.format.is_none() && args.output.extension().is_some_and(|e| e == "pftrace"));
     // A trace is exported from the recording once it ends; the recording stays for replay.
@@ -342,28 +289,10 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.output.clone()
     };
-    let gpu_note = (args.gpu == GpuMode::Auto && libcuda.is_empty())
-        .then_some("GPU probes off: no traced process maps libcuda.so (use --libcuda PATH)");
-    let mut probes = ProbeConfig {
-        pids: args.pids,
-        ports: args.ports,
-        ring_bytes: args.ring_size,
-        payload_cap: args.payload_cap,
-        libcuda,
-        libssl,
-        ..ProbeConfig::default()
-    };
-    args.kernel.apply(&mut probes);
-    let opts = RecordOptions {
-        probes,
-        duration: args.duration,
-        output: collector::record::sink::Output::File(recording.clone()),
-        cupti_socket: args.cupti_socket.clone(),
-        nvml: (args.nvml == GpuMode::Auto).then(|| collector::record::NvmlOptions {
-            lib: args.nvml_lib.clone(),
-            interval: args.nvml_interval,
-        }),
-    };
+    let (opts, gpu_note) = args.probes.record_options(
+        args.duration,
+        collector::record::sink::Output::File(recording.clone()),
+    );
     let header = collector::record::run(&opts, &mut Progress { gpu_note }).context("record")?;
     let c = header.counters.unwrap_or_default();
     eprintln!(

@@ -4,4 +4,6 @@
 
 #![cfg_attr(test, allow(unused_crate_dependencies))] // unit tests see every dev-dependency
 
+pub mod agent_cli;
 pub mod cli;
+pub mod probe_args;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter};
+use crate::ingest::record::{Counters, FileHeader, RecordError, RecordWriter, FORMAT_VERSION};
 use crate::ingest::Event;
 
 /// What a recording session writes.
@@ -73,7 +73,8 @@ struct Rotator {
 
 impl Sink {
     /// Creates the first file (a bad path fails before anything touches the kernel).
-    pub(crate) fn create(output: &Output, header: FileHeader) -> Result<Sink, RecordError> {
+    pub(crate) fn create(output: &Output, mut header: FileHeader) -> Result<Sink, RecordError> {
+        header.format_version = FORMAT_VERSION;
         let kind = match output {
             Output::File(path) => Kind::File(RecordWriter::create(path, header.clone())?),
             Output::Rotate(cfg) => {
@@ -310,6 +311,7 @@ mod tests {
             file_age: Duration::from_secs(3600),
         };
         let mut sink = Sink::create(&Output::Rotate(cfg.clone()), FileHeader::default()).unwrap();
+        sink.update_header(|h| h.io_source = "sock".into()).unwrap();
         let mut counters = Counters::default();
         for i in 0..10_000u64 {
             sink.push(event(i)).unwrap();
@@ -339,6 +341,7 @@ mod tests {
         for path in &names {
             let mut r = RecordReader::open(path).unwrap();
             assert!(r.header.complete, "{path:?} sealed");
+            assert_eq!(r.header.io_source, "sock", "{path:?} has the session's header");
             let events = r.read_all().unwrap();
             assert_eq!(
                 r.header.counters.unwrap().delivered,
