@@ -8,6 +8,7 @@ pub mod bin;
 pub mod events;
 pub mod http;
 pub mod nginx;
+pub mod otlp;
 pub mod pyvenv;
 pub mod recorder;
 pub mod report;
