@@ -65,9 +65,12 @@ pub struct AgentArgs {
     /// Recordings older than this are removed (e.g. 30m, 6h).
     #[arg(long, default_value = "1h", value_parser = collector::duration::parse, value_name = "D", requires = "record_dir")]
     max_age: Duration,
-    /// Diagnoses run over the requests finished this recently (every 10 s).
+    /// Diagnoses run over the requests finished this recently...
     #[arg(long, default_value = "60s", value_parser = collector::duration::parse, value_name = "D")]
     window: Duration,
+    /// ...this often (their gauges change no faster).
+    #[arg(long, default_value = "10s", value_parser = collector::duration::parse, value_name = "D")]
+    diagnose_every: Duration,
     /// Distinct routes (paths) labelled before the rest become `other`.
     #[arg(long, default_value_t = tokenscope_agent::metrics::DEFAULT_MAX_ROUTES, value_name = "N")]
     max_routes: usize,
@@ -138,7 +141,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         },
         otlp,
         window: args.window,
-        diagnose_every: Duration::from_secs(10),
+        diagnose_every: args.diagnose_every,
         max_routes: args.max_routes,
     };
     let quit = tokenscope_agent::quit_flag()?;

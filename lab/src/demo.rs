@@ -43,6 +43,8 @@ pub struct DemoConfig {
     pub progress: bool,
     /// Untuned with one of its causes fixed.
     pub fix: Option<OneFix>,
+    /// Requests sent (and left out of the bench's figures) before the load starts.
+    pub warmup_requests: u64,
 }
 
 impl Default for DemoConfig {
@@ -61,6 +63,7 @@ impl Default for DemoConfig {
             max_tokens: 96,
             progress: true,
             fix: None,
+            warmup_requests: 1,
         }
     }
 }
@@ -137,7 +140,7 @@ impl DemoConfig {
             http2: self.tuned && !self.plain,
             insecure: true,
             progress: self.progress,
-            warmup_requests: 1,
+            warmup_requests: self.warmup_requests,
             // One client in four accepts gzip; the others (curl, many HTTP libraries)
             // do not ask for it.
             accept_gzip_every: 4,

@@ -4,6 +4,7 @@
 //! stand-in GPU libraries. They panic with a message naming what was expected: they
 //! are for tests.
 
+pub mod agent;
 pub mod bin;
 pub mod events;
 pub mod http;
