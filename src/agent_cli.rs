@@ -151,6 +151,9 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         if let Some(note) = gpu_note {
             eprintln!("tokenscope agent: {note}");
         }
+        for line in &s.probe_lines {
+            eprintln!("tokenscope agent: {line}");
+        }
         let mut line = format!(
             "tokenscope agent: attached {} probes ({} skipped)",
             s.probes_attached, s.probes_skipped

@@ -27,11 +27,14 @@ fn main() -> ExitCode {
 /// process) cannot run the probes (exit status 2).
 fn unsupported_kernel(e: &anyhow::Error) -> bool {
     use collector::probes::ProbeError;
+    use collector::record::live::LiveError;
     use collector::record::RecordSessionError;
     e.chain().any(|c| {
         c.downcast_ref::<ProbeError>()
             .is_some_and(ProbeError::is_unsupported_kernel)
             || c.downcast_ref::<RecordSessionError>()
                 .is_some_and(RecordSessionError::is_unsupported_kernel)
+            || c.downcast_ref::<LiveError>()
+                .is_some_and(LiveError::is_unsupported_kernel)
     })
 }

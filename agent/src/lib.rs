@@ -74,6 +74,7 @@ pub fn run(
     started(&Started {
         probes_attached: attached,
         probes_skipped: skipped,
+        probe_lines: live.probe_lines(),
         metrics: server.as_ref().map(|s| s.addr),
     });
     let mut agent = Agent {
@@ -123,6 +124,8 @@ pub fn run(
 pub struct Started {
     pub probes_attached: usize,
     pub probes_skipped: usize,
+    /// The I/O source, then each probe skipped and why.
+    pub probe_lines: Vec<String>,
     pub metrics: Option<SocketAddr>,
 }
 

@@ -384,6 +384,8 @@ impl Probes {
 /// A family of uprobes: one entry and one return program for many symbols, the
 /// attach cookie saying which symbol fired.
 struct UprobeSet {
+    /// What the set traces, for the line that says it is off.
+    what: &'static str,
     entry: &'static str,
     ret: &'static str,
     symbols: &'static [(&'static str, u32)],
@@ -392,6 +394,7 @@ struct UprobeSet {
 }
 
 const CUDA_UPROBES: &UprobeSet = &UprobeSet {
+    what: "GPU calls (libcuda)",
     entry: probe_ebpf::UPROBE_CUDA_ENTRY,
     ret: probe_ebpf::UPROBE_CUDA_RETURN,
     symbols: probe_ebpf::CUDA_SYMBOLS,
@@ -399,6 +402,7 @@ const CUDA_UPROBES: &UprobeSet = &UprobeSet {
 };
 
 const TLS_UPROBES: &UprobeSet = &UprobeSet {
+    what: "TLS plaintext (OpenSSL)",
     entry: probe_ebpf::UPROBE_SSL_ENTRY,
     ret: probe_ebpf::UPROBE_SSL_RETURN,
     symbols: probe_ebpf::SSL_SYMBOLS,
@@ -452,6 +456,16 @@ fn attach_uprobes(
                     }
                     Err(e) if program == set.entry => {
                         let why = one_line(&error_chain(&e));
+                        // Without CAP_SYS_ADMIN the kernel refuses every uprobe: one
+                        // line for the set, not one per symbol and file.
+                        if is_refused(&why) && !preflight::has_sys_admin() {
+                            skipped.push(format!(
+                                "{} not traced: uprobes need CAP_SYS_ADMIN, which this process \
+                                 lacks ({why})",
+                                set.what
+                            ));
+                            return Ok(links);
+                        }
                         // A library exports some of the variants only (`_ptsz` forms,
                         // newer calls): those are listed once per file, below.
                         if why.contains("unknown symbol") {
@@ -474,6 +488,11 @@ fn attach_uprobes(
         }
     }
     Ok(links)
+}
+
+/// perf_event_open said no for want of privilege.
+fn is_refused(why: &str) -> bool {
+    why.contains("Permission denied") || why.contains("Operation not permitted")
 }
 
 /// One line for the symbols of a set a file does not export: all of them means the file

@@ -61,6 +61,11 @@ pub fn kernel_btf_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/sys/kernel/btf/vmlinux"))
 }
 
+/// Uprobes (perf_event_open on the uprobe PMU) need CAP_SYS_ADMIN, not CAP_PERFMON.
+pub(super) fn has_sys_admin() -> bool {
+    effective_caps().is_some_and(|c| c & (1u64 << CAP_SYS_ADMIN) != 0)
+}
+
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let hex = status

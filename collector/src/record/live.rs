@@ -15,7 +15,7 @@ use crate::probes::Probes;
 pub enum LiveError {
     #[error("starting the recording thread: {0}")]
     Spawn(std::io::Error),
-    #[error("record: {0}")]
+    #[error(transparent)]
     Session(#[from] RecordSessionError),
     #[error("the recording ended before it started")]
     EndedEarly,
@@ -41,6 +41,8 @@ struct Shared {
     notes: Mutex<Vec<String>>,
     /// Probes attached (and the signal handlers that stop the recording installed).
     started: Mutex<Option<(usize, usize)>>,
+    /// What the probes said once attached: the I/O source, then each probe skipped and why.
+    lines: Mutex<Vec<String>>,
     /// Ring-buffer drops so far, as the recorder last read them.
     dropped: Mutex<Option<u64>>,
 }
@@ -49,6 +51,9 @@ struct Observer(Arc<Shared>);
 
 impl RecordObserver for Observer {
     fn started(&mut self, probes: &Probes) {
+        let mut lines = vec![probes.io_source_line()];
+        lines.extend(probes.skipped.iter().map(|s| format!("probe skipped: {s}")));
+        *lock(&self.0.lines) = lines;
         *lock(&self.0.started) = Some((probes.attached.len(), probes.skipped.len()));
     }
 
@@ -109,6 +114,11 @@ impl Live {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Once started: the I/O source line, then a line per probe skipped (why).
+    pub fn probe_lines(&self) -> Vec<String> {
+        lock(&self.shared.lines).clone()
     }
 
     pub fn take_events(&self) -> Vec<Event> {
