@@ -1,6 +1,7 @@
 //! Privileged: `tokenscope agent` under `setpriv` with exactly the capabilities
 //! deploy/ grants (CAP_BPF + CAP_PERFMON, and CAP_SYS_ADMIN for uprobes) records and
-//! serves what it saw; with one of them missing it says which, in one line.
+//! serves what it saw; with one of them missing it says which, in one line. A planted
+//! key, cookie and prompt reach no metric, recording or report.
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
@@ -8,7 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use test_support::agent::{metric_sum, Agent};
-use test_support::{free_port, lab_engine, profiler, runtime};
+use test_support::http::curl_status;
+use test_support::{assert_no_secrets_in_outputs, free_port, lab_engine, profiler, runtime};
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::EngineConfig;
 
@@ -22,8 +24,11 @@ fn setpriv(caps: &str) -> Command {
     c
 }
 
-/// Runs the agent with `caps` while bench sends 6 streams; its /metrics request
-/// count and its stderr.
+/// A key, a cookie and a prompt that must reach no metric label, recording or report.
+const SECRETS: [&str; 3] = ["sk-planted-CAPS-789", "planted-cookie-321", "PLANTED-PROMPT-654"];
+
+/// Runs the agent with `caps` while bench sends 6 streams and curl one more carrying
+/// the planted secrets; its /metrics request count and its stderr.
 fn watch_with(caps: &str) -> (f64, String) {
     let rt = runtime();
     let engine = lab_engine(&rt, EngineConfig::default());
@@ -56,18 +61,47 @@ fn watch_with(caps: &str) -> (f64, String) {
         .expect("bench");
         assert!(out.records.iter().all(|r| r.ok));
     });
+    let body = format!(
+        r#"{{"model":"lab-model","prompt":"{} tell me","max_tokens":8,"stream":true}}"#,
+        SECRETS[2]
+    );
+    let (code, text) = curl_status(&[
+        "-N",
+        "-H",
+        "content-type: application/json",
+        "-H",
+        &format!("Authorization: Bearer {}", SECRETS[0]),
+        "-H",
+        &format!("Cookie: session={}", SECRETS[1]),
+        "-d",
+        &body,
+        &format!("http://127.0.0.1:{port}/v1/completions"),
+    ]);
+    assert_eq!(code, 200, "the planted request streamed: {text}");
     // Settled and observed.
     let mut seen = 0.0;
+    let mut metrics = String::new();
     for _ in 0..100 {
-        seen = metric_sum(&agent.metrics(), "tokenscope_requests_total");
-        if seen >= 6.0 {
+        metrics = agent.metrics();
+        seen = metric_sum(&metrics, "tokenscope_requests_total");
+        if seen >= 7.0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
     let stderr = agent.stop();
-    let kept = std::fs::read_dir(&rec).map_or(0, |d| d.count());
-    assert!(kept >= 1, "{caps}: a recording kept in --record-dir");
+    for secret in SECRETS {
+        assert!(!metrics.contains(secret), "{caps}: {secret} in /metrics");
+        assert!(!stderr.contains(secret), "{caps}: {secret} on stderr");
+    }
+    let kept: Vec<_> = std::fs::read_dir(&rec)
+        .expect("--record-dir made")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(!kept.is_empty(), "{caps}: a recording kept in --record-dir");
+    for file in &kept {
+        assert_no_secrets_in_outputs(file, dir.path(), &SECRETS);
+    }
     rt.block_on(engine.shutdown());
     (seen, stderr)
 }
@@ -76,7 +110,7 @@ fn watch_with(caps: &str) -> (f64, String) {
 fn the_granted_capabilities_record_and_serve_and_uprobes_say_when_sys_admin_is_missing() {
     let (full, stderr) = watch_with("+bpf,+perfmon,+sys_admin");
     println!("bpf+perfmon+sys_admin: {full} requests\n{stderr}");
-    assert_eq!(full, 6.0, "every stream observed with the full grant");
+    assert_eq!(full, 7.0, "every stream observed with the full grant");
     assert!(
         !stderr.contains("CAP_SYS_ADMIN"),
         "nothing is missing with the full grant: {stderr}"
@@ -85,7 +119,7 @@ fn the_granted_capabilities_record_and_serve_and_uprobes_say_when_sys_admin_is_m
     let (socket_only, stderr) = watch_with("+bpf,+perfmon");
     println!("bpf+perfmon: {socket_only} requests\n{stderr}");
     assert_eq!(
-        socket_only, 6.0,
+        socket_only, 7.0,
         "sockets are traced without CAP_SYS_ADMIN (uprobes are not)"
     );
 }
