@@ -222,7 +222,9 @@ fn read_response(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<R
         }
     }
     let mut body = buf.split_off(head_end);
-    let want = length.unwrap_or(MAX_RESPONSE_BYTES).min(MAX_RESPONSE_BYTES);
+    // Without a Content-Length (chunked, or a server that holds the connection) the body
+    // is not waited for: the status says what matters, the body only a partial success.
+    let want = length.unwrap_or(0).min(MAX_RESPONSE_BYTES);
     while body.len() < want {
         // A body the agent cannot finish reading does not undo the status it got.
         let Ok(t) = left(deadline) else { break };
@@ -278,6 +280,66 @@ mod tests {
         assert_eq!(ep.url(), "http://[::1]:4318/otlp/v1/traces");
         let ep = Endpoint::parse("HTTP://otel").expect("valid");
         assert_eq!(ep.url(), "http://otel:80/v1/traces", "http's own port");
+    }
+
+    #[test]
+    fn a_response_without_content_length_is_not_waited_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("bound").port();
+        let (done, held) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            // The connection stays open, the body never ends, until the test is done.
+            let _ = held.recv();
+        });
+        let ep = Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("valid");
+        let began = Instant::now();
+        let outcome = post(&ep, b"", Duration::from_secs(600));
+        assert_eq!(outcome, Outcome::Accepted { rejected: 0 });
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the status was enough; the request's 600 s timeout was not waited out"
+        );
+        let _ = done.send(());
+    }
+
+    #[test]
+    fn a_partial_success_counts_its_rejected_spans() {
+        let body = ExportTraceServiceResponse {
+            partial_success: Some(super::super::proto::ExportTracePartialSuccess {
+                rejected_spans: 3,
+                error_message: "too old".into(),
+            }),
+        }
+        .encode_to_vec();
+        let ep = Endpoint::parse("http://127.0.0.1:4318").expect("valid");
+        let ok = Response {
+            status: 200,
+            retry_after: None,
+            body,
+        };
+        assert_eq!(classify(&ep, &ok), Outcome::Accepted { rejected: 3 });
+        let busy = Response {
+            status: 429,
+            retry_after: Some(Duration::from_secs(3600)),
+            body: Vec::new(),
+        };
+        assert_eq!(
+            classify(&ep, &busy),
+            Outcome::Retry {
+                after: Some(MAX_RETRY_AFTER),
+                why: "http://127.0.0.1:4318/v1/traces answered 429".into()
+            },
+            "a long Retry-After is capped"
+        );
+        let gone = Response {
+            status: 404,
+            ..busy
+        };
+        assert!(matches!(classify(&ep, &gone), Outcome::Refused { .. }));
     }
 
     #[test]
