@@ -25,7 +25,11 @@ fn setpriv(caps: &str) -> Command {
 }
 
 /// A key, a cookie and a prompt that must reach no metric label, recording or report.
-const SECRETS: [&str; 3] = ["sk-planted-CAPS-789", "planted-cookie-321", "PLANTED-PROMPT-654"];
+const SECRETS: [&str; 3] = [
+    "sk-planted-CAPS-789",
+    "planted-cookie-321",
+    "PLANTED-PROMPT-654",
+];
 
 /// Runs the agent with `caps` while bench sends 6 streams and curl one more carrying
 /// the planted secrets; its /metrics request count and its stderr.
@@ -127,7 +131,15 @@ fn the_granted_capabilities_record_and_serve_and_uprobes_say_when_sys_admin_is_m
 #[test]
 fn without_sys_admin_each_uprobe_set_is_one_line_naming_it() {
     let out = setpriv("+bpf,+perfmon")
-        .args(["agent", "--metrics-listen", "off", "--duration", "1s", "--nvml", "off"])
+        .args([
+            "agent",
+            "--metrics-listen",
+            "off",
+            "--duration",
+            "1s",
+            "--nvml",
+            "off",
+        ])
         .output()
         .expect("run the agent");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -158,7 +170,11 @@ fn without_cap_bpf_or_cap_perfmon_the_agent_names_the_missing_one_in_one_line() 
             .expect("run the agent");
         let stderr = String::from_utf8_lossy(&out.stderr);
         println!("{caps}: {stderr}");
-        assert_eq!(out.status.code(), Some(2), "{caps}: exit status 2 (cannot host the probes)");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{caps}: exit status 2 (cannot host the probes)"
+        );
         let lines: Vec<&str> = stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{caps}: one line: {lines:?}");
         assert!(

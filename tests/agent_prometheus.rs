@@ -88,7 +88,10 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
         .block_on(demo::run_observed(&cfg, &mut watch))
         .expect("the lab chain ran");
     let records = &outcome.bench.records;
-    assert!(records.iter().all(|r| r.ok), "every bench request succeeded");
+    assert!(
+        records.iter().all(|r| r.ok),
+        "every bench request succeeded"
+    );
     watch.requests = records.len() as u64;
     let mut ttfts: Vec<f64> = records
         .iter()
@@ -115,7 +118,9 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
         f64::is_finite,
     );
     let mut rules: Vec<u64> = prom
-        .query(&format!("tokenscope_diagnosis_saving_seconds{{{instance}}}"))
+        .query(&format!(
+            "tokenscope_diagnosis_saving_seconds{{{instance}}}"
+        ))
         .iter()
         .filter(|r| sample_value(r).is_some())
         .filter_map(|r| r["metric"]["rule"].as_str()?.parse().ok())
@@ -138,7 +143,10 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
     );
     let agent = watch.agent.take().expect("the agent ran");
     let text = agent.metrics();
-    for line in text.lines().filter(|l| l.starts_with("tokenscope_requests_total")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("tokenscope_requests_total"))
+    {
         println!("{line}");
     }
     let requests = test_support::agent::metric_sum(&text, "tokenscope_requests_total");

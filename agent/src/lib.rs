@@ -88,6 +88,7 @@ pub fn run(
         summary: Summary::default(),
         counted: Counted::default(),
         salt: trace::salt(),
+        said_otlp: None,
     };
     let mut last_diagnosis = Instant::now();
     while !quit.load(Ordering::Relaxed) && !live.finished() {
@@ -142,6 +143,8 @@ struct Agent<'a> {
     summary: Summary,
     counted: Counted,
     salt: u64,
+    /// When the last OTLP failure was printed.
+    said_otlp: Option<Instant>,
 }
 
 /// Cumulative figures already added to the counters (they are read as totals).
@@ -173,17 +176,26 @@ impl Agent<'_> {
             self.attribute(&mut requests);
         }
         for r in requests {
-            let trace_id = trace::hex(&trace::trace_id(&r, self.salt));
-            self.metrics.observe(&r, Some(&trace_id));
+            let trace_id = trace::trace_id(&r, self.salt);
+            self.metrics.observe(&r, Some(&trace::hex(&trace_id)));
             if let Some(x) = self.exporter {
-                x.export(&r);
+                // The same trace the exemplar names.
+                x.export_in_trace(&r, trace_id);
             }
             self.summary.requests += 1;
             self.done.push_back(r);
         }
         self.metrics.set_in_flight(self.pipeline.open());
-        bump(&self.metrics.unparsed_ios, &mut self.counted.unparsed, out.unparsed_ios);
-        bump(&self.metrics.late_events, &mut self.counted.late, out.late_events);
+        bump(
+            &self.metrics.unparsed_ios,
+            &mut self.counted.unparsed,
+            out.unparsed_ios,
+        );
+        bump(
+            &self.metrics.late_events,
+            &mut self.counted.late,
+            out.late_events,
+        );
         self.evict();
     }
 
@@ -218,6 +230,18 @@ impl Agent<'_> {
             m.otlp_failures
                 .inc_by(now.export_failures.saturating_sub(was.export_failures));
             self.counted.otlp = now;
+            // An endpoint that fails says so, once a minute at most, not per retry.
+            let due = self
+                .said_otlp
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+            if now.export_failures > was.export_failures && due {
+                if let Some(e) = x.last_error() {
+                    eprintln!(
+                        "tokenscope agent: OTLP export failing ({e}); retrying, spans past the queue are dropped and counted"
+                    );
+                    self.said_otlp = Some(Instant::now());
+                }
+            }
         }
     }
 

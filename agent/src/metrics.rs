@@ -19,8 +19,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 /// TTFT bucket edges (s): 10 ms steps where interactive TTFTs live, up to a minute.
 pub const TTFT_BUCKETS: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.25, 1.5,
-    2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0,
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.25, 1.5, 2.0,
+    2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0,
 ];
 /// ITL / TPOT / forward-delay edges (s): resolve 20 ms inter-token gaps (5 ms steps
 /// around them), stalls up to seconds.
@@ -329,7 +329,9 @@ impl Metrics {
                 api: api.clone(),
             };
             if let Some(t) = p.ttft_ns {
-                self.ttft.get_or_create(&labels).observe(secs(t), exemplar());
+                self.ttft
+                    .get_or_create(&labels)
+                    .observe(secs(t), exemplar());
             }
             let itl = self.itl.get_or_create(&labels);
             for gap in p.itl_ns() {
@@ -422,7 +424,6 @@ impl Metrics {
         out
     }
 }
-
 
 fn label(k: PointKind) -> &'static str {
     match k {

@@ -104,12 +104,21 @@ async fn serve(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> 
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > HEAD_LIMIT {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "").await;
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "",
+            )
+            .await;
         }
     }
     let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
     let mut parts = line.split(|b| *b == b' ');
-    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let (method, target) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
     let path = target.split(|b| *b == b'?').next().unwrap_or_default();
     match (method, path) {
         (b"GET", b"/metrics") => {
@@ -126,7 +135,15 @@ async fn serve(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> 
             .await
         }
         (b"GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "not found\n").await,
-        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET only\n").await,
+        _ => {
+            respond(
+                &mut stream,
+                "405 Method Not Allowed",
+                "text/plain",
+                "GET only\n",
+            )
+            .await
+        }
     }
 }
 

@@ -400,28 +400,32 @@ fn drain_nvml(
     };
     for s in sampler.drain() {
         counters.gpu_samples += 1;
-        emit(writer, observer, Event {
-            ts_ns: s.ts_ns,
-            pid: 0,
-            tid: 0,
-            cpu: 0,
-            comm: String::new(),
-            body: Some(crate::ingest::model::event::Body::Nvml(
-                crate::ingest::model::NvmlSample {
-                    device: s.device,
-                    gpu_util_pct: s.gpu_util_pct,
-                    mem_util_pct: s.mem_util_pct,
-                    sm_clock_mhz: s.sm_clock_mhz,
-                    mem_clock_mhz: s.mem_clock_mhz,
-                    mem_used_bytes: s.mem_used_bytes,
-                    power_mw: s.power_mw,
-                    temperature_c: s.temperature_c,
-                    throttle_reasons: s.throttle_reasons,
-                    pcie_tx_kbps: s.pcie_tx_kbps,
-                    pcie_rx_kbps: s.pcie_rx_kbps,
-                },
-            )),
-        })?;
+        emit(
+            writer,
+            observer,
+            Event {
+                ts_ns: s.ts_ns,
+                pid: 0,
+                tid: 0,
+                cpu: 0,
+                comm: String::new(),
+                body: Some(crate::ingest::model::event::Body::Nvml(
+                    crate::ingest::model::NvmlSample {
+                        device: s.device,
+                        gpu_util_pct: s.gpu_util_pct,
+                        mem_util_pct: s.mem_util_pct,
+                        sm_clock_mhz: s.sm_clock_mhz,
+                        mem_clock_mhz: s.mem_clock_mhz,
+                        mem_used_bytes: s.mem_used_bytes,
+                        power_mw: s.power_mw,
+                        temperature_c: s.temperature_c,
+                        throttle_reasons: s.throttle_reasons,
+                        pcie_tx_kbps: s.pcie_tx_kbps,
+                        pcie_rx_kbps: s.pcie_rx_kbps,
+                    },
+                )),
+            },
+        )?;
     }
     Ok(())
 }

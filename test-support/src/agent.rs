@@ -81,7 +81,8 @@ impl Agent {
 
     /// Its resident memory now (kB, VmRSS).
     pub fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -134,17 +135,22 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
                 .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
         })
         .filter_map(|l| {
-            // `name{labels} value [# exemplar]`
-            let after = l.rsplit_once('}').map_or(l, |(_, v)| v);
-            after.split_whitespace().next()?.parse::<f64>().ok()
+            // `name{labels} value [# exemplar]` or `name value`
+            let value = match l.split_once('}') {
+                Some((_, rest)) => rest.split_whitespace().next(),
+                None => l.split_whitespace().nth(1),
+            };
+            value?.parse::<f64>().ok()
         })
         .sum()
 }
 
 /// A plain HTTP/1.1 GET: (status, body).
 pub fn http_get(host: &str, port: u16, target: &str) -> (u16, String) {
-    let mut s = TcpStream::connect((host, port)).unwrap_or_else(|e| panic!("connect {host}:{port}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let mut s =
+        TcpStream::connect((host, port)).unwrap_or_else(|e| panic!("connect {host}:{port}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
     write!(
         s,
         "GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
@@ -159,7 +165,10 @@ pub fn http_get(host: &str, port: u16, target: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_string()
@@ -207,7 +216,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("log file");
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--enable-feature=exemplar-storage")
             .stdout(Stdio::null())

@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
-pub use collector::record::live::Live;
 use collector::ingest::record::{FileHeader, RecordReader};
 use collector::ingest::Event;
+pub use collector::record::live::Live;
 
 use crate::state::Meta;
 

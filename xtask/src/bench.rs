@@ -10,8 +10,11 @@
 //! Uprobes: libcuda calls with and without the GPU probes, and OpenSSL
 //! `SSL_write` calls with no recorder, with socket probes only (`--tls off`)
 //! and with the TLS plaintext uprobes (`--tls auto`). Scaling: replay of a
-//! recording replicated 1x, 10x, 100x (see `scaling`; alone: `bench scaling`).
+//! recording replicated 1x, 10x, 100x (see `scaling`; alone: `bench scaling`). The
+//! agent: served tokens/s with and without it, its CPU and RSS (`agent`; alone: `bench
+//! agent`).
 
+mod agent;
 mod scaling;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,7 +36,11 @@ pub(crate) fn run(what: Option<&str>) -> Result<()> {
         Some("scaling") => {
             return scaling::run(&crate::build_binaries(true)?.join("tokenscope"));
         }
-        Some(other) => bail!("unknown bench '{other}' (known: scaling)"),
+        Some("agent") => {
+            crate::setup::run()?;
+            return agent::run(&crate::build_binaries(true)?.join("tokenscope"));
+        }
+        Some(other) => bail!("unknown bench '{other}' (known: scaling, agent)"),
     }
     crate::setup::run()?;
     let bin = crate::build_binaries(true)?.join("tokenscope");
@@ -106,6 +113,7 @@ pub(crate) fn run(what: Option<&str>) -> Result<()> {
     replay(&bin, &out)?;
     uprobe_cost(&bin, &out)?;
     tls_cost(&bin, &out)?;
+    agent::run(&bin)?;
     scaling::run(&bin)
 }
 

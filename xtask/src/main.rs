@@ -28,7 +28,8 @@ tasks:
   test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
   demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
   bench   setup, then measure probe overhead and event throughput (same-run ratios), and
-          replay scaling; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone
+          replay scaling; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone;
+          `bench agent`: tokenscope agent's CPU and RSS under the lab's loads alone
   lint    cargo fmt --check and clippy with warnings denied (the fuzz crate too)
   fuzz    coverage-guided fuzzing of every parser and decoder (libFuzzer); `fuzz --help`
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios

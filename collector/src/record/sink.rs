@@ -269,10 +269,8 @@ fn prune(cfg: &Rotation, current: &Path) {
         let old = now
             .duration_since(modified)
             .is_ok_and(|age| age > cfg.max_age);
-        if total > cfg.max_bytes || old {
-            if std::fs::remove_file(&path).is_ok() {
-                total -= len;
-            }
+        if (total > cfg.max_bytes || old) && std::fs::remove_file(&path).is_ok() {
+            total -= len;
         }
     }
 }
@@ -341,7 +339,10 @@ mod tests {
         for path in &names {
             let mut r = RecordReader::open(path).unwrap();
             assert!(r.header.complete, "{path:?} sealed");
-            assert_eq!(r.header.io_source, "sock", "{path:?} has the session's header");
+            assert_eq!(
+                r.header.io_source, "sock",
+                "{path:?} has the session's header"
+            );
             let events = r.read_all().unwrap();
             assert_eq!(
                 r.header.counters.unwrap().delivered,
