@@ -13,6 +13,7 @@ use test_support::agent::{sample_value, Agent, Prometheus};
 use test_support::{free_port, runtime};
 use tokenscope_agent::metrics::TTFT_BUCKETS;
 use tokenscope_lab::demo::{self, DemoConfig, DemoObserver};
+use tokenscope_lab::scenario::Scenario;
 
 /// Starts the side's agent on the engine's and proxy's ports once they listen, and
 /// waits (after the load) until it observed every request and diagnosed them.
@@ -66,18 +67,17 @@ struct Side {
 
 fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
     let rt = runtime();
+    let scenario = if tuned {
+        Scenario::TunedPlain
+    } else {
+        Scenario::Untuned
+    };
     let cfg = DemoConfig {
-        tuned,
-        plain: true,
-        duration: Duration::from_secs(10),
-        rate: 2.0,
-        concurrency: 6,
-        long_prompt_every: 10,
-        max_tokens: 48,
-        progress: false,
         // Only bench's own requests cross the chain: the agent counts exactly them.
         warmup_requests: 0,
-        ..DemoConfig::default()
+        ..scenario
+            .demo_config()
+            .expect("a scenario of the demo's chain")
     };
     let mut watch = Watch {
         metrics_port,

@@ -236,42 +236,47 @@ impl Metrics {
             Unit::Seconds,
             m.diagnoses.clone(),
         );
-        registry.register("events", "Events recorded", m.events.clone());
-        registry.register(
-            "ring_dropped_events",
-            "Events the kernel ring buffer had no room for",
-            m.ring_dropped.clone(),
-        );
-        registry.register(
-            "unparsed_ios",
-            "Socket I/Os whose bytes were neither HTTP nor TLS",
-            m.unparsed_ios.clone(),
-        );
-        registry.register(
-            "late_events",
-            "Events later than the reorder window (used out of order)",
-            m.late_events.clone(),
-        );
-        registry.register(
-            "otlp_requests_exported",
-            "Requests whose spans reached the OTLP endpoint",
-            m.otlp_requests.clone(),
-        );
-        registry.register(
-            "otlp_spans_exported",
-            "Spans the OTLP endpoint accepted",
-            m.otlp_spans.clone(),
-        );
-        registry.register(
-            "otlp_spans_dropped",
-            "Spans dropped: the export queue was full (endpoint down or slow) or shutdown came first",
-            m.otlp_dropped.clone(),
-        );
-        registry.register(
-            "otlp_export_failures",
-            "Export requests that failed (and were retried)",
-            m.otlp_failures.clone(),
-        );
+        let counters = [
+            ("events", "Events recorded", &m.events),
+            (
+                "ring_dropped_events",
+                "Events the kernel ring buffer had no room for",
+                &m.ring_dropped,
+            ),
+            (
+                "unparsed_ios",
+                "Socket I/Os whose bytes were neither HTTP nor TLS",
+                &m.unparsed_ios,
+            ),
+            (
+                "late_events",
+                "Events later than the reorder window (used out of order)",
+                &m.late_events,
+            ),
+            (
+                "otlp_requests_exported",
+                "Requests whose spans reached the OTLP endpoint",
+                &m.otlp_requests,
+            ),
+            (
+                "otlp_spans_exported",
+                "Spans the OTLP endpoint accepted",
+                &m.otlp_spans,
+            ),
+            (
+                "otlp_spans_dropped",
+                "Spans dropped: the export queue was full (endpoint down or slow) or shutdown came first",
+                &m.otlp_dropped,
+            ),
+            (
+                "otlp_export_failures",
+                "Export requests that failed (and were retried)",
+                &m.otlp_failures,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
         Metrics { registry, ..m }
     }
 

@@ -503,6 +503,32 @@ impl ScenarioOutcome {
     }
 }
 
+impl Scenario {
+    /// The demo chain's settings for the scenarios made of it (untuned, tuned-plain and
+    /// the single fixes): 10 s, every hop in the clear.
+    pub fn demo_config(self) -> Option<DemoConfig> {
+        let fix = match self {
+            Scenario::Untuned | Scenario::TunedPlain => None,
+            Scenario::UntunedFixed(f) => Some(f),
+            _ => return None,
+        };
+        Some(DemoConfig {
+            tuned: self == Scenario::TunedPlain,
+            fix,
+            plain: true,
+            duration: Duration::from_secs(10),
+            rate: 2.0,
+            // Few clients, each sending request after request, as a service's callers
+            // do (24 workers at 2/s would each send one request in 10 s).
+            concurrency: 6,
+            long_prompt_every: 10,
+            max_tokens: 48,
+            progress: false,
+            ..DemoConfig::default()
+        })
+    }
+}
+
 /// Runs one scenario and tears everything down (the nftables rule included, also on
 /// error).
 pub async fn run(
@@ -620,23 +646,7 @@ async fn run_lab_load(
     let started = monotonic_ns();
     let (engine, bench, profile) = match s {
         Scenario::Untuned | Scenario::TunedPlain | Scenario::UntunedFixed(_) => {
-            let cfg = DemoConfig {
-                tuned: s == Scenario::TunedPlain,
-                fix: match s {
-                    Scenario::UntunedFixed(f) => Some(f),
-                    _ => None,
-                },
-                plain: true,
-                duration: Duration::from_secs(10),
-                rate: 2.0,
-                // Few clients, each sending request after request, as a service's callers
-                // do (24 workers at 2/s would each send one request in 10 s).
-                concurrency: 6,
-                long_prompt_every: 10,
-                max_tokens: 48,
-                progress: false,
-                ..DemoConfig::default()
-            };
+            let cfg = s.demo_config().expect("a scenario of the demo's chain");
             let out = crate::demo::run_observed(&cfg, observer).await?;
             (out.engine, out.bench, out.profile)
         }

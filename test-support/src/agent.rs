@@ -1,7 +1,7 @@
 //! A `tokenscope agent` child that has attached its probes, a plain HTTP GET for its
 //! `/metrics`, and a real Prometheus server that scrapes it.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,43 +30,20 @@ impl Agent {
     /// The same through a wrapper (e.g. `setpriv ... tokenscope`): `command` runs the
     /// profiler with what comes after it.
     pub fn start_with(mut command: Command, metrics_port: u16, extra: &[&str]) -> Agent {
-        let mut child = command
+        command
             .arg("agent")
             .arg("--metrics-listen")
             .arg(format!("127.0.0.1:{metrics_port}"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tokenscope agent");
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().expect("stderr piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) if line.contains("tokenscope agent: attached") => break,
-                Ok(line) => seen.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("tokenscope agent never attached; stderr: {seen:?}");
-                }
-            }
-        }
+            .args(extra);
+        let (child, stderr) = crate::recorder::spawn_until(
+            &mut command,
+            "tokenscope agent: attached",
+            "tokenscope agent",
+        );
         Agent {
             child,
             metrics_port,
-            stderr: rx,
+            stderr,
         }
     }
 

@@ -17,42 +17,13 @@ impl Recorder {
     /// Starts `tokenscope record -o <dir>/rec.tsrec <extra...>` and waits until it says it is recording.
     pub fn start(dir: &Path, extra: &[&str]) -> Recorder {
         let path = dir.join("rec.tsrec");
-        let mut child = Command::new(crate::profiler())
-            .arg("record")
-            .arg("-o")
-            .arg(&path)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tokenscope record");
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().expect("stderr piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) if line.contains("recording:") => break,
-                Ok(line) => seen.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!("tokenscope record never said it was recording; stderr: {seen:?}");
-                }
-            }
-        }
+        let mut command = Command::new(crate::profiler());
+        command.arg("record").arg("-o").arg(&path).args(extra);
+        let (child, stderr) = spawn_until(&mut command, "recording:", "tokenscope record");
         Recorder {
             child,
             path,
-            stderr: rx,
+            stderr,
         }
     }
 
@@ -90,6 +61,46 @@ impl Drop for Recorder {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Spawns `command` with stderr piped and waits (60 s at most) for a line containing
+/// `marker`; the child and the rest of its stderr, line by line. Panics with what it
+/// said otherwise (`what` names it).
+pub fn spawn_until(
+    command: &mut Command,
+    marker: &str,
+    what: &str,
+) -> (Child, mpsc::Receiver<String>) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(marker) => break,
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} never said {marker:?}; stderr: {seen:?}");
+            }
+        }
+    }
+    (child, rx)
 }
 
 pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {

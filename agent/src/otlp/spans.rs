@@ -68,7 +68,10 @@ pub(crate) fn request_spans(r: &Request, clock: Clock, trace_id: Option<[u8; 16]
     };
     let stages = stages(r);
     let start = stages.iter().map(|s| s.start).fold(r.start_ns, u64::min);
-    let end = stages.iter().map(|s| s.end).fold(request_end(r), u64::max);
+    let end = stages
+        .iter()
+        .map(|s| s.end)
+        .fold(r.last_seen_ns(), u64::max);
     b.spans.push(b.root(r, start, end));
     let mut engine_wait = None;
     for s in stages {
@@ -259,18 +262,6 @@ fn stages(r: &Request) -> Vec<Stage> {
         out.push(decode);
     }
     out
-}
-
-/// The last moment anything of the request was seen (its end, else its last token or
-/// record at any point), as the Perfetto export ends a request's slice.
-fn request_end(r: &Request) -> u64 {
-    let mut end = r.end_ns.unwrap_or(r.start_ns).max(r.start_ns);
-    for p in &r.points {
-        end = end
-            .max(p.token_ns.last().copied().unwrap_or(0))
-            .max(p.record_ns.last().copied().unwrap_or(0));
-    }
-    end
 }
 
 fn secs(ns: u64) -> f64 {

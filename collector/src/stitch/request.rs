@@ -284,6 +284,18 @@ impl Request {
         }
     }
 
+    /// The last moment anything of it was seen: its end, else its last token or TLS
+    /// record at any point (where a timeline ends its slice).
+    pub fn last_seen_ns(&self) -> u64 {
+        let mut end = self.end_ns.unwrap_or(self.start_ns).max(self.start_ns);
+        for p in &self.points {
+            end = end
+                .max(p.token_ns.last().copied().unwrap_or(0))
+                .max(p.record_ns.last().copied().unwrap_or(0));
+        }
+        end
+    }
+
     /// Where the client (or the first traced hop) saw it.
     pub fn first_point(&self) -> Option<&Point> {
         self.points.first()

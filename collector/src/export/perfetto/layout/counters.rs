@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use super::requests::request_end;
 use super::{Builder, TrackKind, RATE_WINDOW_NS};
 use crate::stitch::{PointKind, Request};
 
@@ -94,7 +93,7 @@ impl Running {
     pub(crate) fn add(&mut self, requests: &[Request]) {
         for r in requests {
             self.in_flight.add(r.start_ns, 1);
-            self.in_flight.add(request_end(r), -1);
+            self.in_flight.add(r.last_seen_ns(), -1);
             let first = r
                 .point(PointKind::EngineWrite)
                 .and_then(|p| p.token_ns.first());

@@ -19,7 +19,9 @@ impl Builder {
             );
             self.plan.request_tracks += 1;
             let mut items = self.stages(r);
-            let end = request_end(r).max(items.iter().filter_map(|i| i.end).max().unwrap_or(0));
+            let end = r
+                .last_seen_ns()
+                .max(items.iter().filter_map(|i| i.end).max().unwrap_or(0));
             let mut a = vec![("request_id", Arg::Int(r.id as i64))];
             if let Some(s) = r.status {
                 a.push(("status", Arg::Int(i64::from(s))));
@@ -157,15 +159,4 @@ impl Builder {
 /// Unique per (request, token position).
 fn flow_id(request: usize, token: usize) -> u64 {
     ((request as u64 + 1) << 24) | token as u64
-}
-
-/// The last moment anything of the request was seen.
-pub(super) fn request_end(r: &Request) -> u64 {
-    let mut end = r.end_ns.unwrap_or(r.start_ns).max(r.start_ns);
-    for p in &r.points {
-        end = end
-            .max(p.token_ns.last().copied().unwrap_or(0))
-            .max(p.record_ns.last().copied().unwrap_or(0));
-    }
-    end
 }
