@@ -2,11 +2,14 @@
 //! system's own copy, and executables that carry the symbols themselves. A
 //! uprobe on a file covers every process that maps it, now or later.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Files whose name passes `wanted`, mapped by `pids` (every process when empty),
-/// each once (symlinked directories resolved, so one inode is never probed twice).
+/// each once (one inode is never probed twice, whatever the path it was found by).
+/// A process in another mount namespace (a container) is read through
+/// `/proc/PID/root`: its paths name files of its own root.
 pub(super) fn mapped(pids: &[u32], wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut found = BTreeSet::new();
     for pid in pids_or_all(pids) {
@@ -16,11 +19,37 @@ pub(super) fn mapped(pids: &[u32], wanted: impl Fn(&str) -> bool) -> Vec<PathBuf
         for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
             let name = path.rsplit('/').next().unwrap_or_default();
             if wanted(name) {
-                found.insert(canonical(Path::new(path)));
+                found.insert(from_here(pid, path));
             }
         }
     }
-    found.into_iter().collect()
+    once_per_inode(found)
+}
+
+/// `path` as process `pid` sees it, as this process can open it: the same path in the
+/// same mount namespace (symlinked directories resolved), else through its root.
+fn from_here(pid: u32, path: &str) -> PathBuf {
+    let ns = |p: String| std::fs::read_link(p).ok();
+    match (
+        ns("/proc/self/ns/mnt".into()),
+        ns(format!("/proc/{pid}/ns/mnt")),
+    ) {
+        (Some(ours), Some(theirs)) if ours != theirs => {
+            // Never canonicalised: resolving /proc/PID/root would land in our own root.
+            PathBuf::from(format!("/proc/{pid}/root{path}"))
+        }
+        _ => canonical(Path::new(path)),
+    }
+}
+
+/// Drops paths that name an inode already listed (two containers of one image, a
+/// library seen both directly and through a root); paths that cannot be read go.
+fn once_per_inode(paths: BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut seen = HashSet::new();
+    paths
+        .into_iter()
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| seen.insert((m.dev(), m.ino()))))
+        .collect()
 }
 
 /// OpenSSL for the plaintext probes: every libssl.so* a traced process maps, the
@@ -37,15 +66,13 @@ pub(super) fn libssl(pids: &[u32]) -> Vec<PathBuf> {
         let maps_libssl = std::fs::read_to_string(format!("/proc/{pid}/maps"))
             .is_ok_and(|m| m.contains("/libssl.so"));
         if let (false, Ok(exe)) = (maps_libssl, std::fs::read_link(format!("/proc/{pid}/exe"))) {
-            exes.insert(exe);
+            if let Some(exe) = exe.to_str() {
+                exes.insert(from_here(pid, exe));
+            }
         }
     }
-    found.extend(
-        exes.into_iter()
-            .filter(|exe| exports(exe, "SSL_read"))
-            .map(|exe| canonical(&exe)),
-    );
-    found.into_iter().collect()
+    found.extend(exes.into_iter().filter(|exe| exports(exe, "SSL_read")));
+    once_per_inode(found)
 }
 
 fn pids_or_all(pids: &[u32]) -> Vec<u32> {

@@ -61,7 +61,7 @@ const LOADS: &[Load] = &[
 pub(super) fn run(bin: &Path) -> Result<()> {
     let lab = super::lab(bin);
     let engine_port = free_port()?;
-    let mut engine = Guard(
+    let engine = Guard(
         Command::new(&lab)
             .args(["engine", "--listen", &format!("127.0.0.1:{engine_port}")])
             .stdout(Stdio::null())
@@ -71,7 +71,7 @@ pub(super) fn run(bin: &Path) -> Result<()> {
     );
     wait_port(engine_port)?;
     let proxy_port = free_port()?;
-    let mut proxy = Guard(
+    let proxy = Guard(
         Command::new(&lab)
             .args(["proxy", "--untuned", "--upstream"])
             .arg(format!("127.0.0.1:{engine_port}"))
@@ -111,16 +111,25 @@ pub(super) fn run(bin: &Path) -> Result<()> {
             peak / 1024
         );
     }
-    let _ = proxy.0.kill();
-    let _ = engine.0.kill();
+    drop(proxy);
+    drop(engine);
     Ok(())
 }
 
-/// Kills the child when dropped.
+/// Stops the child when dropped: SIGTERM first (the lab proxy then stops its nginx,
+/// which would otherwise outlive it), SIGKILL after 10 s.
 struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
