@@ -29,7 +29,7 @@ fn commands(bin: &std::path::Path) -> Vec<String> {
 fn the_profiler_has_only_its_own_commands() {
     assert_eq!(
         commands(&profiler()),
-        ["record", "dump", "report", "export", "diff", "top", "help"],
+        ["record", "dump", "report", "export", "diff", "top", "agent", "help"],
         "tokenscope --help"
     );
 }
