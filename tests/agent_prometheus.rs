@@ -109,7 +109,9 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
         |v| v >= n,
     );
     // A diagnosis pass after the last request, scraped: the gauges are the whole run's.
-    std::thread::sleep(Duration::from_secs(5));
+    let passes = format!("tokenscope_diagnosis_passes_total{{{instance}}}");
+    let seen = prom.wait_for(&passes, Duration::from_secs(10), |_| true);
+    prom.wait_for(&passes, Duration::from_secs(30), |v| v > seen);
     let promql_p95 = prom.wait_for(
         &format!(
             "histogram_quantile(0.95, sum by (le) (tokenscope_ttft_seconds_bucket{{{instance},point=\"client_read\"}}))"

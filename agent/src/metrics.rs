@@ -146,6 +146,8 @@ pub struct Metrics {
     in_flight: Family<ServerLabels, Gauge>,
     diagnoses: Family<DiagnosisLabels, Gauge<f64, AtomicU64>>,
     pub events: Counter,
+    /// Diagnosis passes made (each replaces the diagnosis gauges).
+    pub diagnosis_passes: Counter,
     pub ring_dropped: Counter,
     pub unparsed_ios: Counter,
     pub late_events: Counter,
@@ -173,6 +175,7 @@ impl Metrics {
             in_flight: Family::default(),
             diagnoses: Family::default(),
             events: Counter::default(),
+            diagnosis_passes: Counter::default(),
             ring_dropped: Counter::default(),
             unparsed_ios: Counter::default(),
             late_events: Counter::default(),
@@ -238,6 +241,11 @@ impl Metrics {
         );
         let counters = [
             ("events", "Events recorded", &m.events),
+            (
+                "diagnosis_passes",
+                "Passes of the diagnosis rules over the window (each replaces the gauges)",
+                &m.diagnosis_passes,
+            ),
             (
                 "ring_dropped_events",
                 "Events the kernel ring buffer had no room for",
@@ -400,6 +408,7 @@ impl Metrics {
     /// The diagnoses of the last window replace the previous ones.
     pub fn set_diagnoses(&self, diagnoses: &[Diagnosis]) {
         self.diagnoses.clear();
+        self.diagnosis_passes.inc();
         for d in diagnoses {
             let s = &d.saving;
             let mut stats = vec![("ttft_p95", s.ttft_p95_ns), ("itl_p99", s.itl_p99_ns)];
