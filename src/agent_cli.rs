@@ -24,9 +24,10 @@ Metrics (OpenMetrics text at /metrics, prefix tokenscope_): ttft_seconds and itl
 observation point (client_read, proxy_write, proxy_read, engine_write), tpot_seconds,
 forward_delay_seconds per hop, stage_seconds (connect, tls, upload, gateway, engine_wait,
 gateway_ttft, queue, prefill, decode), requests_total, tokens_total, in_flight_streams,
-diagnosis_saving_seconds (one series per active diagnosis over --window), events_total,
-ring_dropped_events_total, unparsed_ios_total, otlp_*_total. Labels: route (the path; past
---max-routes distinct ones, `other`), server (the serving process), api, point or hop or stage.
+diagnosis_saving_seconds (one series per active diagnosis over --window),
+diagnosis_passes_total, events_total, ring_dropped_events_total, unparsed_ios_total,
+otlp_*_total. Labels: route (the path; past --max-routes distinct ones, `other`), server
+(the serving process), api, point or hop or stage.
 Exemplars on TTFT and TPOT carry the request's trace id.
 
 OTLP (HTTP/protobuf): one trace per request, spans per stage and per hop, token arrivals as
