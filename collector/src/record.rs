@@ -477,8 +477,19 @@ fn base_header(cfg: &ProbeConfig) -> FileHeader {
         filter_pids: cfg.pids.clone(),
         filter_ports: cfg.ports.iter().map(|p| u32::from(*p)).collect(),
         payload_cap: cfg.payload_cap,
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        net_namespace: net_namespace().unwrap_or(0),
         ..Default::default()
     }
+}
+
+/// This process's network namespace inode (`net:[4026531840]`).
+fn net_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/net").ok()?;
+    let text = link.to_str()?;
+    text.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
 }
 
 fn uname() -> (String, String) {
@@ -501,7 +512,19 @@ fn uname() -> (String, String) {
 
 #[cfg(test)]
 mod tests {
-    use super::within;
+    use super::{base_header, within};
+
+    #[test]
+    fn a_recording_says_which_boot_and_network_namespace_it_was_taken_in() {
+        let h = base_header(&crate::probes::ProbeConfig::default());
+        assert_eq!(h.boot_id.len(), 36, "a UUID: {:?}", h.boot_id);
+        let ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+        assert_eq!(
+            ns.to_str().unwrap(),
+            format!("net:[{}]", h.net_namespace),
+            "the recorder's network namespace"
+        );
+    }
 
     #[test]
     fn long_probe_lists_are_cut_and_the_rest_counted() {

@@ -84,6 +84,18 @@ pub struct FileHeader {
     /// empty in recordings older than the choice (all of them used `sock`).
     #[prost(string, tag = "22")]
     pub io_source: String,
+    /// The host's boot (/proc/sys/kernel/random/boot_id): CLOCK_MONOTONIC restarts with
+    /// it, so two recordings share a monotonic clock only with the same boot id.
+    #[prost(string, tag = "23")]
+    pub boot_id: String,
+    /// The recorder's network namespace (its inode): which "host" of a machine that
+    /// holds several (containers, test namespaces).
+    #[prost(uint64, tag = "24")]
+    pub net_namespace: u64,
+    /// Wall clock when the recording was sealed, taken with `end_monotonic_ns`: with the
+    /// start pair, how the two clocks drifted over the recording.
+    #[prost(uint64, tag = "25")]
+    pub end_realtime_ns: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
@@ -239,6 +251,7 @@ impl RecordWriter {
         counters.written = self.written;
         self.header.counters = Some(counters);
         self.header.end_monotonic_ns = end_monotonic_ns;
+        self.header.end_realtime_ns = tokenscope_clock::realtime_ns();
         self.header.complete = true;
         self.write_header()?;
         self.out.get_ref().sync_all().map_err(|e| self.io(e))?;
@@ -517,6 +530,11 @@ mod tests {
             (2505, 5, 2500, 2500)
         );
         assert_eq!(r.header.end_monotonic_ns, 99);
+        assert!(
+            r.header.end_realtime_ns > 1_700_000_000_000_000_000,
+            "sealed with the wall clock: {}",
+            r.header.end_realtime_ns
+        );
         assert_eq!(
             r.read_all().expect("read"),
             events,

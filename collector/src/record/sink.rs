@@ -166,6 +166,7 @@ impl Sink {
                     ..counters
                 });
                 header.end_monotonic_ns = end_monotonic_ns;
+                header.end_realtime_ns = crate::clock::realtime_ns();
                 header.complete = true;
                 Ok(header)
             }
