@@ -29,10 +29,12 @@ async fn nagle_holds_the_next_token_for_the_delayed_ack_and_nodelay_does_not() {
         nagle.summary
     );
     let fixed = run(Scenario::NagleFixed).await;
-    assert_eq!(
-        fixed.gaps_between_ms(35.0, 60.0),
-        0,
-        "nagle-fixed: no gap of 35-60 ms with TCP_NODELAY: {}",
+    // What Nagle adds is a hold between the engine's write and the client's read; a
+    // client gap the engine's own steps made (a busy CI machine) is not one.
+    assert!(
+        fixed.delays().max < 10.0,
+        "nagle-fixed: no token held 10 ms between the engine's write and the client's \
+         read with TCP_NODELAY (Nagle held them up to ~30 ms): {}",
         fixed.summary
     );
 }
