@@ -6,15 +6,7 @@ use collector::stitch::Request;
 
 /// A random salt for this agent's run (the trace ids of two runs never collide).
 pub fn salt() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: getrandom(2) fills at most b.len() bytes of a valid buffer.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n == b.len() as isize {
-        u64::from_le_bytes(b)
-    } else {
-        // No entropy source: the clock and pid still differ between runs.
-        collector::clock::realtime_ns() ^ (u64::from(std::process::id()) << 40)
-    }
+    u64::from_le_bytes(crate::otlp::ids::random())
 }
 
 /// The 16-byte trace id of a request's spans.
@@ -34,14 +26,9 @@ pub fn trace_id(r: &Request, salt: u64) -> [u8; 16] {
     id
 }
 
-/// The trace id of a W3C `traceparent` value (already checked by the capture).
+/// The trace id of a W3C `traceparent` value (checked as the OTLP export checks it).
 pub fn parent_trace_id(tp: &str) -> Option<[u8; 16]> {
-    let hex = tp.split('-').nth(1)?;
-    let mut id = [0u8; 16];
-    for (i, byte) in id.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(id)
+    crate::otlp::ids::parse_traceparent(tp).map(|t| t.trace_id)
 }
 
 pub fn hex(bytes: &[u8]) -> String {

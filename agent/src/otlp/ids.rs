@@ -39,7 +39,7 @@ impl TraceContext {
 
 /// The collector keeps only values of this shape; checked again here so a hand-built
 /// request cannot put a malformed id on the wire (all-zero ids are invalid).
-fn parse_traceparent(v: &str) -> Option<TraceContext> {
+pub(crate) fn parse_traceparent(v: &str) -> Option<TraceContext> {
     let mut parts = v.split('-');
     let version = parts.next()?;
     let (trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use collector::stitch::Request;
 
 mod http;
-mod ids;
+pub(crate) mod ids;
 pub mod proto;
 mod spans;
 mod worker;
