@@ -145,7 +145,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         diagnose_every: args.diagnose_every,
         max_routes: args.max_routes,
     };
-    let quit = tokenscope_agent::quit_flag()?;
+    let quit = collector::record::live::quit_flag().context("signal handler")?;
     let endpoint = args.otlp_endpoint.clone();
     let record_dir = args.record_dir.clone();
     let summary = tokenscope_agent::run(opts, &quit, &mut |s: &Started| {

@@ -282,18 +282,3 @@ fn bump(counter: &prometheus_client::metrics::counter::Counter, seen: &mut u64, 
     counter.inc_by(total.saturating_sub(*seen));
     *seen = (*seen).max(total);
 }
-
-/// Installs the quit-flag handlers for SIGINT and SIGTERM.
-pub fn quit_flag() -> anyhow::Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        signal_hook_register(sig, &flag)?;
-    }
-    Ok(flag)
-}
-
-fn signal_hook_register(sig: i32, flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
-    signal_hook::flag::register(sig, Arc::clone(flag))
-        .map(|_| ())
-        .context("signal handler")
-}

@@ -14,7 +14,7 @@ use collector::record::sink::Output;
 use collector::record::{NvmlOptions, RecordOptions};
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::feed::{self, Live, Replay};
+use crate::feed::{Live, Replay};
 use crate::state::{update, Action, Meta, State, View};
 use crate::term::TerminalGuard;
 use crate::view::render;
@@ -171,7 +171,7 @@ pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
         );
     }
     // Before anything can raise SIGINT: the signals end the loop, not the process.
-    let quit = feed::install_quit_signals()?;
+    let quit = collector::record::live::quit_flag().context("signal handler")?;
     let window_ns = args.window.as_nanos() as u64;
     let (source, meta) = match &args.replay {
         Some(path) => {

@@ -3,10 +3,7 @@
 //! (probes detached) before top returns, panics included.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
-use anyhow::Context;
 use collector::ingest::record::{FileHeader, RecordReader};
 use collector::ingest::Event;
 pub use collector::record::live::Live;
@@ -75,14 +72,4 @@ impl Replay {
     pub fn finished(&self) -> bool {
         self.next >= self.events.len()
     }
-}
-
-/// Installs the quit-flag handlers for SIGINT and SIGTERM (idempotent enough:
-/// signal-hook chains handlers, and each sets the same flag).
-pub fn install_quit_signals() -> anyhow::Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?;
-    }
-    Ok(flag)
 }

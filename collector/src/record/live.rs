@@ -174,6 +174,16 @@ impl Drop for Live {
     }
 }
 
+/// A flag SIGINT and SIGTERM set, for the loops that watch a live recording (`top`,
+/// `agent`); signal-hook chains handlers, so `record::run`'s own still stop it.
+pub fn quit_flag() -> std::io::Result<Arc<std::sync::atomic::AtomicBool>> {
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag))?;
+    }
+    Ok(flag)
+}
+
 /// `record::run` stops on SIGINT; raising it in-process reaches its handler.
 fn request_stop() {
     // SAFETY: raise(2) with a valid signal number; the handlers are installed.
