@@ -220,9 +220,26 @@ fn prefill_times_match(config: EngineConfig, chunked: &str, prompt: usize) {
             );
         }
     }
+    // As for steps: the engine reads its clock next to the probed calls, and a preemption
+    // between the two (CI saw one request of 16 at 1.2 ms, two of 141 steps at 1.5 ms) puts
+    // a request off by its length. A systematic error moves the median and most requests;
+    // a gross one (a wrong step taken as the prefill's) is far over 10 ms.
+    let mut sorted = errors.clone();
+    sorted.sort_unstable();
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+    let close = errors.iter().filter(|e| **e <= 1_000_000).count();
     assert!(
-        errors.iter().all(|e| *e <= 1_000_000),
-        "every request within 1 ms: {errors:?}"
+        !errors.is_empty() && median <= 100_000,
+        "median prefill error {median} ns, want <= 0.1 ms: {errors:?}"
+    );
+    assert!(
+        close * 8 >= errors.len() * 7,
+        "prefill within 1 ms for >= 7/8 of requests ({close} of {}): {errors:?}",
+        errors.len()
+    );
+    assert!(
+        worst <= 10_000_000,
+        "no request 10 ms off (worst {worst} ns): {errors:?}"
     );
 }
 
