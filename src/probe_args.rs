@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use collector::probes::{ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES};
+use collector::probes::{NetnsTarget, ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES};
 use collector::record::sink::Output;
 use collector::record::{NvmlOptions, RecordOptions};
 
@@ -22,6 +22,17 @@ pub struct ProbeArgs {
     /// Trace only sockets with this local or remote port (repeatable, up to 8).
     #[arg(long = "port", value_name = "N")]
     pub ports: Vec<u16>,
+    /// Trace only one network namespace: a namespace file or a process's.
+    ///
+    /// PATH is a namespace file (/run/netns/NAME as `ip netns` makes them,
+    /// /proc/PID/ns/net); PID names that process's /proc/PID/ns/net (write ./123 for a
+    /// file called 123). Sockets are kept by their own namespace, so TCP state changes
+    /// in softirq are filtered too; TLS and GPU uprobes by the calling process's. The
+    /// recording's header names this namespace. With no -p, libraries are searched
+    /// for uprobes in that namespace's processes only. E.g. --netns /run/netns/gw, or
+    /// one pod on a Kubernetes node: --netns $(pgrep -o -f my-engine)
+    #[arg(long, value_name = "PATH|PID")]
+    pub netns: Option<NetnsTarget>,
     /// Ring buffer size in bytes (power of two). Small values make drops likely.
     #[arg(long, default_value_t = DEFAULT_RING_BYTES, value_name = "BYTES")]
     pub ring_size: u32,
@@ -70,15 +81,16 @@ impl ProbeArgs {
         output: Output,
     ) -> (RecordOptions, Option<&'static str>) {
         // Uprobes cost microseconds per call (tens in VMs): say where they go, or why not.
+        let searched = self.searched_pids();
         let libcuda = match (self.gpu, self.libcuda.is_empty()) {
             (GpuMode::Off, _) => Vec::new(),
             (GpuMode::Auto, false) => self.libcuda.clone(),
-            (GpuMode::Auto, true) => collector::probes::find_libcuda(&self.pids),
+            (GpuMode::Auto, true) => collector::probes::find_libcuda(&searched),
         };
         let libssl = match (self.tls, self.libssl.is_empty()) {
             (GpuMode::Off, _) => Vec::new(),
             (GpuMode::Auto, false) => self.libssl.clone(),
-            (GpuMode::Auto, true) => collector::probes::find_libssl(&self.pids),
+            (GpuMode::Auto, true) => collector::probes::find_libssl(&searched),
         };
         let gpu_note = (self.gpu == GpuMode::Auto && libcuda.is_empty())
             .then_some("GPU probes off: no traced process maps libcuda.so (use --libcuda PATH)");
@@ -89,6 +101,7 @@ impl ProbeArgs {
             payload_cap: self.payload_cap,
             libcuda,
             libssl,
+            netns: self.netns.clone(),
             ..ProbeConfig::default()
         };
         self.kernel.apply(&mut probes);
@@ -103,5 +116,20 @@ impl ProbeArgs {
             }),
         };
         (opts, gpu_note)
+    }
+
+    /// The processes whose libraries get uprobes (empty: every one). --netns alone
+    /// narrows them to that namespace's: the probes would drop the others' calls, but
+    /// each call would still pay for its uprobe. A namespace with no process yet stays
+    /// broad (what starts in it will map the host's files); a bad --netns is left for
+    /// the loader to report.
+    fn searched_pids(&self) -> Vec<u32> {
+        match (&self.netns, self.pids.is_empty()) {
+            (Some(target), true) => target
+                .inode()
+                .map(collector::probes::processes_in_netns)
+                .unwrap_or_default(),
+            _ => self.pids.clone(),
+        }
     }
 }

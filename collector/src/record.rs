@@ -94,6 +94,10 @@ pub fn run(
         h.probes_skipped = within(&probes.skipped, 1200);
         h.io_source = probes.io_source.name().into();
         h.start_monotonic_ns = monotonic_ns();
+        // Limited to one namespace (--netns): that one is the recording's host.
+        if let Some(inode) = probes.netns {
+            h.net_namespace = u64::from(inode);
+        }
     })?;
     observer.started(&probes);
     let sampler = start_nvml(opts.nvml.as_ref(), &mut writer, observer)?;

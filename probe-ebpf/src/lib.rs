@@ -22,6 +22,8 @@ pub const CFG_WAKEUP_BYTES: &str = "cfg_wakeup_bytes";
 pub const CFG_PAYLOAD_CAP: &str = "cfg_payload_cap";
 /// Which I/O source emits socket I/O events (`abi::IO_SRC_*`).
 pub const CFG_IO_SOURCE: &str = "cfg_io_source";
+/// The one network namespace traced (its inode); 0: every one.
+pub const CFG_NETNS: &str = "cfg_netns";
 
 /// Which concern a probe serves; the recording's header lists what was attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -75,6 +75,17 @@ pub(super) fn libssl(pids: &[u32]) -> Vec<PathBuf> {
     once_per_inode(found)
 }
 
+/// Processes in the network namespace whose inode is `inode`.
+pub(super) fn in_netns(inode: u32) -> Vec<u32> {
+    pids_or_all(&[])
+        .into_iter()
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|m| m.ino() == u64::from(inode))
+        })
+        .collect()
+}
+
 fn pids_or_all(pids: &[u32]) -> Vec<u32> {
     if !pids.is_empty() {
         return pids.to_vec();
@@ -133,5 +144,18 @@ mod tests {
         assert!(exports(libc, "malloc"), "libc exports malloc");
         assert!(!exports(libc, "SSL_read"), "libc does not export SSL_read");
         assert!(!exports(Path::new("/nonexistent"), "malloc"));
+    }
+
+    #[test]
+    fn processes_are_found_by_their_network_namespace() {
+        let own = std::fs::metadata("/proc/self/ns/net")
+            .expect("own netns")
+            .ino();
+        let found = in_netns(u32::try_from(own).expect("a 32-bit inode"));
+        assert!(
+            found.contains(&std::process::id()),
+            "this process is in its own namespace: {found:?}"
+        );
+        assert!(in_netns(1).is_empty(), "no namespace has inode 1");
     }
 }

@@ -4,6 +4,7 @@
 
 mod discover;
 mod io_source;
+mod netns;
 mod preflight;
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -20,6 +21,7 @@ use probe_ebpf::{abi, ProbeGroup, Tracepoint, KPROBES, TRACEPOINTS};
 
 use io_source::KernelFeatures;
 pub use io_source::{IoSource, IoSourceChoice};
+pub use netns::NetnsTarget;
 pub use preflight::{kernel_btf_path, tracefs_root};
 
 /// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
@@ -31,7 +33,7 @@ const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
     /// Trace only these processes (empty: all). TCP state changes and
-    /// retransmits run in softirq, so they are filtered by port only.
+    /// retransmits run in softirq, so they are filtered by port and namespace only.
     pub pids: Vec<u32>,
     /// Trace only sockets with one of these local or remote ports (empty: all).
     pub ports: Vec<u16>,
@@ -48,6 +50,9 @@ pub struct ProbeConfig {
     pub io_source: IoSourceChoice,
     /// A BTF file for kernels without /sys/kernel/btf/vmlinux (BTFHub-style).
     pub btf: Option<PathBuf>,
+    /// Trace only this network namespace (None: every one). Sockets are tested by
+    /// their own namespace, uprobes by the calling process's.
+    pub netns: Option<NetnsTarget>,
 }
 
 impl Default for ProbeConfig {
@@ -61,6 +66,7 @@ impl Default for ProbeConfig {
             libssl: Vec::new(),
             io_source: IoSourceChoice::Auto,
             btf: None,
+            netns: None,
         }
     }
 }
@@ -77,6 +83,8 @@ pub enum ProbeError {
     NoBtf(String),
     #[error("--btf {path}: {reason}")]
     BadBtf { path: String, reason: String },
+    #[error("--netns {target}: {reason}")]
+    BadNetns { target: String, reason: String },
     #[error("no usable socket I/O source in this kernel ({0})")]
     NoIoSource(String),
     #[error("--io-source {name}: not available in this kernel: {why}")]
@@ -98,14 +106,16 @@ pub enum ProbeError {
 }
 
 impl ProbeError {
-    /// This kernel, or this process's privileges, cannot host tokenscope (as opposed to
-    /// a usage or a transient error): callers exit with status 2 for these.
+    /// This kernel, or this process's privileges, cannot host tokenscope, or an option
+    /// names what this host lacks (a BTF file, a network namespace), as opposed to a
+    /// transient error: callers exit with status 2 for these.
     pub fn is_unsupported_kernel(&self) -> bool {
         matches!(
             self,
             ProbeError::NoBtf(_)
                 | ProbeError::LockedDown(_)
                 | ProbeError::BadBtf { .. }
+                | ProbeError::BadNetns { .. }
                 | ProbeError::NoIoSource(_)
                 | ProbeError::IoSourceUnavailable { .. }
                 | ProbeError::NotPrivileged(_)
@@ -126,6 +136,8 @@ pub struct Probes {
     pub attached: Vec<String>,
     /// `category:name: reason` of each tracepoint the kernel lacked.
     pub skipped: Vec<String>,
+    /// The inode of the one network namespace traced (`--netns`), if any.
+    pub netns: Option<u32>,
     /// Last, so that it is unmounted (when mounted here) after the probes detached.
     tracefs: Option<preflight::Tracefs>,
 }
@@ -133,6 +145,15 @@ pub struct Probes {
 impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         let object = probe_ebpf::object().ok_or(ProbeError::NotBuilt)?;
+        // A namespace that is not there is a mistake in the command line: said before
+        // anything about this host's privileges or kernel.
+        let netns = match &cfg.netns {
+            Some(target) => Some(target.inode().map_err(|reason| ProbeError::BadNetns {
+                target: target.to_string(),
+                reason,
+            })?),
+            None => None,
+        };
         preflight::check(cfg)?;
         let tracefs = preflight::ensure_tracefs()?;
         if cfg.ring_bytes < 4096 || !cfg.ring_bytes.is_power_of_two() {
@@ -172,7 +193,7 @@ impl Probes {
         // function the kernel blacklists): fall back to the next, and say so.
         let mut fell_back = Vec::new();
         for (i, &source) in candidates.iter().enumerate() {
-            match Self::load_with(cfg, object, &tracefs.path, source, btf.as_ref()) {
+            match Self::load_with(cfg, object, &tracefs.path, source, btf.as_ref(), netns) {
                 Ok(mut probes) => {
                     probes.tracefs = Some(tracefs);
                     probes.skipped.extend(fell_back);
@@ -197,6 +218,7 @@ impl Probes {
         tracefs: &std::path::Path,
         source: IoSource,
         btf: Option<&Btf>,
+        netns: Option<u32>,
     ) -> Result<Probes, ProbeError> {
         let mut ports = [0u16; abi::MAX_FILTER_PORTS];
         ports[..cfg.ports.len()].copy_from_slice(&cfg.ports);
@@ -204,6 +226,7 @@ impl Probes {
         let filter_pids = u32::from(!cfg.pids.is_empty());
         let n_ports = cfg.ports.len() as u32;
         let io_source = source.abi();
+        let netns_inode = netns.unwrap_or(0);
 
         let mut loader = EbpfLoader::new();
         if btf.is_some() {
@@ -217,6 +240,7 @@ impl Probes {
             .override_global(probe_ebpf::CFG_WAKEUP_BYTES, &DEFAULT_WAKEUP_BYTES, true)
             .override_global(probe_ebpf::CFG_PAYLOAD_CAP, &cfg.payload_cap, true)
             .override_global(probe_ebpf::CFG_IO_SOURCE, &io_source, true)
+            .override_global(probe_ebpf::CFG_NETNS, &netns_inode, true)
             .map_max_entries(probe_ebpf::MAP_EVENTS, cfg.ring_bytes)
             .map_max_entries(probe_ebpf::MAP_IO_SCRATCH, possible_cpus()?)
             .load(object)
@@ -270,6 +294,7 @@ impl Probes {
             io_source: source,
             attached,
             skipped,
+            netns,
             tracefs: None,
         })
     }
@@ -529,6 +554,12 @@ pub fn find_libcuda(pids: &[u32]) -> Vec<PathBuf> {
 /// Files to put the TLS plaintext uprobes on, for `--tls auto`: see [`discover::libssl`].
 pub fn find_libssl(pids: &[u32]) -> Vec<PathBuf> {
     discover::libssl(pids)
+}
+
+/// The processes in the network namespace whose inode is `inode`, for discovery
+/// under `--netns`.
+pub fn processes_in_netns(inode: u32) -> Vec<u32> {
+    discover::in_netns(inode)
 }
 
 /// The tracepoints `source` uses (every one but the socket-layer pair, which only the

@@ -18,6 +18,8 @@ const volatile __u16 cfg_ports[TS_MAX_FILTER_PORTS] = {};
 const volatile __u32 cfg_payload_cap = 16384;
 /* Wake the consumer only once this much is pending; it also drains on a timer. */
 const volatile __u64 cfg_wakeup_bytes = 65536;
+/* Only this network namespace (its inode, as in /proc/PID/ns/net); 0: every one. */
+const volatile __u32 cfg_netns = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -58,6 +60,24 @@ static __always_inline int port_wanted(__u16 sport, __u16 dport)
 			return 1;
 	}
 	return 0;
+}
+
+/* A socket's own namespace: the one to test where no process runs (softirq) or where a
+ * process may hold sockets of another namespace. */
+static __always_inline int sock_netns_wanted(struct sock *sk)
+{
+	if (!cfg_netns)
+		return 1;
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) == cfg_netns;
+}
+
+/* The current task's namespace, for probes that know no socket (uprobes). */
+static __always_inline int task_netns_wanted(void)
+{
+	if (!cfg_netns)
+		return 1;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum) == cfg_netns;
 }
 
 static __always_inline void count(__u32 idx)

@@ -22,6 +22,8 @@ int tp_sock_inet_sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 		return 0;
 	if (!port_wanted(ctx->sport, ctx->dport))
 		return 0;
+	if (!sock_netns_wanted((struct sock *)ctx->skaddr))
+		return 0;
 	struct ts_state_event ev;
 	int old = ctx->oldstate, new = ctx->newstate;
 	fill_header(&ev.hdr, TS_EV_STATE, state_in_process_ctx(old, new));
@@ -37,7 +39,8 @@ int tp_sock_inet_sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 #define on_retransmit(ctx)                                                                         \
 	({                                                                                         \
 		struct ts_retransmit_event ev;                                                     \
-		if (port_wanted((ctx)->sport, (ctx)->dport)) {                                     \
+		if (port_wanted((ctx)->sport, (ctx)->dport) &&                                     \
+		    sock_netns_wanted((struct sock *)(ctx)->skaddr)) {                             \
 			fill_header(&ev.hdr, TS_EV_RETRANSMIT, 0);                                 \
 			TS_SOCK_FROM_TP(ev.sock, ctx);                                             \
 			ev.state = (ctx)->state;                                                   \
@@ -63,7 +66,7 @@ static __always_inline int on_accept_exit(struct syscall_exit_ctx *ctx)
 	if (!pid_wanted(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	struct sock *sk = sock_of_fd(fd);
-	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || !sock_netns_wanted(sk))
 		return 0;
 	struct ts_accept_event ev;
 	read_sock(&ev.sock, sk);

@@ -12,7 +12,7 @@
 SEC("uprobe")
 int up_cuda_entry(struct pt_regs *ctx)
 {
-	if (!pid_wanted(bpf_get_current_pid_tgid() >> 32))
+	if (!pid_wanted(bpf_get_current_pid_tgid() >> 32) || !task_netns_wanted())
 		return 0;
 	struct ts_cuda_event ev = {};
 	fill_header(&ev.hdr, TS_EV_CUDA, 1);
@@ -51,7 +51,7 @@ int up_cuda_entry(struct pt_regs *ctx)
 SEC("uretprobe")
 int up_cuda_return(struct pt_regs *ctx)
 {
-	if (!pid_wanted(bpf_get_current_pid_tgid() >> 32))
+	if (!pid_wanted(bpf_get_current_pid_tgid() >> 32) || !task_netns_wanted())
 		return 0;
 	struct ts_cuda_event ev = {};
 	fill_header(&ev.hdr, TS_EV_CUDA, 1);

@@ -196,7 +196,7 @@ static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id
 		tls_note_recv(tid, sk);
 	__u16 sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (!port_wanted(sport, dport))
+	if (!port_wanted(sport, dport) || !sock_netns_wanted(sk))
 		return 0;
 
 	__u32 cpu = bpf_get_smp_processor_id();

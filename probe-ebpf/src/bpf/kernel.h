@@ -82,6 +82,19 @@ struct in6_addr {
 	} in6_u;
 };
 
+/* A namespace's identity: the inode of its /proc/PID/ns file. */
+struct ns_common {
+	unsigned int inum;
+};
+
+struct net {
+	struct ns_common ns;
+};
+
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
 struct sock_common {
 	__be32 skc_daddr;
 	__be32 skc_rcv_saddr;
@@ -90,6 +103,7 @@ struct sock_common {
 	unsigned short skc_family;
 	struct in6_addr skc_v6_daddr;
 	struct in6_addr skc_v6_rcv_saddr;
+	possible_net_t skc_net;
 };
 
 struct sock {
@@ -119,8 +133,13 @@ struct files_struct {
 	struct fdtable *fdt;
 };
 
+struct nsproxy {
+	struct net *net_ns;
+};
+
 struct task_struct {
 	struct files_struct *files;
+	struct nsproxy *nsproxy;
 };
 
 /* x86-64 registers at a uprobe (kernel names). */

@@ -90,7 +90,7 @@ SEC("uprobe")
 int up_ssl_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!pid_wanted(id >> 32))
+	if (!pid_wanted(id >> 32) || !task_netns_wanted())
 		return 0;
 	__u32 call = bpf_get_attach_cookie(ctx);
 	__u64 ssl = uprobe_arg(ctx, 1);
