@@ -8,6 +8,7 @@ pub mod agent;
 pub mod bin;
 pub mod events;
 pub mod http;
+pub mod netns;
 pub mod nginx;
 pub mod otlp;
 pub mod pyvenv;
