@@ -47,6 +47,7 @@ Examples:
   tokenscope record --io-source syscall -o s.tsrec     # no kprobes, no 6.3 tracepoints
   tokenscope record --btf /var/lib/btf/$(uname -r).btf -o r.tsrec  # kernel without BTF
   tokenscope record --port 8000 --libcuda /usr/lib/x86_64-linux-gnu/libcuda.so.1 -o gpu.tsrec
+  tokenscope record --netns /run/netns/gw -o gw.tsrec      # one network namespace (a pod: its pid)
   tokenscope record --port 8000 --cupti-socket /tmp/ts-cupti.sock -o gpu.tsrec
       # ...and start the engine with CUDA_INJECTION64_PATH=<tokenscope dir>/libtokenscope_cupti_hook.so
       #     TOKENSCOPE_CUPTI_SOCKET=/tmp/ts-cupti.sock
@@ -57,7 +58,10 @@ the first lines and the report name the one used. A kernel without BTF needs --b
 
 Filters: -p limits socket I/O and accepts to those processes; TCP state changes and
 retransmits run in the kernel's softirq, outside any process, so only --port filters them.
-tokenscope never records its own sockets. Ctrl-C or SIGTERM ends the recording cleanly:
+--netns keeps one network namespace's sockets (by the socket's namespace, softirq included)
+and its processes' uprobes: one pod of a node, or one "host" of a test machine; record each
+host and join them with `tokenscope report A.tsrec B.tsrec`. tokenscope never records its
+own sockets. Ctrl-C or SIGTERM ends the recording cleanly:
 the file is sealed with final counters (submitted, delivered, dropped).
 
 TLS: with --tls auto (the default) uprobes on OpenSSL's SSL_read/SSL_write read the
@@ -86,6 +90,16 @@ Examples:
   tokenscope report run.tsrec --slo ttft_p95=300ms --slo itl_p99=50ms   # exit 1 if violated
   tokenscope report run.tsrec --what-if 2,3      # TTFT/ITL if buffering and gzip were off
   tokenscope report run.tsrec --what-if all      # every fix the diagnoses name
+  tokenscope report gateway.tsrec gpu.tsrec      # two hosts' recordings, one timeline
+
+Several recordings (one per host: gateway, GPU host) are joined into one timeline. Each host's
+clock is put on the first one's from the connections both recorded (joined by 4-tuple, each
+seen from its start): every byte one end sent and the other read bounds the offset, and the
+tightest bounds give it with its uncertainty, printed first. Hosts of the same boot share a
+clock; hosts with no connection in common fall back to the wall clocks (as good as NTP) and
+are reported side by side. The hop between hosts is 'gateway -> engine network'. NAT, load
+balancers that rewrite the 4-tuple and asymmetric routes defeat the join or bias the offset
+(see the README's limits).
 
 Diagnoses: eleven rules name a fix with its evidence (requests, figures) and an estimated
 saving of TTFT p95 / ITL p99: new connection per request, proxy buffering, gzip on event
@@ -108,6 +122,7 @@ numpy and vllm bench serve), with counts.")]
 Examples:
   tokenscope export run.tsrec -o run.pftrace
   tokenscope export day.tsrec -o day.pftrace --window 5m   # fewer, longer windows
+  tokenscope export gateway.tsrec gpu.tsrec -o joined.pftrace   # two hosts, one timeline
 
 Open https://ui.perfetto.dev and drop the file on it (it stays in the browser). Tracks: a
 process per traced process; under it a track per request (stages nested: connect, tls,
@@ -142,8 +157,9 @@ the saving estimated before), new, or kept.")]
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// A file written by `tokenscope record`.
-    file: PathBuf,
+    /// Files written by `tokenscope record`: one, or one per host to join.
+    #[arg(required = true, num_args = 1.., value_name = "FILE")]
+    files: Vec<PathBuf>,
     /// Print JSON (one document) instead of text.
     #[arg(long)]
     json: bool,
@@ -177,8 +193,9 @@ struct DiffArgs {
 
 #[derive(Args, Debug)]
 struct ExportArgs {
-    /// A file written by `tokenscope record`.
-    file: PathBuf,
+    /// Files written by `tokenscope record`: one, or one per host to join.
+    #[arg(required = true, num_args = 1.., value_name = "FILE")]
+    files: Vec<PathBuf>,
     /// The Perfetto trace to write (e.g. run.pftrace).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
@@ -236,7 +253,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             })
         }
-        Command::Export(args) => export(&args.file, &args.output, args.window),
+        Command::Export(args) => export(&args.files, &args.output, args.window),
         Command::Diff(args) => diff(&args),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
         Command::Agent(args) => crate::agent_cli::agent(args),
@@ -308,11 +325,15 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
     }
     if perfetto {
-        export(&recording, &args.output, Duration::from_secs(60))?;
+        export(
+            std::slice::from_ref(&recording),
+            &args.output,
+            Duration::from_secs(60),
+        )?;
     }
     if args.report {
         report(&ReportArgs {
-            file: recording,
+            files: vec![recording],
             json: false,
             slos: Vec::new(),
             what_if: None,
@@ -355,7 +376,7 @@ fn diff(args: &DiffArgs) -> anyhow::Result<ExitCode> {
 fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     use collector::export::report;
     let json = args.json;
-    let mut reader = collector::ingest::record::RecordReader::open(&args.file)?;
+    let (mut reader, hosts) = open_recordings(&args.files)?;
     // Streamed: a batch of events at a time through the pipeline, never all at once;
     // requests are summed up and let go (JSON: written aside) as their window closes.
     let keep = match (json, args.tokens) {
@@ -363,11 +384,11 @@ fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         (true, true) => report::Requests::SpillWithTokens,
         (false, _) => report::Requests::Drop,
     };
-    let mut builder = report::Builder::new(&reader.header, &args.slos, keep);
+    let mut builder = report::Builder::new(reader.header(), &args.slos, keep).hosts(hosts);
     if let Some(selection) = &args.what_if {
         builder = builder.what_if(selection.clone());
     }
-    builder.push_all(&mut reader)?;
+    builder.push_all(reader.as_mut())?;
     let built = builder.try_finish().context("building the report")?;
     let code = if built.slo.iter().all(|r| r.met) {
         ExitCode::SUCCESS
@@ -389,19 +410,49 @@ fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// One recording, or several hosts' joined on one clock (and how each was aligned).
+fn open_recordings(
+    files: &[PathBuf],
+) -> anyhow::Result<(
+    Box<dyn collector::ingest::record::Source>,
+    Vec<collector::ingest::hosts::Host>,
+)> {
+    use collector::ingest::hosts::{Joined, MAX_HOSTS};
+    match files {
+        [one] => Ok((
+            Box::new(collector::ingest::record::RecordReader::open(one)?),
+            Vec::new(),
+        )),
+        _ if files.len() > MAX_HOSTS => {
+            anyhow::bail!(
+                "{} recordings: at most {MAX_HOSTS} can be joined",
+                files.len()
+            )
+        }
+        _ => {
+            let joined = Joined::open(files)?;
+            let hosts = joined.hosts.clone();
+            Ok((Box::new(joined), hosts))
+        }
+    }
+}
+
 fn export(
-    path: &std::path::Path,
+    files: &[PathBuf],
     output: &std::path::Path,
     window: Duration,
 ) -> anyhow::Result<ExitCode> {
     use collector::export::perfetto::{write_trace_streamed, PerfettoError, Windowing};
-    let mut reader = collector::ingest::record::RecordReader::open(path)?;
+    let (mut reader, hosts) = open_recordings(files)?;
+    for line in collector::ingest::hosts::describe(&hosts) {
+        eprintln!("{}: {line}", output.display());
+    }
     let file = collector::ingest::record::create_private(output)
         .with_context(|| format!("creating {}", output.display()))?;
     let windowing = Windowing {
         window_ns: window.as_nanos().max(1) as u64,
     };
-    let s = match write_trace_streamed(&mut reader, std::io::BufWriter::new(file), windowing) {
+    let s = match write_trace_streamed(reader.as_mut(), std::io::BufWriter::new(file), windowing) {
         Ok(s) => s,
         Err(e) => {
             // Windows already written would make a trace that silently ends early.

@@ -94,6 +94,7 @@ fn hand_built() -> Request {
     r.forward = vec![Forward {
         from: PointKind::EngineWrite,
         to: PointKind::ClientRead,
+        between_hosts: false,
         delay_ns: vec![ms; 10],
     }];
     r

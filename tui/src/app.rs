@@ -71,6 +71,7 @@ pub const AFTER_HELP: &str = "\
 Examples:
   tokenscope top --port 8000 --port 443          # live: needs root, or CAP_BPF + CAP_PERFMON
   tokenscope top --replay run.tsrec --speed 10   # a recording, ten times faster (0: at once)
+  tokenscope top --replay gateway.tsrec gpu.tsrec   # two hosts' recordings, one timeline
 
 Keys: q or Ctrl-C quit, j/k or arrows move, Enter opens a request (waterfall and tokens per
 observation point), Esc goes back, / filters (route, client, status, or new-conn tls
@@ -87,9 +88,10 @@ request's detail names the diagnoses that cite it. The report gives the fix line
 /// `tokenscope top`: live (needs privileges) or `--replay FILE`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TopArgs {
-    /// Replay a recording (from `tokenscope record`) instead of tracing live.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["pids", "ports", "output"])]
-    pub replay: Option<PathBuf>,
+    /// Replay a recording (from `tokenscope record`) instead of tracing live; several
+    /// (one per host) are joined into one timeline as `tokenscope report A B` joins them.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["pids", "ports", "output"])]
+    pub replay: Vec<PathBuf>,
     /// Replay speed: 1 plays as recorded, 10 ten times faster, 0 shows it all at once.
     #[arg(long, default_value_t = 1.0, value_name = "X", value_parser = parse_speed)]
     pub speed: f64,
@@ -173,10 +175,10 @@ pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
     // Before anything can raise SIGINT: the signals end the loop, not the process.
     let quit = collector::record::live::quit_flag().context("signal handler")?;
     let window_ns = args.window.as_nanos() as u64;
-    let (source, meta) = match &args.replay {
-        Some(path) => {
-            let replay = Replay::open(path)?;
-            let meta = replay.meta(path, args.speed);
+    let (source, meta) = match args.replay.as_slice() {
+        [_, ..] => {
+            let replay = Replay::open(&args.replay)?;
+            let meta = replay.meta(&args.replay, args.speed);
             (
                 Source::Replay {
                     replay: Box::new(replay),
@@ -185,7 +187,7 @@ pub fn run_top(args: TopArgs) -> anyhow::Result<()> {
                 meta,
             )
         }
-        None => {
+        [] => {
             let mut live = Live::start(record_options(&args))?;
             let (attached, skipped) = live.wait_started(Duration::from_secs(60))?;
             let meta = Meta {

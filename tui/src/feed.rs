@@ -2,9 +2,10 @@
 //! recording (`collector::record::live::Live`) on a thread that is always stopped
 //! (probes detached) before top returns, panics included.
 
-use std::path::Path;
+use std::path::PathBuf;
 
-use collector::ingest::record::{FileHeader, RecordReader};
+use collector::ingest::hosts::Joined;
+use collector::ingest::record::{FileHeader, RecordReader, Source};
 use collector::ingest::Event;
 pub use collector::record::live::Live;
 
@@ -22,11 +23,18 @@ pub struct Replay {
 }
 
 impl Replay {
-    pub fn open(path: &Path) -> anyhow::Result<Replay> {
-        let mut reader = RecordReader::open(path)?;
-        let mut events = reader.read_all()?;
+    /// One recording, or several hosts' joined on the first one's clock.
+    pub fn open(paths: &[PathBuf]) -> anyhow::Result<Replay> {
+        let mut reader: Box<dyn Source> = match paths {
+            [one] => Box::new(RecordReader::open(one)?),
+            _ => Box::new(Joined::open(paths)?),
+        };
+        let mut events = Vec::new();
+        while let Some(batch) = reader.next_batch()? {
+            events.extend(batch);
+        }
         events.sort_by_key(|e| e.ts_ns);
-        let header = reader.header;
+        let header = reader.header().clone();
         let first_ns = events
             .first()
             .map_or(header.start_monotonic_ns, |e| e.ts_ns);
@@ -40,12 +48,18 @@ impl Replay {
         })
     }
 
-    pub fn meta(&self, path: &Path, speed: f64) -> Meta {
+    pub fn meta(&self, paths: &[PathBuf], speed: f64) -> Meta {
         let h = &self.header;
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into(),
-        );
+        let name = paths
+            .iter()
+            .map(|path| {
+                path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().into(),
+                )
+            })
+            .collect::<Vec<String>>()
+            .join(" + ");
         let speed = if speed == 0.0 {
             "at once".to_string()
         } else {

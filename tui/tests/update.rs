@@ -142,7 +142,7 @@ fn halves(at_ns: u64) -> (Top, Vec<Event>, u64) {
 #[test]
 fn restitch_at_most_once_a_second_and_never_while_paused() {
     let path = fixture();
-    let replay = Replay::open(&path).expect("fixture");
+    let replay = Replay::open(std::slice::from_ref(&path)).expect("fixture");
     let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
     let (mut top, rest, end) = halves(mid);
     top.tick(mid, 0);
@@ -177,7 +177,7 @@ fn restitch_at_most_once_a_second_and_never_while_paused() {
 #[test]
 fn selection_follows_its_request_across_restitches() {
     let path = fixture();
-    let replay = Replay::open(&path).expect("fixture");
+    let replay = Replay::open(std::slice::from_ref(&path)).expect("fixture");
     let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
     let (mut top, rest, end) = halves(mid);
     top.tick(mid, 0);
@@ -331,7 +331,11 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
 #[test]
 fn diagnoses_come_with_the_restitch_as_the_report_has_them() {
     let path = fixture();
-    let (mut top, rest, end) = halves(Replay::open(&path).expect("fixture").first_ns);
+    let (mut top, rest, end) = halves(
+        Replay::open(std::slice::from_ref(&path))
+            .expect("fixture")
+            .first_ns,
+    );
     top.events(rest);
     assert!(
         top.state.shown.diagnoses.is_empty(),

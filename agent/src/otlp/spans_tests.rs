@@ -66,6 +66,7 @@ fn request() -> Request {
     r.forward = vec![Forward {
         from: PointKind::EngineWrite,
         to: PointKind::ClientRead,
+        between_hosts: false,
         delay_ns: vec![MS / 10; 20],
     }];
     r

@@ -175,7 +175,7 @@ impl StatsBuilder {
             }
         }
         for f in &r.forward {
-            let key = format!("{} -> {}", f.from.label(), f.to.label());
+            let key = f.label();
             self.forward
                 .entry(key)
                 .or_default()

@@ -27,7 +27,7 @@ use perfetto_protos::track_event::{track_event::Type, EventCategory, EventName, 
 use protobuf::rt::WireType;
 use protobuf::{CodedOutputStream, EnumOrUnknown, MessageField};
 
-use crate::ingest::record::{FileHeader, RecordReader};
+use crate::ingest::record::{FileHeader, Source};
 use crate::ingest::Event;
 use crate::pipeline::{self, Pipeline};
 
@@ -124,11 +124,11 @@ pub fn write_events(
 /// reorder window) and writes what it produced to `out`, window by window as they are
 /// done (see `Windowing`).
 pub fn write_trace_streamed(
-    reader: &mut RecordReader,
+    reader: &mut dyn Source,
     out: impl Write,
     windowing: Windowing,
 ) -> Result<TraceSummary, PerfettoError> {
-    let header = reader.header.clone();
+    let header = reader.header().clone();
     let next = || Ok(reader.next_batch()?);
     write_batches(&header, next, out, windowing)
 }

@@ -107,6 +107,10 @@ pub struct RecordingInfo {
     /// used out of order. Absent when none.
     #[serde(skip_serializing_if = "is_zero")]
     pub late_events: u64,
+    /// Several recordings joined (`report A B`): each one's host and how its clock was
+    /// put on the first one's. Absent for one recording.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<crate::ingest::hosts::Host>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -187,6 +191,9 @@ pub fn write_text(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         "tokenscope report: {} requests ({} on new connections, {} seen only as TLS records), {} tokens; {} events, {} dropped, {} unparsed I/Os",
         o.requests, o.new_connections, o.encrypted, o.tokens, r.events, r.dropped, report.unparsed_ios
     )?;
+    for line in crate::ingest::hosts::describe(&r.hosts) {
+        writeln!(out, "{line}")?;
+    }
     if let Some(io) = &r.io_source {
         writeln!(out, "I/O source: {}, kernel {}", io.description, r.kernel)?;
         if let Some(blind) = io.not_seen {

@@ -88,8 +88,9 @@ pub struct FileHeader {
     /// it, so two recordings share a monotonic clock only with the same boot id.
     #[prost(string, tag = "23")]
     pub boot_id: String,
-    /// The recorder's network namespace (its inode): which "host" of a machine that
-    /// holds several (containers, test namespaces).
+    /// The network namespace recorded (its inode): `record --netns`'s, else the
+    /// recorder's own. Which "host" of a machine that holds several (pods, test
+    /// namespaces).
     #[prost(uint64, tag = "24")]
     pub net_namespace: u64,
     /// Wall clock when the recording was sealed, taken with `end_monotonic_ns`: with the
@@ -293,6 +294,24 @@ impl RecordWriter {
             path: self.path.clone(),
             err: source,
         }
+    }
+}
+
+/// Where replayed events come from: one recording, or several read as one
+/// (`ingest::hosts::Joined`). Batches come roughly in time order.
+pub trait Source {
+    fn header(&self) -> &FileHeader;
+    /// The next batch of events, `Ok(None)` at the end.
+    fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError>;
+}
+
+impl Source for RecordReader {
+    fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
+        RecordReader::next_batch(self)
     }
 }
 

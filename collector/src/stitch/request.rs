@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::chain::End;
 use super::conn::{Connection, Conns, Exchange, Role};
 use super::spans::ChainSpans;
+use crate::ingest::hosts::split_pid;
 use crate::ingest::model::TokenKind;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -37,7 +38,13 @@ impl PointKind {
 #[derive(Clone, Debug, Serialize)]
 pub struct Point {
     pub kind: PointKind,
+    /// Its process (as its own host numbers it in JSON; see `host`).
+    #[serde(serialize_with = "crate::ingest::hosts::serialize_pid")]
     pub pid: u32,
+    /// The recording it was seen in, when several are joined (`report A B`): 0 is the
+    /// first.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub host: u32,
     pub comm: String,
     /// First token - request start.
     pub ttft_ns: Option<u64>,
@@ -120,7 +127,30 @@ pub struct Stages {
 pub struct Forward {
     pub from: PointKind,
     pub to: PointKind,
+    /// The two points are on different hosts of a joined timeline (`report A B`): the
+    /// hop is the network between them, both hosts' kernels included.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub between_hosts: bool,
     pub delay_ns: Vec<u64>,
+}
+
+impl Forward {
+    /// `engine write -> proxy read`, or across hosts the network it crossed, client
+    /// side first: `gateway -> engine network`.
+    pub fn label(&self) -> String {
+        fn role(k: PointKind) -> &'static str {
+            match k {
+                PointKind::EngineWrite => "engine",
+                PointKind::ProxyRead | PointKind::ProxyWrite => "gateway",
+                PointKind::ClientRead => "client",
+            }
+        }
+        if self.between_hosts {
+            format!("{} -> {} network", role(self.to), role(self.from))
+        } else {
+            format!("{} -> {}", self.from.label(), self.to.label())
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -144,6 +174,7 @@ pub struct Request {
     pub reasoning_tokens: u32,
     #[serde(skip_serializing_if = "is_zero")]
     pub tool_tokens: u32,
+    #[serde(serialize_with = "crate::ingest::hosts::serialize_pid")]
     pub client_pid: u32,
     pub client_comm: String,
     pub client_addr: String,
@@ -263,6 +294,7 @@ impl Request {
             points: vec![Point {
                 kind,
                 pid,
+                host: split_pid(pid).0,
                 comm: comm.into(),
                 ttft_ns: None,
                 ios: token_ns.len() as u32,
@@ -588,6 +620,7 @@ fn forwards(points: &[Point]) -> Vec<Forward> {
         .map(|w| Forward {
             from: w[1].kind,
             to: w[0].kind,
+            between_hosts: split_pid(w[0].pid).0 != split_pid(w[1].pid).0,
             delay_ns: w[0]
                 .token_ns
                 .iter()
@@ -631,6 +664,7 @@ fn mapped_client_point(
     Some(Point {
         kind: PointKind::ClientRead,
         pid: client.pid,
+        host: split_pid(client.pid).0,
         comm: client.comm.clone(),
         ttft_ns: token_ns.first().map(|t| t.saturating_sub(start_ns)),
         token_ns,
@@ -665,6 +699,7 @@ fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point 
     Point {
         kind,
         pid: c.pid,
+        host: split_pid(c.pid).0,
         comm: c.comm.clone(),
         ttft_ns: first.map(|t| t.saturating_sub(start_ns)),
         token_ns,

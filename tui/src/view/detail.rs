@@ -299,9 +299,8 @@ fn forward(r: &Request) -> Vec<Line<'static>> {
         .filter_map(|fw| {
             let s = summarize(&fw.delay_ns)?;
             Some(Line::from(format!(
-                "{} → {}: token delay p50 {} p99 {} max {} ms",
-                fw.from.label(),
-                fw.to.label(),
+                "{}: token delay p50 {} p99 {} max {} ms",
+                fw.label().replace("->", "→"),
                 fmt::ms(s.p50_ns),
                 fmt::ms(s.p99_ns),
                 fmt::ms(s.max_ns)

@@ -37,8 +37,12 @@ impl Top {
     /// The fixture's replay, nothing delivered yet.
     pub(crate) fn replay(window_ns: u64) -> (Top, Replay) {
         let path = fixture();
-        let replay = Replay::open(&path).expect("fixture readable");
-        let top = Top::new(replay.meta(&path, 0.0), window_ns, Config::sorted());
+        let replay = Replay::open(std::slice::from_ref(&path)).expect("fixture readable");
+        let top = Top::new(
+            replay.meta(std::slice::from_ref(&path), 0.0),
+            window_ns,
+            Config::sorted(),
+        );
         (top, replay)
     }
 

@@ -16,6 +16,7 @@ fn stream(id: usize, sent: &[u64], delay: &[u64]) -> Request {
     r.forward.push(Forward {
         from: PointKind::EngineWrite,
         to: PointKind::ClientRead,
+        between_hosts: false,
         delay_ns: delay.to_vec(),
     });
     r

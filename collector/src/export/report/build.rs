@@ -10,7 +10,7 @@ use crate::analyze::{self, Breakdown, Samples};
 use crate::diagnose::{self, slo, what_if, Diagnosis, Selection, Slo};
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
-use crate::ingest::record::{FileHeader, RecordError, RecordReader};
+use crate::ingest::record::{FileHeader, RecordError, Source};
 use crate::ingest::Event;
 use crate::pipeline::cut::Cutter;
 use crate::pipeline::{self, Output, Pipeline};
@@ -54,6 +54,7 @@ pub struct Builder {
     gateways: BTreeMap<String, usize>,
     /// `report --what-if`: the fixes applied and the samples re-timed so far.
     what_if: Option<(Selection, what_if::Accumulator)>,
+    hosts: Vec<crate::ingest::hosts::Host>,
 }
 
 /// Per-kind step and CUPTI durations, stall counts and the worst stallers so far.
@@ -118,7 +119,14 @@ impl Builder {
             last: Output::default(),
             gateways: BTreeMap::new(),
             what_if: None,
+            hosts: Vec::new(),
         }
+    }
+
+    /// The recordings are several hosts joined: say which and how their clocks align.
+    pub fn hosts(mut self, hosts: Vec<crate::ingest::hosts::Host>) -> Builder {
+        self.hosts = hosts;
+        self
     }
 
     /// Also re-time the requests as if the fixes of `selection` were applied.
@@ -128,7 +136,7 @@ impl Builder {
     }
 
     /// Every event of `reader`, a batch at a time (never the whole recording at once).
-    pub fn push_all(&mut self, reader: &mut RecordReader) -> Result<(), RecordError> {
+    pub fn push_all(&mut self, reader: &mut dyn Source) -> Result<(), RecordError> {
         while let Some(batch) = reader.next_batch()? {
             for event in batch {
                 self.push(event);
@@ -276,6 +284,7 @@ impl Builder {
                 dropped: c.dropped,
                 decode_errors: c.decode_errors,
                 late_events: self.last.late_events,
+                hosts: self.hosts.clone(),
             },
             unparsed_ios: self.last.unparsed_ios,
             protocols: self.pipeline.protocols(h.tls_untied),
