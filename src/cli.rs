@@ -59,7 +59,7 @@ the first lines and the report name the one used. A kernel without BTF needs --b
 Filters: -p limits socket I/O and accepts to those processes; TCP state changes and
 retransmits run in the kernel's softirq, outside any process, so only --port filters them.
 --netns keeps one network namespace's sockets (by the socket's namespace, softirq included)
-and its processes' uprobes: one pod of a node, or one "host" of a test machine; record each
+and its processes' uprobes: one pod of a node, or one 'host' of a test machine; record each
 host and join them with `tokenscope report A.tsrec B.tsrec`. tokenscope never records its
 own sockets. Ctrl-C or SIGTERM ends the recording cleanly:
 the file is sealed with final counters (submitted, delivered, dropped).

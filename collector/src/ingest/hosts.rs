@@ -174,63 +174,68 @@ struct End {
 /// the accepting side): only there do both ends count bytes from the same first byte.
 fn ends(path: &Path) -> Result<Vec<End>, RecordError> {
     let mut reader = RecordReader::open(path)?;
-    let mut events = Vec::new();
-    while let Some(batch) = reader.next_batch()? {
-        events.extend(batch.into_iter().filter(|e| e.sock().is_some()));
-    }
-    events.sort_by_key(|e| e.ts_ns);
     let mut open: HashMap<u64, usize> = HashMap::new();
     let mut out: Vec<End> = Vec::new();
-    for ev in &events {
-        let Some(sock) = ev.sock() else { continue };
-        match &ev.body {
-            Some(Body::State(s)) => {
-                let start = s.new() == TcpState::SynSent
-                    || (s.old() == TcpState::SynRecv && s.new() == TcpState::Established);
-                if start {
-                    open.insert(sock.skaddr, out.len());
-                    out.push(End {
-                        start_ns: ev.ts_ns,
-                        ..End::default()
-                    });
-                } else if s.new() == TcpState::Close {
-                    open.remove(&sock.skaddr);
-                    continue;
-                }
-            }
-            Some(Body::Io(io)) => {
-                let Some(&i) = open.get(&sock.skaddr) else {
-                    continue;
-                };
-                let e = &mut out[i];
-                match io.dir() {
-                    Direction::Send => {
-                        e.sent_total += io.bytes;
-                        if io.bytes > 0 && e.sent.len() < IOS_PER_END {
-                            e.sent.push((ev.ts_ns, e.sent_total));
-                        }
-                    }
-                    Direction::Recv => {
-                        e.recv_total += io.bytes;
-                        if io.bytes > 0 && e.recv.len() < IOS_PER_END {
-                            e.recv.push((ev.ts_ns, e.recv_total));
-                        }
-                    }
-                    Direction::Unknown => {}
-                }
-            }
-            _ => {}
-        }
-        if let Some(&i) = open.get(&sock.skaddr) {
-            // connect() binds the local port after SYN_SENT.
-            if sock.sport != 0 {
-                out[i].local = Some(sock.src());
-                out[i].remote = Some(sock.dst());
-            }
+    // A batch at a time (recordings are in time order but for a reorder window's worth
+    // within a batch): memory is the connections' bounded I/O lists, not the recording.
+    while let Some(mut batch) = reader.next_batch()? {
+        batch.sort_by_key(|e| e.ts_ns);
+        for ev in &batch {
+            track(ev, &mut open, &mut out);
         }
     }
     out.retain(|e| e.local.is_some() && (!e.sent.is_empty() || !e.recv.is_empty()));
     Ok(out)
+}
+
+/// One event's part in the connection ends (`ends`).
+fn track(ev: &Event, open: &mut HashMap<u64, usize>, out: &mut Vec<End>) {
+    let Some(sock) = ev.sock() else { return };
+    match &ev.body {
+        Some(Body::State(s)) => {
+            let start = s.new() == TcpState::SynSent
+                || (s.old() == TcpState::SynRecv && s.new() == TcpState::Established);
+            if start {
+                open.insert(sock.skaddr, out.len());
+                out.push(End {
+                    start_ns: ev.ts_ns,
+                    ..End::default()
+                });
+            } else if s.new() == TcpState::Close {
+                open.remove(&sock.skaddr);
+                return;
+            }
+        }
+        Some(Body::Io(io)) => {
+            let Some(&i) = open.get(&sock.skaddr) else {
+                return;
+            };
+            let e = &mut out[i];
+            match io.dir() {
+                Direction::Send => {
+                    e.sent_total += io.bytes;
+                    if io.bytes > 0 && e.sent.len() < IOS_PER_END {
+                        e.sent.push((ev.ts_ns, e.sent_total));
+                    }
+                }
+                Direction::Recv => {
+                    e.recv_total += io.bytes;
+                    if io.bytes > 0 && e.recv.len() < IOS_PER_END {
+                        e.recv.push((ev.ts_ns, e.recv_total));
+                    }
+                }
+                Direction::Unknown => {}
+            }
+        }
+        _ => {}
+    }
+    if let Some(&i) = open.get(&sock.skaddr) {
+        // connect() binds the local port after SYN_SENT.
+        if sock.sport != 0 {
+            out[i].local = Some(sock.src());
+            out[i].remote = Some(sock.dst());
+        }
+    }
 }
 
 /// Bounds on `clock_y - clock_x` from one connection seen by x and y: (lowest, highest).
