@@ -18,6 +18,7 @@ pub mod schema;
 pub mod standin;
 pub mod tmux;
 pub mod venv_specs;
+pub mod wire;
 
 pub use bin::{demo_recording, demo_stdout, lab, lab_command, profiler};
 pub use events::{io_bytes, io_events, read_recording, transitions};
