@@ -251,10 +251,10 @@ impl Breakdown {
     pub fn add(&mut self, r: &Request) {
         self.overall.add(r);
         self.routes.entry(r.route()).or_default().add(r);
-        let process = r
-            .points
-            .last()
-            .map_or_else(|| "-".into(), |p| format!("{}/{}", p.comm, p.pid));
+        let process = r.points.last().map_or_else(
+            || "-".into(),
+            |p| format!("{}/{}", p.comm, crate::ingest::hosts::pid_label(p.pid)),
+        );
         self.processes.entry(process).or_default().add(r);
         let w = r.start_ns / self.width_ns * self.width_ns;
         self.open.entry(w).or_default().add(r);

@@ -71,6 +71,19 @@ fn write_header(h: &FileHeader, out: &mut dyn Write) -> io::Result<()> {
             h.payload_cap
         )?;
     }
+    if !h.boot_id.is_empty() {
+        // What `report A B` joins hosts by: one boot is one clock; the pairs align others.
+        writeln!(
+            out,
+            "# boot {} netns {}; clocks at start: monotonic {} realtime {}; at end: monotonic {} realtime {}",
+            h.boot_id,
+            h.net_namespace,
+            h.start_monotonic_ns,
+            h.start_realtime_ns,
+            h.end_monotonic_ns,
+            h.end_realtime_ns
+        )?;
+    }
     if let Some(source) = crate::ingest::io_source::IoSource::from_name(&h.io_source) {
         writeln!(out, "# I/O source: {}", source.describe())?;
     }

@@ -295,7 +295,12 @@ impl Builder {
         if let Some(&u) = self.processes.get(&pid) {
             return Some(u);
         }
-        let u = self.track(None, comm.to_string(), TrackKind::Process { pid });
+        // Joined recordings: the same comm on two hosts, and a pid folded with its host.
+        let name = match crate::ingest::hosts::split_pid(pid) {
+            (0, _) => comm.to_string(),
+            (host, own) => format!("{comm} {own} (host {host})"),
+        };
+        let u = self.track(None, name, TrackKind::Process { pid });
         self.plan.tracks[u as usize - 1].children = ChildOrder::Chronological;
         self.processes.insert(pid, u);
         Some(u)

@@ -245,7 +245,11 @@ impl Builder {
                 if let Some(p) = r.point(crate::stitch::PointKind::ProxyWrite) {
                     *self
                         .gateways
-                        .entry(format!("{}/{}", p.comm, p.pid))
+                        .entry(format!(
+                            "{}/{}",
+                            p.comm,
+                            crate::ingest::hosts::pid_label(p.pid)
+                        ))
                         .or_default() += 1;
                 }
             }
