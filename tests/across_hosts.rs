@@ -26,7 +26,6 @@ use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
 
 const ENGINE_PORT: u16 = 8000;
 const GATEWAY_PORT: u16 = 8080;
-const MS: u64 = 1_000_000;
 
 /// A child process killed (and reaped) when dropped.
 struct Killed(Child);
@@ -168,18 +167,17 @@ fn run(pair: &NetnsPair, dir: &Path, requests: u64, upstream: Ipv4Addr) -> Run {
 
 /// `tokenscope report --json --tokens FILES...`.
 fn joined_report(files: &[&Path]) -> Value {
-    let out = std::process::Command::new(profiler())
-        .arg("report")
-        .args(files)
-        .args(["--json", "--tokens"])
-        .output()
-        .expect("run tokenscope report");
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report JSON")
+    serde_json::from_str(&report_files_out(files, &["--json", "--tokens"])).expect("report JSON")
+}
+
+/// A joined request's hop between hosts.
+fn hop_between_hosts(r: &Value) -> &Value {
+    r["forward"]
+        .as_array()
+        .expect("forward")
+        .iter()
+        .find(|f| f["between_hosts"] == true)
+        .expect("a hop between hosts")
 }
 
 /// A copy of `src` as another host would have recorded it: every time `shift_ns`
@@ -262,12 +260,7 @@ fn two_hosts_recordings_join_into_one_timeline() {
             r["id"],
             r["gpu"]
         );
-        let hop = r["forward"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["between_hosts"] == true)
-            .expect("a hop between hosts");
+        let hop = hop_between_hosts(r);
         assert_eq!(
             (&hop["from"], &hop["to"]),
             (&"engine_write".into(), &"proxy_read".into())
@@ -366,17 +359,7 @@ fn two_hosts_recordings_join_into_one_timeline() {
         2 * alone,
         "each host's requests, side by side"
     );
-    let out = std::process::Command::new(profiler())
-        .arg("report")
-        .args([&run.gpu, &other])
-        .output()
-        .expect("report");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = report_files_out(&[&run.gpu, &other], &[]);
     let line = text
         .lines()
         .find(|l| l.contains("no connection in common"))
@@ -418,12 +401,7 @@ fn the_network_between_hosts_is_a_hop_with_its_own_delay() {
     // 8.7 ms), so the spread is the machine's, and the median is the hop's delay.
     let mut delays = Vec::new();
     for r in requests(&report) {
-        let hop = r["forward"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["between_hosts"] == true)
-            .expect("a hop between hosts");
+        let hop = hop_between_hosts(r);
         delays.extend(hop["delay_ns"].as_array().unwrap().iter().map(ns));
     }
     let fastest = delays.iter().min().copied().unwrap_or(0);

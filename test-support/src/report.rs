@@ -49,9 +49,14 @@ pub fn reported_by_first_token(report: &serde_json::Value, token_ns: u64) -> &se
 }
 
 fn report_out(path: &Path, args: &[&str]) -> String {
+    report_files_out(&[path], args)
+}
+
+/// `tokenscope report FILES.. ARGS..`'s stdout (several files: one per host, joined).
+pub fn report_files_out(files: &[&Path], args: &[&str]) -> String {
     let out = Command::new(crate::profiler())
         .arg("report")
-        .arg(path)
+        .args(files)
         .args(args)
         .output()
         .expect("run tokenscope report");
