@@ -391,3 +391,45 @@ fn the_api_column_shows_where_apis_differ_and_filters_by_api() {
     update(&mut state, Action::FilterApply);
     assert_eq!(state.visible, [first], "the filter reads the API");
 }
+
+#[test]
+fn a_replay_of_two_hosts_recordings_shows_both_side_by_side() {
+    use collector::ingest::record::{RecordReader, RecordWriter};
+    // The fixture again, as if another host recorded it (another boot: its own clock, its
+    // own pids and sockets), 2 s later. No connection of one is the other's peer, so the
+    // two hosts' requests stand side by side, each whole.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let other = dir.path().join("other-host.tsrec");
+    let mut reader = RecordReader::open(&fixture()).expect("fixture");
+    let mut header = reader.header.clone();
+    header.boot_id = "00000000-0000-4000-8000-00000000beef".into();
+    header.start_monotonic_ns += 2_000_000_000;
+    let end = header.end_monotonic_ns + 2_000_000_000;
+    let counters = header.counters.unwrap_or_default();
+    let mut w = RecordWriter::create(&other, header).expect("create");
+    for mut e in reader.read_all().expect("read") {
+        e.ts_ns += 2_000_000_000;
+        w.push(e).expect("write");
+    }
+    w.finish(counters, end).expect("seal");
+
+    let paths = [fixture(), other];
+    let mut replay = Replay::open(&paths).expect("two recordings");
+    let meta = replay.meta(&paths, 0.0);
+    assert!(
+        meta.source.contains("lab-untuned.tsrec + other-host.tsrec"),
+        "{}",
+        meta.source
+    );
+    let mut top = Top::new(meta, WINDOW_NS, collector::pipeline::Config::sorted());
+    let last = replay.last_ns;
+    top.events(replay.due(last));
+    assert!(replay.finished());
+    top.end("replay done");
+    top.tick(last, 0);
+    assert_eq!(
+        top.state.shown.rows.len(),
+        2 * fixture_state().shown.rows.len(),
+        "each host's requests, once each"
+    );
+}
