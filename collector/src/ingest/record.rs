@@ -3,7 +3,9 @@
 //!
 //! Layout: an 8-byte magic, then a fixed 4 KiB header region holding a
 //! little-endian u32 length and a [`FileHeader`] (prost), then frames, each a
-//! varint-length-delimited [`EventBatch`]. The header is written first with
+//! varint length and an [`EventBatch`] (prost): zstd-compressed from format 2 on
+//! (events repeat their socket, process and comm: a batch shrinks several times),
+//! plain in format 1, which is still read. The header is written first with
 //! `complete = false` and rewritten in place when the recording ends, with the
 //! final counters; a file cut off by a crash still reads up to its last whole
 //! frame and says it is incomplete.
@@ -17,7 +19,10 @@ use prost::Message;
 use super::model::Event;
 
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: frames are zstd-compressed. 1: plain (still read).
+pub const FORMAT_VERSION: u32 = 2;
+/// zstd's level for frames: its default, cheap next to the events' own cost.
+const ZSTD_LEVEL: i32 = 3;
 /// Magic + header region; frames start here.
 pub const HEADER_REGION: u64 = 4096;
 const MAX_FRAME: u64 = 64 << 20;
@@ -216,7 +221,11 @@ impl RecordWriter {
                 events: std::mem::take(&mut self.pending),
             };
             self.written += batch.events.len() as u64;
-            let buf = batch.encode_length_delimited_to_vec();
+            let packed =
+                zstd::bulk::compress(&batch.encode_to_vec(), ZSTD_LEVEL).map_err(|e| self.io(e))?;
+            let mut buf = Vec::with_capacity(packed.len() + 10);
+            prost::encoding::encode_varint(packed.len() as u64, &mut buf);
+            buf.extend_from_slice(&packed);
             self.bytes += buf.len() as u64;
             self.out.write_all(&buf).map_err(|e| self.io(e))?;
         }
@@ -313,6 +322,21 @@ impl Source for RecordReader {
     fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
         RecordReader::next_batch(self)
     }
+}
+
+/// A frame's batch from its zstd bytes, never more than `MAX_FRAME` of it (a frame
+/// that claims more is corrupt, not a reason to allocate).
+fn unpack(packed: &[u8]) -> Result<Vec<u8>, String> {
+    let decoder = zstd::stream::read::Decoder::new(packed).map_err(|e| format!("zstd: {e}"))?;
+    let mut out = Vec::new();
+    decoder
+        .take(MAX_FRAME + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zstd: {e}"))?;
+    if out.len() as u64 > MAX_FRAME {
+        return Err(format!("a frame unpacks to more than {MAX_FRAME} bytes"));
+    }
+    Ok(out)
 }
 
 /// Reads a recording batch by batch, so replay memory stays bounded.
@@ -412,6 +436,9 @@ impl RecordReader {
                 err: e,
             })?;
         self.offset += frame_len;
+        if self.header.format_version >= 2 {
+            buf = unpack(&buf).map_err(|reason| self.corrupt(start, reason))?;
+        }
         let batch =
             EventBatch::decode(buf.as_slice()).map_err(|e| self.corrupt(start, e.to_string()))?;
         Ok(Some(batch.events))
@@ -600,6 +627,77 @@ mod tests {
             .read_all()
             .expect_err("must fail");
         assert!(matches!(err, RecordError::Truncated { .. }), "got {err}");
+    }
+
+    /// A format 1 file as tokenscope wrote them before frames were compressed.
+    fn write_format_1(path: &Path, events: &[Event]) {
+        let mut h = header();
+        h.format_version = 1;
+        h.complete = true;
+        let body = h.encode_to_vec();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        bytes.resize(HEADER_REGION as usize, 0);
+        for chunk in events.chunks(BATCH_EVENTS) {
+            let batch = EventBatch {
+                events: chunk.to_vec(),
+            };
+            bytes.extend_from_slice(&batch.encode_length_delimited_to_vec());
+        }
+        std::fs::write(path, bytes).expect("write");
+    }
+
+    #[test]
+    fn format_1_files_still_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v1.tsrec");
+        let events: Vec<Event> = (0..2500).map(event).collect();
+        write_format_1(&path, &events);
+        let mut r = RecordReader::open(&path).expect("open");
+        assert_eq!(r.header.format_version, 1);
+        assert_eq!(r.read_all().expect("read"), events);
+    }
+
+    #[test]
+    fn compressed_frames_are_several_times_smaller_than_plain_ones() {
+        // A lab recording (format 1, committed): the same events in both formats.
+        let gz = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/diagnose/tuned-plain.tsrec.gz");
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(File::open(&gz).expect("fixture"))
+            .read_to_end(&mut plain)
+            .expect("gunzip");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let v1 = dir.path().join("v1.tsrec");
+        std::fs::write(&v1, &plain).expect("write");
+        let mut r = RecordReader::open(&v1).expect("open");
+        assert_eq!(r.header.format_version, 1, "the fixture predates format 2");
+        let header = r.header.clone();
+        let events = r.read_all().expect("read");
+        let v2 = dir.path().join("v2.tsrec");
+        let mut w = RecordWriter::create(&v2, header.clone()).expect("create");
+        for e in &events {
+            w.push(e.clone()).expect("push");
+        }
+        w.finish(header.counters.unwrap_or_default(), header.end_monotonic_ns)
+            .expect("finish");
+        let body = |p: &Path| std::fs::metadata(p).expect("meta").len() - HEADER_REGION;
+        let (before, after) = (body(&v1), body(&v2));
+        let n = events.len() as u64;
+        println!(
+            "{n} events: format 1 {before} bytes ({} B/event), format 2 {after} bytes ({} B/event), {:.1}x",
+            before / n,
+            after / n,
+            before as f64 / after as f64
+        );
+        assert!(
+            after * 4 <= before,
+            "at least 4x smaller: {before} -> {after}"
+        );
+        let mut back = RecordReader::open(&v2).expect("open v2");
+        assert_eq!(back.header.format_version, FORMAT_VERSION);
+        assert_eq!(back.read_all().expect("read v2"), events, "the same events");
     }
 
     #[test]
