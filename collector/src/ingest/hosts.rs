@@ -322,21 +322,22 @@ fn align(headers: &[FileHeader], ends: &[Vec<End>]) -> Vec<(i64, Clock)> {
     // clock_i - clock_0, once known.
     let mut known: Vec<Option<(i64, Clock)>> = vec![None; n];
     known[0] = Some((0, Clock::Reference));
-    // Same boot: exact.
-    for i in 1..n {
-        if let Some(j) = (0..i)
-            .find(|&j| !headers[i].boot_id.is_empty() && headers[i].boot_id == headers[j].boot_id)
-        {
-            known[i] = known[j]
-                .clone()
-                .map(|(d, _)| (d, Clock::SameBoot { with: j }));
-        }
-    }
-    // Traffic, against any host already aligned, until nothing more aligns.
+    let same_boot = |i: usize, j: usize| {
+        !headers[i].boot_id.is_empty() && headers[i].boot_id == headers[j].boot_id
+    };
+    // Against any host already aligned, until nothing more aligns: the same boot (one
+    // clock, exact) first, else the traffic.
     loop {
         let mut progress = false;
         for i in 0..n {
             if known[i].is_some() {
+                continue;
+            }
+            if let Some((j, dj)) =
+                (0..n).find_map(|j| Some((j, known[j].as_ref()?.0)).filter(|_| same_boot(i, j)))
+            {
+                known[i] = Some((dj, Clock::SameBoot { with: j }));
+                progress = true;
                 continue;
             }
             for j in 0..n {
@@ -642,6 +643,38 @@ mod tests {
         );
         let y = end("10.0.0.2:80", "10.0.0.1:40000", &[], &[(9_500, 30)]);
         assert_eq!(bounds(&x, &y), (None, Some(500)));
+    }
+
+    #[test]
+    fn a_host_of_the_same_boot_as_one_aligned_by_traffic_takes_its_clock() {
+        // Host 1 is 1 s ahead of host 0 (a connection both saw); host 2 shares host 1's
+        // boot but no connection with host 0; host 3 shares nothing.
+        let d = 1_000_000_000u64;
+        let x = end(
+            "10.0.0.1:40000",
+            "10.0.0.2:80",
+            &[(1_000_000, 300)],
+            &[(1_400_000, 100)],
+        );
+        let y = end(
+            "10.0.0.2:80",
+            "10.0.0.1:40000",
+            &[(d + 1_300_000, 100)],
+            &[(d + 1_100_000, 300)],
+        );
+        let header = |boot: &str| FileHeader {
+            boot_id: boot.into(),
+            start_realtime_ns: 5 * d,
+            start_monotonic_ns: d,
+            ..Default::default()
+        };
+        let headers = [header("a"), header("b"), header("b"), header("c")];
+        let aligned = align(&headers, &[vec![x], vec![y], Vec::new(), Vec::new()]);
+        assert_eq!(aligned[0], (0, Clock::Reference));
+        assert_eq!(aligned[1].0, -(d as i64));
+        assert!(matches!(aligned[1].1, Clock::Traffic { with: 0, .. }));
+        assert_eq!(aligned[2], (-(d as i64), Clock::SameBoot { with: 1 }));
+        assert_eq!(aligned[3], (0, Clock::Realtime));
     }
 
     #[test]
