@@ -231,7 +231,22 @@ fn litellm_streams_are_joined_by_their_tokens_and_its_ttft_share_measured() {
         "gateway TTFT stage vs client - engine clocks: {within} of {} within 1 ms",
         errors.len()
     );
-    assert_eq!(within, errors.len(), "errors (ns): {errors:?}");
+    // Four clock reads make the expected value (client start and first token, the
+    // engine's head and first token), each next to a socket call: a preemption between
+    // one and its call (CI saw one request of 16 at 1.09 ms, the rest 36-103 us) moves a
+    // request by its length. A systematic error moves the median and most requests.
+    let mut sorted = errors.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
+    assert!(median <= MS / 4, "median error {median} ns: {errors:?}");
+    assert!(
+        within * 8 >= errors.len() * 7,
+        "within 1 ms for >= 7/8 of requests: {errors:?}"
+    );
+    assert!(
+        sorted.last().is_some_and(|w| *w <= 10 * MS),
+        "none 10 ms off: {errors:?}"
+    );
 
     // Not asserted: rule 7 (Nagle) sometimes fires here though the engine sets
     // TCP_NODELAY; LiteLLM's CPU-bound event loop reads late (see the session notes).

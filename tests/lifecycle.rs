@@ -424,13 +424,15 @@ fn sigkill_at_any_point_leaves_no_programs_and_a_readable_file() {
 
 /// tracefs mounted by `record` (a host that had none) is unmounted when it exits; one
 /// that was mounted before stays. Run in a private mount namespace with tracefs
-/// unmounted, so the host's own mount is untouched.
+/// unmounted, so the host's own mount is untouched; debugfs too (where it is mounted,
+/// looking for /sys/kernel/debug/tracing makes the kernel automount tracefs there).
 #[test]
 fn tracefs_mounted_by_record_is_unmounted_at_exit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t.tsrec");
     let script = format!(
         "umount /sys/kernel/debug/tracing 2>/dev/null; umount /sys/kernel/tracing 2>/dev/null; \
+         umount /sys/kernel/debug 2>/dev/null; \
          grep -c ' - tracefs ' /proc/self/mountinfo; \
          {bin} record --duration 300ms -o {out} || exit 9; \
          grep -c ' - tracefs ' /proc/self/mountinfo; \
