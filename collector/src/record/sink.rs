@@ -288,7 +288,9 @@ mod tests {
             tid: 1,
             cpu: 0,
             // 200 bytes frames cannot compress away (files must fill to rotate).
-            comm: (0..25).map(|k| format!("{:08x}", noise(i * 25 + k))).collect(),
+            comm: (0..25)
+                .map(|k| format!("{:08x}", noise(i * 25 + k)))
+                .collect(),
             body: None,
         }
     }
