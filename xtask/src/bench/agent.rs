@@ -5,7 +5,8 @@
 //! every 40th) and about 1,000 tokens/s. Each load runs without the agent, then with
 //! it, back to back: served tokens/s with the agent as a ratio of without, the agent's
 //! CPU (% of one core, from /proc/PID/stat over the load) per 1k tokens/s, and its RSS
-//! at the end and at its peak. Printed rows, not assertions.
+//! at the end and at its peak. Then the same for `tokenscope record` (issue 17's first
+//! rows), with the recording's size per token. Printed rows, not assertions.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -83,33 +84,53 @@ pub(super) fn run(bin: &Path) -> Result<()> {
             .context("start the lab proxy (nginx)")?,
     );
     wait_port(proxy_port)?;
-    println!(
-        "agent cost: lab engine behind the untuned nginx (4 observation points per token), {LOAD_SECONDS} s per run, without then with `tokenscope agent` (same run)"
-    );
-    println!("  load            tok/s without  tok/s with   ratio | agent CPU  per 1k tok/s | RSS end  RSS peak");
-    for load in LOADS {
-        let url = format!("http://127.0.0.1:{proxy_port}/v1/chat/completions");
-        let without = bench(&lab, &url, load)?;
-        let agent = AgentChild::start(bin, engine_port, proxy_port)?;
-        let ticks_before = agent.cpu_ticks()?;
-        let started = Instant::now();
-        let with = bench(&lab, &url, load)?;
-        let cpu = (agent.cpu_ticks()? - ticks_before) as f64
-            / clock_ticks()
-            / started.elapsed().as_secs_f64();
-        let (rss, peak) = agent.rss_kib()?;
-        drop(agent);
+    let recording = std::env::temp_dir().join(format!(
+        "tokenscope-bench-record-{}.tsrec",
+        std::process::id()
+    ));
+    for tool in [Tool::Agent, Tool::Record(&recording)] {
         println!(
-            "  {:<14} {:>13.0} {:>11.0} {:>7.3} | {:>8.2}%  {:>10.2}% | {:>4} MiB {:>5} MiB",
-            load.name,
-            without,
-            with,
-            with / without,
-            cpu * 100.0,
-            cpu * 100.0 / (with / 1000.0),
-            rss / 1024,
-            peak / 1024
+            "{} cost: lab engine behind the untuned nginx (4 observation points per token), {LOAD_SECONDS} s per run, without then with `tokenscope {}` (same run)",
+            tool.name(),
+            tool.name()
         );
+        println!(
+            "  load            tok/s without  tok/s with   ratio | {:<6} CPU  per 1k tok/s | RSS end  RSS peak{}",
+            tool.name(),
+            if matches!(tool, Tool::Record(_)) { " | recording per token (event)" } else { "" }
+        );
+        for load in LOADS {
+            let url = format!("http://127.0.0.1:{proxy_port}/v1/chat/completions");
+            let without = bench(&lab, &url, load)?;
+            let child = AgentChild::start(bin, &tool, engine_port, proxy_port)?;
+            let ticks_before = child.cpu_ticks()?;
+            let started = Instant::now();
+            let with = bench(&lab, &url, load)?;
+            let cpu = (child.cpu_ticks()? - ticks_before) as f64
+                / clock_ticks()
+                / started.elapsed().as_secs_f64();
+            let (rss, peak) = child.rss_kib()?;
+            drop(child);
+            let size = match tool {
+                Tool::Record(path) => {
+                    let s = recording_size(bin, path);
+                    let _ = std::fs::remove_file(path);
+                    s?
+                }
+                Tool::Agent => String::new(),
+            };
+            println!(
+                "  {:<14} {:>13.0} {:>11.0} {:>7.3} | {:>8.2}%  {:>10.2}% | {:>4} MiB {:>5} MiB{size}",
+                load.name,
+                without,
+                with,
+                with / without,
+                cpu * 100.0,
+                cpu * 100.0 / (with / 1000.0),
+                rss / 1024,
+                peak / 1024
+            );
+        }
     }
     drop(proxy);
     drop(engine);
@@ -135,25 +156,86 @@ impl Drop for Guard {
     }
 }
 
+/// What stays attached while the load runs.
+enum Tool<'a> {
+    Agent,
+    /// `record -o` this file (SIGTERM seals it).
+    Record(&'a Path),
+}
+
+impl Tool<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Tool::Agent => "agent",
+            Tool::Record(_) => "record",
+        }
+    }
+}
+
+/// The recording's bytes (past its header) per token the report counts, and per event.
+fn recording_size(bin: &Path, path: &Path) -> Result<String> {
+    let bytes = std::fs::metadata(path)?.len().saturating_sub(4096);
+    let out = Command::new(bin)
+        .arg("report")
+        .arg(path)
+        .output()
+        .context("tokenscope report")?;
+    // "tokenscope report: N requests (...), T tokens; E events, ..."
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap_or_default();
+    let number_before = |what: &str| -> Option<f64> {
+        first
+            .split(what)
+            .next()?
+            .rsplit([' ', ',', ';'])
+            .find(|w| !w.is_empty())?
+            .parse()
+            .ok()
+    };
+    let (Some(tokens), Some(events)) = (number_before(" tokens;"), number_before(" events,"))
+    else {
+        bail!("no token or event count in the report: {first}");
+    };
+    Ok(format!(
+        " | {:>5.0} B ({:.1} B per event, {:.1} events per token)",
+        bytes as f64 / tokens,
+        bytes as f64 / events,
+        events / tokens
+    ))
+}
+
 struct AgentChild(Guard);
 
 impl AgentChild {
-    fn start(bin: &Path, engine: u16, proxy: u16) -> Result<AgentChild> {
-        let mut child = Command::new(bin)
-            .args(["agent", "--nvml", "off", "--metrics-listen", "off"])
+    fn start(bin: &Path, tool: &Tool, engine: u16, proxy: u16) -> Result<AgentChild> {
+        let mut command = Command::new(bin);
+        let marker = match tool {
+            Tool::Agent => {
+                command.args(["agent", "--nvml", "off", "--metrics-listen", "off"]);
+                "tokenscope agent: attached"
+            }
+            Tool::Record(path) => {
+                command.args(["record", "--nvml", "off", "-o"]).arg(path);
+                "recording:"
+            }
+        };
+        let mut child = command
             .args(["--port", &engine.to_string(), "--port", &proxy.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .context("start tokenscope agent")?;
-        let stderr = child.stderr.take().context("agent stderr")?;
+            .with_context(|| format!("start tokenscope {}", tool.name()))?;
+        let stderr = child.stderr.take().context("stderr")?;
         let guard = Guard(child);
         let mut lines = BufReader::new(stderr).lines();
         loop {
             match lines.next() {
-                Some(Ok(line)) if line.contains("tokenscope agent: attached") => break,
+                Some(Ok(line)) if line.contains(marker) => break,
                 Some(Ok(_)) => {}
-                _ => bail!("tokenscope agent ended before attaching (needs root)"),
+                _ => bail!(
+                    "tokenscope {} ended before attaching (needs root)",
+                    tool.name()
+                ),
             }
         }
         // Keep draining its stderr so it never blocks on a full pipe.
