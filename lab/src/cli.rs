@@ -86,6 +86,9 @@ Scenarios (positive / negative, and the diagnosis rules they show):
                                    no prefix cache, prefill stalling decodes
   untuned-keepalive, untuned-unbuffered, untuned-no-gzip, untuned-prefix-cache,
   untuned-chunked-prefill          untuned with one of rules 1-5 fixed (its fix measured alone)
+  prefill-stall / prefill-stall-fixed
+                                   rule 5 alone: long documents prefill whole, stalling every
+                                   stream (and the same with chunked prefill)
   queued / queued-fixed            rule 6: an engine running 2 sequences under 8 streams
   nagle / nagle-fixed              rule 7: split writes without TCP_NODELAY, delayed ACK
   lossy / lossless                 rule 8: 1 in 10 of the engine's segments dropped

@@ -43,6 +43,8 @@ pub struct DemoConfig {
     pub progress: bool,
     /// Untuned with one of its causes fixed.
     pub fix: Option<OneFix>,
+    /// Tuned, but the engine's chunked prefill off (rule 5's cause alone).
+    pub unchunked: bool,
     /// Requests sent (and left out of the bench's figures) before the load starts.
     pub warmup_requests: u64,
 }
@@ -63,6 +65,7 @@ impl Default for DemoConfig {
             max_tokens: 96,
             progress: true,
             fix: None,
+            unchunked: false,
             warmup_requests: 1,
         }
     }
@@ -110,13 +113,17 @@ impl DemoConfig {
     /// The engine set-up of this side of the demo.
     pub fn engine_config(&self) -> EngineConfig {
         match (self.tuned, self.fix) {
-            (true, _) => EngineConfig::default(),
+            (true, _) => EngineConfig {
+                chunked_prefill: !self.unchunked,
+                ..EngineConfig::tuned()
+            },
             (false, Some(OneFix::PrefixCache)) => EngineConfig {
                 prefix_cache: true,
                 ..EngineConfig::untuned()
             },
             (false, Some(OneFix::ChunkedPrefill)) => EngineConfig {
                 chunked_prefill: true,
+                max_batched_tokens: EngineConfig::tuned().max_batched_tokens,
                 ..EngineConfig::untuned()
             },
             (false, _) => EngineConfig::untuned(),

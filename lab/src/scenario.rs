@@ -46,6 +46,12 @@ pub enum Scenario {
     /// The tuned engine behind nginx tuned but in plain HTTP/1.1 (keep-alive, no
     /// buffering, no gzip), the same load: every hop in the clear, nothing to fix.
     TunedPlain,
+    /// The tuned chain with the engine's chunked prefill off, under a load of long
+    /// documents (one request in three): each prefills in one step while every other
+    /// stream waits (rule 5 alone).
+    PrefillStall,
+    /// The same load with chunked prefill on (the fix).
+    PrefillStallFixed,
     /// An engine that runs 2 sequences at once under 8 concurrent streams (rule 6).
     Queued,
     /// The same load on an engine with room for every stream (the fix: capacity).
@@ -70,7 +76,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub fn all() -> [Scenario; 21] {
+    pub fn all() -> [Scenario; 23] {
         [
             Scenario::Nagle,
             Scenario::NagleFixed,
@@ -88,6 +94,8 @@ impl Scenario {
             Scenario::HostBoundFixed,
             Scenario::KvPreempt,
             Scenario::KvPreemptFixed,
+            Scenario::PrefillStall,
+            Scenario::PrefillStallFixed,
             Scenario::UntunedFixed(OneFix::KeepAlive),
             Scenario::UntunedFixed(OneFix::NoBuffering),
             Scenario::UntunedFixed(OneFix::NoGzip),
@@ -106,6 +114,8 @@ impl Scenario {
             Scenario::FastClient => "fast-client",
             Scenario::Untuned => "untuned",
             Scenario::TunedPlain => "tuned-plain",
+            Scenario::PrefillStall => "prefill-stall",
+            Scenario::PrefillStallFixed => "prefill-stall-fixed",
             Scenario::Queued => "queued",
             Scenario::QueuedFixed => "queued-fixed",
             Scenario::UntunedFixed(OneFix::KeepAlive) => "untuned-keepalive",
@@ -131,6 +141,7 @@ impl Scenario {
             Scenario::Untuned | Scenario::TunedPlain | Scenario::UntunedFixed(_) => {
                 &[1, 2, 3, 4, 5]
             }
+            Scenario::PrefillStall | Scenario::PrefillStallFixed => &[5],
             Scenario::Queued | Scenario::QueuedFixed => &[6],
             Scenario::GpuThrottled | Scenario::GpuCool => &[10],
             Scenario::HostBound | Scenario::HostBoundFixed => &[11],
@@ -165,6 +176,7 @@ impl Scenario {
                 | Scenario::SlowClient
                 | Scenario::Untuned
                 | Scenario::UntunedFixed(_)
+                | Scenario::PrefillStall
                 | Scenario::Queued
                 | Scenario::GpuThrottled
                 | Scenario::HostBound
@@ -202,6 +214,12 @@ impl Scenario {
                 "the tuned engine behind nginx in plain HTTP/1.1 (keep-alive, buffering off, \
                  gzip off), the same load"
             }
+            Scenario::PrefillStall => {
+                "the tuned chain with the engine's chunked prefill off; one request in three \
+                 pastes a 1500-word document, which prefills in one step while every other \
+                 stream waits"
+            }
+            Scenario::PrefillStallFixed => "the same load with chunked prefill on",
             Scenario::Queued => {
                 "engine runs at most 2 sequences at once; 8 concurrent clients stream 24 requests"
             }
@@ -300,6 +318,8 @@ impl Scenario {
             }),
             Scenario::Untuned
             | Scenario::TunedPlain
+            | Scenario::PrefillStall
+            | Scenario::PrefillStallFixed
             | Scenario::Queued
             | Scenario::QueuedFixed
             | Scenario::UntunedFixed(_)
@@ -336,7 +356,7 @@ pub enum ScenarioError {
         "unknown scenario {0:?} (nagle, nagle-fixed, lossy, lossless, slow-client, fast-client, \
          untuned, tuned-plain, queued, queued-fixed, gpu-throttled, gpu-cool, host-bound, \
          host-bound-fixed, kv-preempt, kv-preempt-fixed, untuned-keepalive, untuned-unbuffered, untuned-no-gzip, \
-         untuned-prefix-cache, untuned-chunked-prefill)"
+         untuned-prefix-cache, untuned-chunked-prefill, prefill-stall, prefill-stall-fixed)"
     )]
     Unknown(String),
     #[error("engine: {0}")]
@@ -510,6 +530,25 @@ impl Scenario {
         let fix = match self {
             Scenario::Untuned | Scenario::TunedPlain => None,
             Scenario::UntunedFixed(f) => Some(f),
+            // More streams and a document every third request, so that the stalls are
+            // more than 1 in 100 token gaps (ITL p99); the documents shorter, so that the
+            // engine keeps up.
+            Scenario::PrefillStall | Scenario::PrefillStallFixed => {
+                return Some(DemoConfig {
+                    tuned: true,
+                    unchunked: self == Scenario::PrefillStall,
+                    plain: true,
+                    duration: Duration::from_secs(10),
+                    rate: 3.0,
+                    concurrency: 8,
+                    long_prompt_every: 3,
+                    // The shared system prompt, then 1500 words of its own.
+                    long_prompt_tokens: 3500,
+                    max_tokens: 48,
+                    progress: false,
+                    ..DemoConfig::default()
+                });
+            }
             _ => return None,
         };
         Some(DemoConfig {
@@ -645,7 +684,11 @@ async fn run_lab_load(
 ) -> Result<ScenarioOutcome, ScenarioError> {
     let started = monotonic_ns();
     let (engine, bench, profile) = match s {
-        Scenario::Untuned | Scenario::TunedPlain | Scenario::UntunedFixed(_) => {
+        Scenario::Untuned
+        | Scenario::TunedPlain
+        | Scenario::PrefillStall
+        | Scenario::PrefillStallFixed
+        | Scenario::UntunedFixed(_) => {
             let cfg = s.demo_config().expect("a scenario of the demo's chain");
             let out = crate::demo::run_observed(&cfg, observer).await?;
             (out.engine, out.bench, out.profile)
@@ -732,7 +775,7 @@ mod tests {
         for s in Scenario::all() {
             assert_eq!(s.name().parse::<Scenario>().unwrap(), s, "{s} parses back");
         }
-        for pair in Scenario::all()[..16].chunks(2) {
+        for pair in Scenario::all()[..18].chunks(2) {
             assert_eq!(
                 pair[0].rules(),
                 pair[1].rules(),

@@ -30,16 +30,28 @@ const SCENARIOS: &[&str] = &[
     "untuned-no-gzip",
     "untuned-prefix-cache",
     "untuned-chunked-prefill",
+    "prefill-stall",
+    "prefill-stall-fixed",
 ];
 
-pub(crate) fn run() -> Result<()> {
+/// Re-records `only` (every scenario when empty).
+pub(crate) fn run(only: &[String]) -> Result<()> {
+    if let Some(unknown) = only.iter().find(|n| !SCENARIOS.contains(&n.as_str())) {
+        anyhow::bail!(
+            "no scenario '{unknown}'; scenarios: {}",
+            SCENARIOS.join(", ")
+        );
+    }
     crate::setup::run()?;
     let lab = crate::build_binaries(false)?.join("tokenscope-lab");
     let dir = crate::root().join("tests/fixtures/diagnose");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let scratch = std::env::temp_dir().join(format!("tokenscope-fixtures-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    for name in SCENARIOS {
+    for name in SCENARIOS
+        .iter()
+        .filter(|n| only.is_empty() || only.iter().any(|o| o == *n))
+    {
         let raw = scratch.join(format!("{name}.tsrec"));
         println!("xtask: recording scenario {name}");
         crate::run(Command::new(&lab).args(["scenario", name, "-o"]).arg(&raw))?;

@@ -32,7 +32,8 @@ tasks:
           `bench agent`: tokenscope agent's CPU and RSS under the lab's loads alone
   lint    cargo fmt --check and clippy with warnings denied (the fuzz crate too)
   fuzz    coverage-guided fuzzing of every parser and decoder (libFuzzer); `fuzz --help`
-  fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios
+  fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios;
+          `fixtures NAME..`: those scenarios only
   dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
           shell completions (bash, zsh, fish) and man pages, in dist/
   gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload";
@@ -45,7 +46,7 @@ fn main() {
         "demo" => demo::run(),
         "bench" => bench::run(std::env::args().nth(2).as_deref()),
         "lint" => lint(),
-        "fixtures" => fixtures::run(),
+        "fixtures" => fixtures::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "fuzz" => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "dist" => dist::run(),
         "gpu-check" => gpu::run(),

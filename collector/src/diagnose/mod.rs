@@ -15,7 +15,7 @@ mod rules;
 pub mod slo;
 pub mod what_if;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -132,9 +132,21 @@ pub(crate) struct Finding {
     /// Per (request index, gap index at the request's TTFT point): gap time removed
     /// (negative: the fix lengthens the gap, as unbatching a burst does).
     pub itl: BTreeMap<(usize, usize), i64>,
-    /// Per request index: the TTFT removed instead when rule N's fix is applied too (the
-    /// two fixes remove some of the same time), as (N, removed).
-    pub ttft_with: Option<(u8, BTreeMap<usize, u64>)>,
+    /// What the fix removes instead when another rule's fix is applied too (the two
+    /// fixes remove some of the same time).
+    pub instead: Option<Instead>,
+}
+
+/// Per (request index, gap index): gap time removed.
+pub(crate) type GapRemovals = BTreeMap<(usize, usize), i64>;
+
+/// A rule's removals when the fix of `rule` is applied beside it.
+pub(crate) struct Instead {
+    pub rule: u8,
+    /// Per request index: TTFT removed (what the rule adds stays as alone).
+    pub ttft: BTreeMap<usize, u64>,
+    /// Per gap: time removed; None where the gaps change as they do alone.
+    pub itl: Option<BTreeMap<(usize, usize), i64>>,
 }
 
 impl Finding {
@@ -145,17 +157,33 @@ impl Finding {
             ttft: BTreeMap::new(),
             ttft_added: BTreeMap::new(),
             itl,
-            ttft_with: None,
+            instead: None,
         }
     }
 
     /// Per request index: TTFT the fix removes, less what it adds.
     fn ttft_removed(&self) -> BTreeMap<usize, i64> {
-        let mut m: BTreeMap<usize, i64> = self.ttft.iter().map(|(&k, &v)| (k, v as i64)).collect();
+        self.net(&self.ttft)
+    }
+
+    /// `removed` less what the fix adds, per request index.
+    fn net(&self, removed: &BTreeMap<usize, u64>) -> BTreeMap<usize, i64> {
+        let mut m: BTreeMap<usize, i64> = removed.iter().map(|(&k, &v)| (k, v as i64)).collect();
         for (&k, &v) in &self.ttft_added {
             *m.entry(k).or_default() -= v as i64;
         }
         m
+    }
+
+    /// [`Finding::ttft_removed`] and the gaps removed, with `beside`'s fix applied too
+    /// where this rule's removals then change.
+    fn removals_beside(&self, beside: &BTreeSet<u8>) -> (BTreeMap<usize, i64>, &GapRemovals) {
+        match &self.instead {
+            Some(i) if beside.contains(&i.rule) => {
+                (self.net(&i.ttft), i.itl.as_ref().unwrap_or(&self.itl))
+            }
+            _ => (self.ttft_removed(), &self.itl),
+        }
     }
 }
 
@@ -317,20 +345,17 @@ fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis>
         })
         .collect();
     let ttft_maps: Vec<BTreeMap<usize, i64>> = findings.iter().map(Finding::ttft_removed).collect();
+    // The position of the rule whose fix changes a finding's removals.
+    fn beside<'a>(findings: &[Finding], f: &'a Finding) -> Option<(usize, &'a Instead)> {
+        let i = f.instead.as_ref()?;
+        Some((findings.iter().position(|g| g.diagnosis.rule == i.rule)?, i))
+    }
     let ttft_removals: Vec<Removal<usize>> = findings
         .iter()
         .zip(&ttft_maps)
         .map(|(f, map)| Removal {
             map,
-            with: f.ttft_with.as_ref().and_then(|(rule, removed)| {
-                let other = findings.iter().position(|g| g.diagnosis.rule == *rule)?;
-                let mut m: BTreeMap<usize, i64> =
-                    removed.iter().map(|(&k, &v)| (k, v as i64)).collect();
-                for (&k, &v) in &f.ttft_added {
-                    *m.entry(k).or_default() -= v as i64;
-                }
-                Some((other, m))
-            }),
+            with: beside(&findings, f).map(|(other, i)| (other, f.net(&i.ttft))),
         })
         .collect();
     let ttft_shares = shapley(&ttft, &ttft_removals, p95);
@@ -338,7 +363,7 @@ fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis>
         .iter()
         .map(|f| Removal {
             map: &f.itl,
-            with: None,
+            with: beside(&findings, f).and_then(|(other, i)| Some((other, i.itl.clone()?))),
         })
         .collect();
     let itl_shares = shapley(&gaps, &itl_removals, p99);

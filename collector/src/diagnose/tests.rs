@@ -36,7 +36,7 @@ fn finding(rule: u8, ttft: &[(usize, u64)], itl: &[((usize, usize), i64)]) -> Fi
         ttft: ttft.iter().copied().collect(),
         ttft_added: BTreeMap::new(),
         itl: itl.iter().copied().collect(),
-        ttft_with: None,
+        instead: None,
     }
 }
 

@@ -87,27 +87,30 @@ impl Accumulator {
     pub fn add(&mut self, input: &Input, selection: &Selection) {
         let fixed = rules::Fixed {
             prefix_cache: selection.takes(4),
-            proxy_buffering: selection.takes(2),
         };
         let findings: Vec<super::Finding> = rules::run_with(input, fixed)
             .into_iter()
             .filter(|f| selection.takes(f.diagnosis.rule))
             .collect();
-        for f in &findings {
-            let touched: BTreeSet<usize> = f
-                .ttft
+        let firing: BTreeSet<u8> = findings.iter().map(|f| f.diagnosis.rule).collect();
+        let removals: Vec<_> = findings
+            .iter()
+            .map(|f| f.removals_beside(&firing))
+            .collect();
+        for (f, (ttft, itl)) in findings.iter().zip(&removals) {
+            let touched: BTreeSet<usize> = ttft
                 .keys()
-                .chain(f.ttft_added.keys())
                 .copied()
-                .chain(f.itl.keys().map(|k| k.0))
+                .chain(itl.keys().map(|k| k.0))
                 .collect();
-            *self.applied.entry(f.diagnosis.rule).or_default() += touched.len();
+            if !touched.is_empty() {
+                *self.applied.entry(f.diagnosis.rule).or_default() += touched.len();
+            }
         }
-        let removals: Vec<BTreeMap<usize, i64>> =
-            findings.iter().map(super::Finding::ttft_removed).collect();
-        let ttft_removed = |i: usize| -> i64 { removals.iter().filter_map(|m| m.get(&i)).sum() };
+        let ttft_removed =
+            |i: usize| -> i64 { removals.iter().filter_map(|(m, _)| m.get(&i)).sum() };
         let gap_removed =
-            |k: (usize, usize)| -> i64 { findings.iter().filter_map(|f| f.itl.get(&k)).sum() };
+            |k: (usize, usize)| -> i64 { removals.iter().filter_map(|(_, m)| m.get(&k)).sum() };
         for (i, r) in input.requests.iter().enumerate() {
             let Some(p) = ttft_point(r) else { continue };
             if let Some(t) = p.ttft_ns {

@@ -151,20 +151,21 @@ fn format_1_files_still_read() {
 
 #[test]
 fn compressed_frames_are_several_times_smaller_than_plain_ones() {
-    // A lab recording (format 1, committed): the same events in both formats.
+    // A committed lab recording's events, written in both formats.
     let gz = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/diagnose/tuned-plain.tsrec.gz");
-    let mut plain = Vec::new();
+    let mut bytes = Vec::new();
     flate2::read::GzDecoder::new(File::open(&gz).expect("fixture"))
-        .read_to_end(&mut plain)
+        .read_to_end(&mut bytes)
         .expect("gunzip");
     let dir = tempfile::tempdir().expect("tempdir");
-    let v1 = dir.path().join("v1.tsrec");
-    std::fs::write(&v1, &plain).expect("write");
-    let mut r = RecordReader::open(&v1).expect("open");
-    assert_eq!(r.header.format_version, 1, "the fixture predates format 2");
+    let fixture = dir.path().join("fixture.tsrec");
+    std::fs::write(&fixture, &bytes).expect("write");
+    let mut r = RecordReader::open(&fixture).expect("open");
     let header = r.header.clone();
     let events = r.read_all().expect("read");
+    let v1 = dir.path().join("v1.tsrec");
+    write_format_1(&v1, &events);
     let v2 = dir.path().join("v2.tsrec");
     let mut w = RecordWriter::create(&v2, header.clone()).expect("create");
     for e in &events {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
-use crate::diagnose::{Figure, Finding, Input};
+use crate::diagnose::{Figure, Finding, Input, Instead};
 use crate::gpu::StepKind;
 use crate::stitch::{PointKind, Request};
 
@@ -70,10 +70,7 @@ fn prefill_share_permille(input: &Input, r: &Request) -> Option<u64> {
 
 /// Rule 4: prompts repeat a prefix an earlier request sent, yet cost as much to prefill
 /// per KiB as new ones (or, with no new ones to compare, over 50 ms): no prefix cache.
-pub(super) fn no_prefix_cache(
-    input: &Input,
-    held: bool,
-) -> Option<(Finding, BTreeMap<usize, u64>)> {
+pub(super) fn no_prefix_cache(input: &Input) -> Option<(Finding, BTreeMap<usize, u64>)> {
     let e = Repeats::gather(input)?;
     let reqs = input.requests;
     let weights: BTreeMap<usize, u64> = e
@@ -88,11 +85,7 @@ pub(super) fn no_prefix_cache(
             (i, (wait as f64 * e.fractions[i].unwrap_or(0.0)) as u64)
         })
         .collect();
-    let ttft = if held {
-        with_held_stalls(reqs, &e, &weights)
-    } else {
-        weights.clone()
-    };
+    let ttft = with_held_stalls(reqs, &e, &weights);
     let diagnosis = Draft {
         rule: 4,
         requests: reqs,
@@ -122,7 +115,11 @@ pub(super) fn no_prefix_cache(
         ttft,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
-        ttft_with: Some((2, weights.clone())),
+        instead: Some(Instead {
+            rule: 2,
+            ttft: weights.clone(),
+            itl: None,
+        }),
     };
     Some((finding, weights))
 }
@@ -396,11 +393,15 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
         ],
         basis: "each stalled gap would last one decode step (the prefill runs in chunks beside \
                 decodes); each long prompt's own TTFT grows by its prefill time (one decode step \
-                per chunk)",
+                per chunk: a step budget whose chunk costs about what the step's decodes do)",
         fix: vec![
             fix(
                 "vLLM",
-                &["--enable-chunked-prefill --max-num-batched-tokens 2048"],
+                &[
+                    "--enable-chunked-prefill --max-num-batched-tokens 2048",
+                    "# size the budget so a step's prefill chunk costs about what its decodes do:",
+                    "# smaller stretches each long prompt over many steps, larger stalls decodes again",
+                ],
             ),
             fix("SGLang", &["--chunked-prefill-size 2048"]),
         ],
@@ -419,7 +420,7 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
         ttft: BTreeMap::new(),
         ttft_added,
         itl,
-        ttft_with: None,
+        instead: None,
     })
 }
 
@@ -507,6 +508,6 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
         ttft,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
-        ttft_with: None,
+        instead: None,
     })
 }

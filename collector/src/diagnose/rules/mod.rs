@@ -50,25 +50,19 @@ pub(super) fn run(input: &Input) -> Vec<Finding> {
     run_with(input, Fixed::default())
 }
 
-/// Which other fixes a rule's saving may assume applied, where two rules' fixes change
-/// the same time (a what-if of several rules; `run` takes each fix alone, as its own
-/// saving).
+/// Which other fixes a rule's saving may assume applied, where one fix changes what
+/// another costs (a what-if of several rules). Where two fixes remove some of the same
+/// time, the finding says so instead (`Finding::instead`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Fixed {
     /// Rule 4 (prefix cache) applied: rule 5's chunked prefill then prefills only the
     /// unshared part of each long prompt, so its cost counts the cache.
     pub prefix_cache: bool,
-    /// Rule 2 (proxy buffering) applied: responses are no longer held, so rule 4's
-    /// shorter prefill steps no longer release a held response earlier.
-    pub proxy_buffering: bool,
 }
 
 impl Default for Fixed {
     fn default() -> Self {
-        Fixed {
-            prefix_cache: true,
-            proxy_buffering: false,
-        }
+        Fixed { prefix_cache: true }
     }
 }
 
@@ -78,7 +72,7 @@ pub(super) fn run_with(input: &Input, fixed: Fixed) -> Vec<Finding> {
     out.extend(network::new_connection_per_request(input));
     out.extend(network::proxy_holds(input));
     // Rule 6 subtracts only what the cache takes off each request's own engine wait.
-    let (prefix, prefix_removed) = match engine::no_prefix_cache(input, !fixed.proxy_buffering) {
+    let (prefix, prefix_removed) = match engine::no_prefix_cache(input) {
         Some((f, own)) => (Some(f), own),
         None => (None, BTreeMap::new()),
     };

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::readers::{socket_hops, Readers};
 use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
-use crate::diagnose::{ttft_point, Finding, Input};
+use crate::diagnose::{ttft_point, Finding, Input, Instead};
 use crate::stitch::{PointKind, Request};
 
 /// A proxy holds a token when it forwards it this much later than it read it.
@@ -96,7 +96,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
         ttft,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
-        ttft_with: None,
+        instead: None,
     })
 }
 
@@ -146,6 +146,10 @@ struct Pass {
     tokens: usize,
     writes_down: u32,
     writes_up: u32,
+    /// When the proxy read each token upstream.
+    read_ns: Vec<u64>,
+    /// Tokens read upstream by the proxy's first write downstream.
+    read_by_first_write: usize,
     /// Per gap index where the request's TTFT is read: how much longer (or, inside a
     /// burst, shorter) the gap is there than as the proxy read it. Unbatched, the reader
     /// would see the upstream rhythm, stalls included.
@@ -185,6 +189,8 @@ fn passes(reqs: &[Request]) -> Vec<Pass> {
                 tokens: down.token_ns.len(),
                 writes_down: down.ios.max(1),
                 writes_up: up.ios.max(1),
+                read_ns: up.token_ns.clone(),
+                read_by_first_write: up.token_ns.iter().take_while(|&&t| t <= d).count(),
                 itl_excess,
             });
         }
@@ -193,8 +199,12 @@ fn passes(reqs: &[Request]) -> Vec<Pass> {
 }
 
 /// Rules 2 and 3: a proxy holds tokens and writes them in batches. Uncompressed
-/// responses show buffering alone; compressed ones show buffering and gzip
-/// together, so gzip gets only what they are held beyond the uncompressed ones.
+/// responses show buffering alone; compressed ones show buffering and gzip together.
+/// Buffering releases a response once its buffer fills (or the response ends): the
+/// uncompressed responses show how many tokens that takes. Compression holds the rest,
+/// as its compressed output fills a buffer far later. With buffering off, nginx
+/// compresses each event as it arrives (a flush per read), so rule 2's fix removes the
+/// compressed responses' whole hold too, and rule 3's fix then has nothing left.
 pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
     let reqs = input.requests;
     let all = passes(reqs);
@@ -215,15 +225,27 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
             let holds: Vec<u64> = v.iter().map(|p| p.hold_ns).collect();
             v.len() >= MIN_EVIDENCE && median(&holds) >= HOLD_NS && batching(v) >= 2.0
         };
-        let plain_hold = median(&plain.iter().map(|p| p.hold_ns).collect::<Vec<_>>());
         let buffering = held(&plain);
-        // Buffering's share of a compressed response's delays: the typical plain hold's
-        // share of its own hold (all of it for plain responses).
+        // The tokens buffering alone waits for before its first write (typically).
+        let fills_at = buffering.then(|| {
+            let n: Vec<u64> = plain.iter().map(|p| p.read_by_first_write as u64).collect();
+            median(&n).max(1) as usize
+        });
+        // Buffering's share of a response's hold: all of it uncompressed; compressed, up
+        // to when buffering alone would have written it (the token that fills the
+        // buffer, or the response's end, read upstream).
         let buffered_share = |p: &Pass| -> f64 {
-            match (p.compressed, buffering) {
+            match (p.compressed, fills_at) {
                 (false, _) => 1.0,
-                (true, false) => 0.0,
-                (true, true) => p.hold_ns.min(plain_hold) as f64 / p.hold_ns.max(1) as f64,
+                (true, None) => 0.0,
+                (true, Some(n)) => {
+                    let (Some(&first), Some(&release)) =
+                        (p.read_ns.first(), p.read_ns.get(n.min(p.read_ns.len()) - 1))
+                    else {
+                        return 0.0;
+                    };
+                    (release.saturating_sub(first) as f64 / p.hold_ns.max(1) as f64).min(1.0)
+                }
             }
         };
         let removals = |v: &[&Pass], share: &dyn Fn(&Pass) -> f64| {
@@ -240,12 +262,20 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
         };
         let every: Vec<&Pass> = plain.iter().chain(&gz).copied().collect();
         if buffering {
-            let (ttft, itl) = removals(&every, &buffered_share);
+            let (ttft, itl) = removals(&every, &|_: &Pass| 1.0);
             out.push(hold_finding(2, reqs, &plain, ttft, itl, (pid, &comm)));
         }
         if held(&gz) {
             let (ttft, itl) = removals(&gz, &|p: &Pass| 1.0 - buffered_share(p));
-            out.push(hold_finding(3, reqs, &gz, ttft, itl, (pid, &comm)));
+            let mut f = hold_finding(3, reqs, &gz, ttft, itl, (pid, &comm));
+            if buffering {
+                f.instead = Some(Instead {
+                    rule: 2,
+                    ttft: BTreeMap::new(),
+                    itl: Some(BTreeMap::new()),
+                });
+            }
+            out.push(f);
         }
     }
     out
@@ -286,8 +316,8 @@ fn hold_finding(
         (
             "forwards each response's first token",
             "tokens would leave the proxy as they arrive (first token and gaps as read \
-             upstream); compressed responses are credited only up to the uncompressed \
-             responses' hold (the rest goes to gzip)",
+             upstream), compressed responses too (unbuffered, nginx compresses each event \
+             as it arrives)",
             vec![
                 fix(
                     "nginx",
@@ -306,8 +336,9 @@ fn hold_finding(
     } else {
         (
             "forwards each gzip-compressed event stream's first token",
-            "tokens would leave as they arrive, less what buffering alone holds (the \
-             uncompressed responses' hold)",
+            "compressed responses would leave when buffering alone releases them (as \
+             uncompressed ones do: once as many tokens were read as fill their first write, \
+             or at the response's end); with buffering off too, tokens leave as they arrive",
             vec![
                 fix(
                     "nginx",
@@ -349,7 +380,7 @@ fn hold_finding(
         ttft,
         ttft_added: BTreeMap::new(),
         itl,
-        ttft_with: None,
+        instead: None,
     }
 }
 

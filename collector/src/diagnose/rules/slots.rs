@@ -102,7 +102,7 @@ pub(super) fn slot_saturation(input: &Input) -> Option<Finding> {
         ttft: waits,
         ttft_added: BTreeMap::new(),
         itl: BTreeMap::new(),
-        ttft_with: None,
+        instead: None,
     })
 }
 
