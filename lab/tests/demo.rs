@@ -47,9 +47,11 @@ async fn untuned_demo_stalls_and_tuned_demo_streams_smoothly() {
         "tuned TTFT p95 under 300 ms: {:.0} ms",
         tr.ttft_ms.p95
     );
+    // A step that carries a prefill chunk beside the decodes takes about two decode
+    // steps (the tuned budget sizes the chunk so); a stall takes dozens.
     assert!(
-        tr.itl_ms.p99 < 2.0 * tr.itl_ms.mean,
-        "tuned p99 ITL {:.1} ms under 2x the mean {:.1} ms",
+        tr.itl_ms.p99 < 2.5 * tr.itl_ms.mean,
+        "tuned p99 ITL {:.1} ms under 2.5x the mean {:.1} ms",
         tr.itl_ms.p99,
         tr.itl_ms.mean
     );

@@ -78,8 +78,9 @@ pub struct Accumulator {
     ttft_after: Samples,
     gaps: Samples,
     gaps_after: Samples,
-    /// Rule -> requests whose TTFT or gaps its fix changes.
-    applied: BTreeMap<u8, usize>,
+    /// Rule -> requests whose TTFT or gaps its fix changes, and the rule whose fix,
+    /// applied beside it, changed what it removes.
+    applied: BTreeMap<u8, (usize, Option<u8>)>,
 }
 
 impl Accumulator {
@@ -103,9 +104,14 @@ impl Accumulator {
                 .copied()
                 .chain(itl.keys().map(|k| k.0))
                 .collect();
-            if !touched.is_empty() {
-                *self.applied.entry(f.diagnosis.rule).or_default() += touched.len();
-            }
+            let beside = f
+                .instead
+                .as_ref()
+                .map(|i| i.rule)
+                .filter(|r| firing.contains(r));
+            let entry = self.applied.entry(f.diagnosis.rule).or_default();
+            entry.0 += touched.len();
+            entry.1 = entry.1.or(beside);
         }
         let ttft_removed =
             |i: usize| -> i64 { removals.iter().filter_map(|(m, _)| m.get(&i)).sum() };
@@ -131,7 +137,11 @@ impl Accumulator {
             applied: self
                 .applied
                 .iter()
-                .map(|(&rule, &requests)| Applied { rule, requests })
+                .map(|(&rule, &(requests, with))| Applied {
+                    rule,
+                    requests,
+                    with,
+                })
                 .collect(),
             recorded: Latency::of(&self.ttft, &self.gaps),
             predicted: Latency::of(&self.ttft_after, &self.gaps_after),
@@ -159,6 +169,10 @@ pub struct WhatIf {
 pub struct Applied {
     pub rule: u8,
     pub requests: usize,
+    /// The rule whose fix, applied too, changed what this one removes (rule 3 beside
+    /// rule 2: unbuffered, nothing is left for gzip to hold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub with: Option<u8>,
 }
 
 /// TTFT (one sample per request) and ITL (one per gap) at the client-most point.

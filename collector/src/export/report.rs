@@ -254,7 +254,15 @@ fn write_what_if(w: &WhatIf, diagnoses: &[Diagnosis], out: &mut dyn Write) -> io
     let applied: Vec<String> = w
         .applied
         .iter()
-        .map(|a| format!("[{}] {} ({} requests)", a.rule, title(a.rule), a.requests))
+        .map(|a| match a.with {
+            Some(w) => format!(
+                "[{}] {} ({} requests beside [{w}]'s fix)",
+                a.rule,
+                title(a.rule),
+                a.requests
+            ),
+            None => format!("[{}] {} ({} requests)", a.rule, title(a.rule), a.requests),
+        })
         .collect();
     writeln!(out, "\nwhat-if --what-if {}:", w.rules)?;
     if applied.is_empty() {
