@@ -3,7 +3,8 @@
 //! bench while `tokenscope record` watches; the recording is exported, decoded
 //! by Google's own Python bindings (PyPI `perfetto`, in a venv this test makes)
 //! and checked (tests/perfetto_check.py), and the trace's counts of request
-//! tracks, token instants, GPU steps and diagnoses must equal the report's.
+//! tracks, token instants, GPU steps and diagnoses must equal the report's, its
+//! token instants' times (rebuilt from the incremental clock) the recorded ones.
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
@@ -163,6 +164,17 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
         seen["token_instants"], tokens,
         "a token instant per token at each observation point in the report"
     );
+    // Timed on the incremental clock, each token is back at its recorded nanosecond.
+    let token_ns_sum = report
+        .requests
+        .iter()
+        .flat_map(|r| &r.points)
+        .flat_map(|p| &p.token_ns)
+        .fold(0u64, |sum, &t| sum.wrapping_add(t));
+    assert_eq!(
+        seen["token_ns_sum"], token_ns_sum,
+        "the token instants' times, decoded by Perfetto's bindings, are the recorded ones"
+    );
     assert_eq!(
         seen["gpu_steps"], report.gpu.steps,
         "a GPU step slice per step in the report"
@@ -249,7 +261,13 @@ fn windowed_export_keeps_the_reports_counts(python: &Path, rec: &Path, dir: &Pat
     );
     let seen: Value = serde_json::from_slice(&out.stdout).expect("the check prints JSON counts");
     println!("perfetto_check.py (windowed): {seen}");
-    for key in ["request_tracks", "token_instants", "gpu_steps", "flows"] {
+    for key in [
+        "request_tracks",
+        "token_instants",
+        "token_ns_sum",
+        "gpu_steps",
+        "flows",
+    ] {
         assert_eq!(seen[key], whole[key], "{key}: windowed as in one window");
     }
 }
@@ -390,7 +408,7 @@ fn export_benchmark_on_a_million_events() {
     println!(
         "in-memory export (one window): {} events ({copies} copies of {}), {requests} requests; stitch alone {stitch_s:.2} s; \
          export (stitch + layout + encode + write) {export_s:.2} s = {:.0} events/s, of which layout + encode + write {:.2} s; \
-         {} packets, {} bytes = {:.1} bytes per token event ({} token instants), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak_stitch} KiB after stitching alone, {peak} KiB after export",
+         {} packets, {} bytes = {:.1} bytes per token event ({} token instants, {:.1} B each), {:.1} bytes per packet; peak RSS {peak_before} KiB with the events loaded, {peak_stitch} KiB after stitching alone, {peak} KiB after export",
         events.len(),
         base_len,
         events.len() as f64 / export_s,
@@ -399,6 +417,7 @@ fn export_benchmark_on_a_million_events() {
         s.bytes,
         s.bytes as f64 / s.token_instants.max(1) as f64,
         s.token_instants,
+        s.token_bytes as f64 / s.token_instants.max(1) as f64,
         s.bytes as f64 / s.packets.max(1) as f64,
     );
 }

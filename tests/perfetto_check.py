@@ -1,12 +1,15 @@
 """Decodes a tokenscope Perfetto trace with Google's own bindings (PyPI `perfetto`)
 and checks what Perfetto needs of it: non-zero sequence ids, each sequence's first
-packet clears incremental state, a track described again only as it was, interned ids defined once and before use, timestamps
-never going back per sequence (or per track), begin/end balanced and nested per
+packet clears incremental state, packets timed on MONOTONIC or on the sequence's
+incremental clock (each timestamp the distance from the sequence's previous one on
+that clock, the first from a snapshot that ties it to MONOTONIC; such packets need
+the sequence's state), a track described again only as it was, interned ids defined
+once and before use, timestamps never going back per sequence (or per track), begin/end balanced and nested per
 track, every flow started and ended; and the diagnoses: a slice per diagnosis on
 a row of the top-level "tokenscope diagnoses" track, named after its row, with
 its finding, scope, fix and cited request ids, each cited request's track
-holding an instant that cites it. Prints the counts it saw as JSON; exits 1 with
-the first broken invariant.
+holding an instant that cites it. Prints the counts it saw as JSON (and the sum of
+the token instants' times, mod 2^64); exits 1 with the first broken invariant.
 
 usage: perfetto_check.py TRACE
 """
@@ -18,6 +21,7 @@ import sys
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 MONOTONIC = 3
+INCREMENTAL = 64  # collector::export::perfetto::INCREMENTAL_CLOCK
 CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 TE = pb.TrackEvent
@@ -37,14 +41,16 @@ def main(path):
     packets = trace.packet
     if not packets:
         fail("no packets")
-    default_clock = {}  # per sequence, from its first packet
+    default_clock = {}  # per sequence, from its TracePacketDefaults
+    incremental = {}  # per sequence: [the incremental clock's value, its offset to MONOTONIC]
 
-    names, cats = {}, {}
+    names, cats, arg_names = {}, {}, {}
     last_ts, track_ts = {}, {}
     tracks, parents, counter_tracks = {}, {}, set()
     diagnoses, cites = [], {}
     open_slices = {}
     flow_start, flow_end = {}, {}
+    token_ns_sum = 0
     counts = dict(request_tracks=0, token_instants=0, gpu_steps=0, flows=0,
                   kernels=0, counter_tracks=0, diagnoses=0, diagnosis_cites=0,
                   packets=len(packets))
@@ -52,19 +58,40 @@ def main(path):
         seq = p.trusted_packet_sequence_id
         if seq == 0:
             fail(f"packet {i} has no trusted_packet_sequence_id")
-        if seq not in default_clock:
-            if not p.sequence_flags & CLEARED:
-                fail(f"the first packet of sequence {seq} does not clear incremental state")
+        if seq not in default_clock and not p.sequence_flags & CLEARED:
+            fail(f"the first packet of sequence {seq} does not clear incremental state")
+        if p.sequence_flags & CLEARED:
             default_clock[seq] = None
-            if p.HasField("trace_packet_defaults"):
-                default_clock[seq] = p.trace_packet_defaults.timestamp_clock_id
+            incremental.pop(seq, None)
+        if p.HasField("trace_packet_defaults"):
+            d = p.trace_packet_defaults
+            default_clock[seq] = d.timestamp_clock_id if d.HasField("timestamp_clock_id") else None
+        if p.HasField("clock_snapshot"):
+            clocks = {c.clock_id: c for c in p.clock_snapshot.clocks}
+            if INCREMENTAL in clocks:
+                if not clocks[INCREMENTAL].is_incremental:
+                    fail(f"packet {i}: clock {INCREMENTAL} is not incremental")
+                if MONOTONIC not in clocks:
+                    fail(f"packet {i}: the snapshot does not say where MONOTONIC is")
+                at = clocks[INCREMENTAL].timestamp
+                incremental[seq] = [at, clocks[MONOTONIC].timestamp - at]
+        ts = None  # the packet's time on MONOTONIC
         if p.HasField("timestamp"):
             clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock[seq]
-            if clock != MONOTONIC:
-                fail(f"packet {i} is timed on clock {clock}, not MONOTONIC (3)")
-            if p.timestamp < last_ts.get(seq, 0):
+            if clock == MONOTONIC:
+                ts = p.timestamp
+            elif clock == INCREMENTAL:
+                if seq not in incremental:
+                    fail(f"packet {i} uses the incremental clock before a snapshot declares it")
+                if not p.sequence_flags & NEEDS_STATE:
+                    fail(f"packet {i} uses the incremental clock without SEQ_NEEDS_INCREMENTAL_STATE")
+                incremental[seq][0] += p.timestamp
+                ts = sum(incremental[seq])
+            else:
+                fail(f"packet {i} is timed on clock {clock}, not MONOTONIC (3) or the incremental clock")
+            if ts < last_ts.get(seq, 0):
                 fail(f"packet {i}: time goes back on sequence {seq}")
-            last_ts[seq] = p.timestamp
+            last_ts[seq] = ts
         if p.HasField("interned_data"):
             for n in p.interned_data.event_names:
                 if (seq, n.iid) in names:
@@ -74,6 +101,10 @@ def main(path):
                 if (seq, n.iid) in cats:
                     fail(f"packet {i}: category iid {n.iid} defined twice")
                 cats[(seq, n.iid)] = n.name
+            for n in p.interned_data.debug_annotation_names:
+                if (seq, n.iid) in arg_names:
+                    fail(f"packet {i}: argument name iid {n.iid} defined twice")
+                arg_names[(seq, n.iid)] = n.name
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
             if d.HasField("parent_uuid") and d.parent_uuid not in tracks:
@@ -95,12 +126,14 @@ def main(path):
         if not p.HasField("track_event"):
             continue
         e = p.track_event
+        if ts is None:
+            fail(f"packet {i}: a track event without a timestamp")
         track = e.track_uuid
         if track not in tracks:
             fail(f"packet {i}: event on undescribed track {track}")
-        if p.timestamp < track_ts.get(track, 0):
+        if ts < track_ts.get(track, 0):
             fail(f"packet {i}: time goes back on track {tracks[track]!r}")
-        track_ts[track] = p.timestamp
+        track_ts[track] = ts
         name = e.name
         if e.HasField("name_iid"):
             if (seq, e.name_iid) not in names:
@@ -111,24 +144,30 @@ def main(path):
             if (seq, iid) not in cats:
                 fail(f"packet {i}: category iid {iid} used before it is defined")
             cat = cats[(seq, iid)]
-        if (e.HasField("name_iid") or e.category_iids) and not p.sequence_flags & NEEDS_STATE:
+        for a in e.debug_annotations:
+            if a.HasField("name_iid") and (seq, a.name_iid) not in arg_names:
+                fail(f"packet {i}: argument name iid {a.name_iid} used before it is defined")
+        uses_iids = any(a.HasField("name_iid") for a in e.debug_annotations)
+        if (e.HasField("name_iid") or e.category_iids or uses_iids) and not p.sequence_flags & NEEDS_STATE:
             fail(f"packet {i} uses interned data without SEQ_NEEDS_INCREMENTAL_STATE")
         stack = open_slices.setdefault(track, [])
         if e.type == TE.TYPE_SLICE_BEGIN:
-            stack.append(p.timestamp)
+            stack.append(ts)
             parent = parents.get(track)
             if parent is not None and tracks[parent] == DIAGNOSES_TRACK and parents[parent] is None:
-                diagnoses.append(dict(track=track, name=name, begin=p.timestamp,
-                                      args=annotations(e)))
+                diagnoses.append(dict(track=track, name=name, begin=ts,
+                                      args=annotations(e, arg_names, seq)))
             counts["gpu_steps"] += cat == "gpu"
             counts["kernels"] += cat == "kernel"
         elif e.type == TE.TYPE_SLICE_END:
             if not stack:
                 fail(f"packet {i}: end without a begin on track {tracks[track]!r}")
-            if p.timestamp < stack.pop():
+            if ts < stack.pop():
                 fail(f"packet {i}: a slice ends before it begins")
         elif e.type == TE.TYPE_INSTANT:
-            counts["token_instants"] += name == "token"
+            if name == "token":
+                counts["token_instants"] += 1
+                token_ns_sum += ts
             if name.startswith("cited by ") and tracks[track].startswith("request "):
                 request_id = int(tracks[track].split()[1])
                 cites.setdefault(request_id, []).append(name)
@@ -138,11 +177,11 @@ def main(path):
         else:
             fail(f"packet {i}: track event without a type")
         for f in e.flow_ids:
-            flow_start.setdefault(f, p.timestamp)
+            flow_start.setdefault(f, ts)
         for f in e.terminating_flow_ids:
             if f in flow_end:
                 fail(f"flow {f} ends twice")
-            flow_end[f] = p.timestamp
+            flow_end[f] = ts
     for track, stack in open_slices.items():
         if stack:
             fail(f"track {tracks[track]!r}: {len(stack)} slices never end")
@@ -155,21 +194,26 @@ def main(path):
         if f not in flow_start:
             fail(f"flow {f} ends without a start")
     counts["flows"] = len(flow_start)
+    # The token instants' times on MONOTONIC, summed (mod 2^64): the recorded ones'.
+    counts["token_ns_sum"] = token_ns_sum % (1 << 64)
     check_diagnoses(diagnoses, cites, tracks)
     counts["diagnoses"] = len(diagnoses)
     counts["diagnosis_cites"] = sum(len(v) for v in cites.values())
     print(json.dumps(counts))
 
 
-def annotations(e):
-    """A track event's debug annotations: name -> value (a list for arrays)."""
+def annotations(e, arg_names, seq):
+    """A track event's debug annotations: name (interned or not) -> value (a list for
+    arrays)."""
     def value(a):
         if a.array_values:
             return [value(v) for v in a.array_values]
         if a.HasField("string_value"):
             return a.string_value
         return a.int_value
-    return {a.name: value(a) for a in e.debug_annotations}
+    def name(a):
+        return arg_names[(seq, a.name_iid)] if a.HasField("name_iid") else a.name
+    return {name(a): value(a) for a in e.debug_annotations}
 
 
 def check_diagnoses(diagnoses, cites, tracks):

@@ -4,8 +4,11 @@
 //! kernels, counter tracks, and the diagnoses (a "tokenscope diagnoses" track, and
 //! an instant on each request a diagnosis cites). Laid out from what the pipeline
 //! hands over as the replay goes (`pipeline::Output`): the export stitches nothing
-//! itself. A packet sequence per window, packets in time order, event names and categories interned
-//! on first use, clock MONOTONIC (3).
+//! itself. A packet sequence per window, packets in time order, event names, categories
+//! and argument names interned on first use. Timed as Perfetto's own writers time
+//! packets: on a sequence-scoped incremental clock, each packet's timestamp the
+//! nanoseconds since the one before on its sequence, the clock tied to MONOTONIC (3)
+//! by the snapshot in each sequence's first packet.
 
 pub(super) mod layout;
 #[cfg(test)]
@@ -17,7 +20,7 @@ use std::io::Write;
 use perfetto_protos::builtin_clock::BuiltinClock;
 use perfetto_protos::clock_snapshot::{clock_snapshot::Clock, ClockSnapshot};
 use perfetto_protos::counter_descriptor::{counter_descriptor::Unit, CounterDescriptor};
-use perfetto_protos::debug_annotation::DebugAnnotation;
+use perfetto_protos::debug_annotation::{DebugAnnotation, DebugAnnotationName};
 use perfetto_protos::interned_data::InternedData;
 use perfetto_protos::process_descriptor::ProcessDescriptor;
 use perfetto_protos::trace_packet::{trace_packet::SequenceFlags, TracePacket};
@@ -38,6 +41,10 @@ use windows::Windows;
 pub const SEQUENCE_ID: u32 = 1;
 /// Perfetto's builtin clock id for CLOCK_MONOTONIC.
 pub const CLOCK_MONOTONIC: u32 = 3;
+/// The clock every packet is timed on: sequence-scoped (ids 64-127), incremental (a
+/// packet's timestamp is its distance from the previous timed packet on the sequence;
+/// the first one's from the snapshot's value), equal to MONOTONIC at the snapshot.
+pub const INCREMENTAL_CLOCK: u32 = 64;
 /// The top-level track whose rows are the diagnoses, one slice each.
 pub const DIAGNOSES_TRACK: &str = "tokenscope diagnoses";
 
@@ -48,6 +55,8 @@ pub struct TraceSummary {
     pub request_tracks: usize,
     /// Token events, one per token at each observation point.
     pub token_instants: usize,
+    /// Bytes of the token events' packets (of `bytes`).
+    pub token_bytes: u64,
     pub gpu_steps: usize,
     /// Flows linking a token across observation points.
     pub flows: usize,
@@ -151,19 +160,20 @@ fn write_batches(
     let mut windows = Windows::new(header, windowing.window_ns);
     let mut os = CodedOutputStream::new(&mut out);
     let mut w = Writer::new(&mut os);
+    let mut uuids = layout::Uuids::default();
     while let Some(batch) = next()? {
         for e in batch {
             p.push(e);
         }
         windows.take(&mut p);
         while let Some(trace) = windows.ready(&p) {
-            w.window(&layout::plan(&trace))?;
+            w.window(&layout::plan(&trace, &mut uuids))?;
         }
     }
     p.flush();
     windows.take(&mut p);
     while let Some(trace) = windows.rest() {
-        w.window(&layout::plan(&trace))?;
+        w.window(&layout::plan(&trace, &mut uuids))?;
     }
     let summary = w.summary;
     let bytes = finish(os)?;
@@ -184,8 +194,12 @@ fn finish(mut os: CodedOutputStream) -> Result<u64, PerfettoError> {
 struct Writer<'a, 'b> {
     os: &'a mut CodedOutputStream<'b>,
     sequence: u32,
+    /// The incremental clock's value: the time of the sequence's last timed packet.
+    clock_ns: u64,
     names_defined: Vec<bool>,
     cats_defined: [bool; layout::CATEGORIES.len()],
+    /// Argument names interned on this sequence, iid = index + 1.
+    arg_names: Vec<&'static str>,
     summary: TraceSummary,
 }
 
@@ -194,20 +208,23 @@ impl<'a, 'b> Writer<'a, 'b> {
         Writer {
             os,
             sequence: SEQUENCE_ID,
+            clock_ns: 0,
             names_defined: Vec::new(),
             cats_defined: [false; layout::CATEGORIES.len()],
+            arg_names: Vec::new(),
             summary: TraceSummary::default(),
         }
     }
 
     /// One window's plan as the next packet sequence (`SEQUENCE_ID` first): its own
-    /// interning, its tracks described (again, for those an earlier window described:
-    /// same uuid), then its events in time order.
+    /// interning and clock, its tracks described (again, for those an earlier window
+    /// described: same uuid), then its events in time order.
     fn window(&mut self, plan: &Plan) -> Result<(), PerfettoError> {
         let index = self.summary.windows;
         self.sequence = SEQUENCE_ID + u32::try_from(index).expect("fewer than 2^32 windows");
         self.names_defined = vec![false; plan.names.len()];
         self.cats_defined = [false; layout::CATEGORIES.len()];
+        self.arg_names.clear();
         self.first_packet(plan, index == 0)?;
         for t in &plan.tracks {
             self.descriptor(t)?;
@@ -234,37 +251,39 @@ impl<'a, 'b> Writer<'a, 'b> {
         Ok(())
     }
 
-    /// Clears the sequence's incremental state and makes MONOTONIC every packet's
-    /// default clock; the trace's first packet also makes it the trace clock and ties
-    /// it to the wall clock of the recording.
+    /// Clears the sequence's incremental state, makes the incremental clock every
+    /// packet's default and starts it at the window's first event, where it equals
+    /// MONOTONIC (the trace clock). The trace's first window also ties MONOTONIC to the
+    /// wall clock of the recording.
     fn first_packet(&mut self, plan: &Plan, first: bool) -> Result<(), PerfettoError> {
-        // No timestamp of its own: spans that began before the recording (CUPTI)
-        // come later in the file, and time must not go back on the sequence.
+        // Ops are in time order: no delta is negative. The packet has no timestamp of
+        // its own (it would count as a step of the clock).
+        self.clock_ns = plan.ops.first().map_or(plan.start_ns, |op| op.ts);
         let mut p = TracePacket::new();
         p.set_sequence_flags(SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32);
         let mut defaults = TracePacketDefaults::new();
-        defaults.set_timestamp_clock_id(CLOCK_MONOTONIC);
+        defaults.set_timestamp_clock_id(INCREMENTAL_CLOCK);
         p.trace_packet_defaults = MessageField::some(defaults);
-        if !first {
-            return self.packet(p);
-        }
         let mut snap = ClockSnapshot::new();
-        let mut mono = Clock::new();
-        mono.set_clock_id(BuiltinClock::BUILTIN_CLOCK_MONOTONIC as u32);
-        let paired = plan.start_monotonic_ns > 0 && plan.start_realtime_ns > 0;
-        mono.set_timestamp(if paired {
-            plan.start_monotonic_ns
-        } else {
-            plan.start_ns
-        });
-        snap.clocks.push(mono);
-        if paired {
-            let mut real = Clock::new();
-            real.set_clock_id(BuiltinClock::BUILTIN_CLOCK_REALTIME as u32);
-            real.set_timestamp(plan.start_realtime_ns);
-            snap.clocks.push(real);
-        }
+        snap.clocks
+            .push(clock(INCREMENTAL_CLOCK, self.clock_ns, true));
+        snap.clocks
+            .push(clock(CLOCK_MONOTONIC, self.clock_ns, false));
         snap.primary_trace_clock = Some(EnumOrUnknown::new(BuiltinClock::BUILTIN_CLOCK_MONOTONIC));
+        p.set_clock_snapshot(snap);
+        self.packet(p)?;
+        if !first || plan.start_monotonic_ns == 0 || plan.start_realtime_ns == 0 {
+            return Ok(());
+        }
+        // The pair the recorder read at its start, as it read it.
+        let mut snap = ClockSnapshot::new();
+        snap.clocks
+            .push(clock(CLOCK_MONOTONIC, plan.start_monotonic_ns, false));
+        let realtime = BuiltinClock::BUILTIN_CLOCK_REALTIME as u32;
+        snap.clocks
+            .push(clock(realtime, plan.start_realtime_ns, false));
+        snap.primary_trace_clock = Some(EnumOrUnknown::new(BuiltinClock::BUILTIN_CLOCK_MONOTONIC));
+        let mut p = TracePacket::new();
         p.set_clock_snapshot(snap);
         self.packet(p)
     }
@@ -307,44 +326,67 @@ impl<'a, 'b> Writer<'a, 'b> {
         self.packet(p)
     }
 
+    /// The name's and category's iids, interning them (into `interned`) on first use.
+    fn name_and_category(
+        &mut self,
+        op: &layout::Op,
+        plan: &Plan,
+        interned: &mut InternedData,
+    ) -> (u64, u64) {
+        let n = op.name as usize;
+        if !self.names_defined[n] {
+            self.names_defined[n] = true;
+            let mut en = EventName::new();
+            en.set_iid(n as u64 + 1);
+            en.set_name(plan.names[n].clone());
+            interned.event_names.push(en);
+        }
+        let c = op.cat as usize;
+        if !self.cats_defined[c] {
+            self.cats_defined[c] = true;
+            let mut ec = EventCategory::new();
+            ec.set_iid(c as u64 + 1);
+            ec.set_name(layout::CATEGORIES[c].into());
+            interned.event_categories.push(ec);
+        }
+        (n as u64 + 1, c as u64 + 1)
+    }
+
+    /// An argument name's iid, interning it (into `interned`) on first use.
+    fn arg_name(&mut self, name: &'static str, interned: &mut InternedData) -> u64 {
+        let i = match self.arg_names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                self.arg_names.push(name);
+                let mut an = DebugAnnotationName::new();
+                an.set_iid(self.arg_names.len() as u64);
+                an.set_name(name.into());
+                interned.debug_annotation_names.push(an);
+                self.arg_names.len() - 1
+            }
+        };
+        i as u64 + 1
+    }
+
     fn event(&mut self, op: &layout::Op, plan: &Plan) -> Result<(), PerfettoError> {
         let mut e = TrackEvent::new();
         e.set_track_uuid(plan.tracks[op.track() as usize - 1].uuid);
         let mut interned = InternedData::new();
-        let mut named = |e: &mut TrackEvent, w: &mut Self| {
-            let n = op.name as usize;
-            if !w.names_defined[n] {
-                w.names_defined[n] = true;
-                let mut en = EventName::new();
-                en.set_iid(n as u64 + 1);
-                en.set_name(plan.names[n].clone());
-                interned.event_names.push(en);
-            }
-            e.set_name_iid(n as u64 + 1);
-            let c = op.cat as usize;
-            if !w.cats_defined[c] {
-                w.cats_defined[c] = true;
-                let mut ec = EventCategory::new();
-                ec.set_iid(c as u64 + 1);
-                ec.set_name(layout::CATEGORIES[c].into());
-                interned.event_categories.push(ec);
-            }
-            e.category_iids.push(c as u64 + 1);
-        };
-        match op.kind() {
-            OpKind::Begin => {
-                e.type_ = Some(EnumOrUnknown::new(Type::TYPE_SLICE_BEGIN));
-                named(&mut e, self);
-            }
-            OpKind::Instant => {
-                e.type_ = Some(EnumOrUnknown::new(Type::TYPE_INSTANT));
-                named(&mut e, self);
-            }
-            OpKind::End => e.type_ = Some(EnumOrUnknown::new(Type::TYPE_SLICE_END)),
+        let kind = match op.kind() {
+            OpKind::Begin => Type::TYPE_SLICE_BEGIN,
+            OpKind::Instant => Type::TYPE_INSTANT,
+            OpKind::End => Type::TYPE_SLICE_END,
             OpKind::Counter(v) => {
-                e.type_ = Some(EnumOrUnknown::new(Type::TYPE_COUNTER));
                 e.set_double_counter_value(v);
+                Type::TYPE_COUNTER
             }
+        };
+        e.type_ = Some(EnumOrUnknown::new(kind));
+        let named = matches!(op.kind(), OpKind::Begin | OpKind::Instant);
+        if named {
+            let (name, cat) = self.name_and_category(op, plan, &mut interned);
+            e.set_name_iid(name);
+            e.category_iids.push(cat);
         }
         match op.flow() {
             Flow::None => {}
@@ -354,7 +396,7 @@ impl<'a, 'b> Writer<'a, 'b> {
         if op.args > 0 {
             for (name, value) in &plan.args[op.args as usize - 1] {
                 let mut a = DebugAnnotation::new();
-                a.set_name((*name).into());
+                a.set_name_iid(self.arg_name(name, &mut interned));
                 match value {
                     Arg::Int(v) => a.set_int_value(*v),
                     Arg::Str(s) => a.set_string_value(s.clone()),
@@ -367,17 +409,32 @@ impl<'a, 'b> Writer<'a, 'b> {
             }
         }
         let mut p = TracePacket::new();
-        p.set_timestamp(op.ts);
-        let uses_interning = !matches!(op.kind(), OpKind::End | OpKind::Counter(_));
-        if !interned.event_names.is_empty() || !interned.event_categories.is_empty() {
+        let delta = op.ts.checked_sub(self.clock_ns).expect("ops in time order");
+        self.clock_ns = op.ts;
+        p.set_timestamp(delta);
+        if interned != InternedData::default() {
             p.interned_data = MessageField::some(interned);
         }
-        if uses_interning {
-            p.set_sequence_flags(SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32);
-        }
+        // Every packet needs the sequence's clock; named ones its interning too.
+        p.set_sequence_flags(SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32);
         p.set_track_event(e);
-        self.packet(p)
+        let before = self.os.total_bytes_written();
+        self.packet(p)?;
+        if named && op.cat == layout::Cat::Token as u8 && plan.names[op.name as usize] == "token" {
+            self.summary.token_bytes += self.os.total_bytes_written() - before;
+        }
+        Ok(())
     }
+}
+
+fn clock(id: u32, timestamp: u64, incremental: bool) -> Clock {
+    let mut c = Clock::new();
+    c.set_clock_id(id);
+    c.set_timestamp(timestamp);
+    if incremental {
+        c.set_is_incremental(true);
+    }
+    c
 }
 
 fn int_value(v: i64) -> DebugAnnotation {

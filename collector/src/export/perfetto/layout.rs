@@ -68,7 +68,7 @@ pub(crate) enum ChildOrder {
 }
 
 pub(crate) struct Track {
-    /// Stable across the windows of one export (see `Builder::track`).
+    /// See `Uuids`.
     pub(crate) uuid: u64,
     /// The parent's uuid.
     pub(crate) parent: Option<u64>,
@@ -199,16 +199,19 @@ struct Item {
 
 struct Builder {
     plan: Plan,
+    uuids: Uuids,
     name_ids: HashMap<String, u32>,
     processes: BTreeMap<u32, u64>,
 }
 
-/// The plan of one window (all of what `trace` holds).
-pub(crate) fn plan(trace: &Trace) -> Plan {
+/// The plan of one window (all of what `trace` holds), its tracks numbered by the
+/// export's `uuids`.
+pub(crate) fn plan(trace: &Trace, uuids: &mut Uuids) -> Plan {
     let mut b = Builder::new(trace.start_ns);
+    b.uuids = std::mem::take(uuids);
     b.plan.start_monotonic_ns = trace.start_monotonic_ns;
     b.plan.start_realtime_ns = trace.start_realtime_ns;
-    b.diagnoses(&trace.diagnoses, trace.window);
+    b.diagnoses(&trace.diagnoses);
     b.requests(&trace.requests, &trace.cites);
     b.connections(&trace.connections);
     b.gpu_steps(&trace.steps);
@@ -217,6 +220,7 @@ pub(crate) fn plan(trace: &Trace) -> Plan {
     b.derived_counters(&trace.counters);
     // Stable: each track's events were pushed in begin/end order.
     b.plan.ops.sort_by_key(|op| op.ts);
+    *uuids = b.uuids;
     b.plan
 }
 
@@ -237,6 +241,7 @@ impl Builder {
                 flows: 0,
                 diagnoses: 0,
             },
+            uuids: Uuids::default(),
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),
         }
@@ -250,35 +255,72 @@ fn fnv(seed: u64, bytes: &[u8]) -> u64 {
     })
 }
 
-impl Builder {
-    /// A new track; returns its handle (index + 1) for `nest`, `counter` and child tracks.
-    /// Its uuid is a hash of its parent, kind and name, so a track that a later window
-    /// describes again (a process, a connection, a counter) is the same track.
-    fn track(&mut self, parent: Option<u64>, name: String, kind: TrackKind) -> u64 {
-        self.track_salted(parent, name, kind, 0)
+/// Track uuids of one export: small numbers, so that an event's track costs a varint
+/// of a byte or two, not the nine or ten of a hash. A track that a later window
+/// describes again (a GPU thread or stream, a counter) keeps its number, found by a
+/// hash of its parent, kind and name: the map holds what the traced system has, not
+/// what the recording's length brings. One that only one window describes (a request,
+/// its points, a connection, a diagnosis row) takes the next number. Processes, which
+/// carry no events but come and go with the clients, keep their hash, above 2^62
+/// where no number reaches.
+#[derive(Default)]
+pub(crate) struct Uuids {
+    last: u64,
+    stable: HashMap<u64, u64>,
+}
+
+const PROCESS_UUID: u64 = 1 << 62;
+
+impl Uuids {
+    fn next(&mut self) -> u64 {
+        self.last += 1;
+        assert!(self.last < PROCESS_UUID, "fewer than 2^62 tracks");
+        self.last
     }
 
-    fn track_salted(
-        &mut self,
-        parent: Option<u64>,
-        name: String,
-        kind: TrackKind,
-        salt: u64,
-    ) -> u64 {
-        let parent = parent.map(|h| self.plan.tracks[h as usize - 1].uuid);
+    fn stable(&mut self, hash: u64) -> u64 {
+        if let Some(&u) = self.stable.get(&hash) {
+            return u;
+        }
+        let u = self.next();
+        self.stable.insert(hash, u);
+        u
+    }
+}
+
+impl Builder {
+    /// A new track; returns its handle (index + 1) for `nest`, `counter` and child tracks.
+    /// The same parent, kind and name in a later window is the same track (same uuid).
+    fn track(&mut self, parent: Option<u64>, name: String, kind: TrackKind) -> u64 {
+        let parent_uuid = parent.map(|h| self.plan.tracks[h as usize - 1].uuid);
         let tag: u64 = match kind {
             TrackKind::Process { pid } => 1 << 32 | u64::from(pid),
             TrackKind::Plain => 2 << 32,
             TrackKind::Counter { .. } => 3 << 32,
         };
-        let mut uuid = fnv(0xcbf2_9ce4_8422_2325, &parent.unwrap_or(0).to_le_bytes());
-        uuid = fnv(uuid, &tag.to_le_bytes());
-        uuid = fnv(uuid, &salt.to_le_bytes());
-        if !matches!(kind, TrackKind::Process { .. }) {
-            uuid = fnv(uuid, name.as_bytes());
-        }
+        let mut hash = fnv(
+            0xcbf2_9ce4_8422_2325,
+            &parent_uuid.unwrap_or(0).to_le_bytes(),
+        );
+        hash = fnv(hash, &tag.to_le_bytes());
+        let uuid = if let TrackKind::Process { .. } = kind {
+            hash >> 2 | PROCESS_UUID
+        } else {
+            self.uuids.stable(fnv(hash, name.as_bytes()))
+        };
+        self.push_track(parent_uuid, name, kind, uuid)
+    }
+
+    /// A track only one window describes: the export's next uuid.
+    fn track_once(&mut self, parent: Option<u64>, name: String, kind: TrackKind) -> u64 {
+        let parent_uuid = parent.map(|h| self.plan.tracks[h as usize - 1].uuid);
+        let uuid = self.uuids.next();
+        self.push_track(parent_uuid, name, kind, uuid)
+    }
+
+    fn push_track(&mut self, parent: Option<u64>, name: String, kind: TrackKind, uuid: u64) -> u64 {
         self.plan.tracks.push(Track {
-            uuid: uuid.max(1),
+            uuid,
             parent,
             name,
             kind,

@@ -2,7 +2,7 @@
 //! checked for what Perfetto needs: sequence ids, incremental state, interning,
 //! time order, balanced and nested slices, complete flows.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use perfetto_protos::trace::Trace;
 use perfetto_protos::trace_packet::trace_packet::SequenceFlags;
@@ -27,19 +27,102 @@ struct Counts {
     diagnoses: usize,
 }
 
+/// The trace with every timestamp on MONOTONIC, as Perfetto reads it: a packet is timed
+/// on its own clock, else its sequence's default (`TracePacketDefaults`, reset with the
+/// sequence's incremental state); on the incremental clock its timestamp is the distance
+/// from the sequence's previous packet on that clock, the first one's from the value in
+/// the snapshot that declared it, which must also say where MONOTONIC was then.
+fn on_monotonic(trace: &Trace) -> Result<Trace, String> {
+    /// A sequence's state: its default clock, and the incremental clock's value and
+    /// offset to MONOTONIC once a snapshot declared it.
+    #[derive(Default)]
+    struct Seq {
+        default_clock: Option<u32>,
+        incremental: Option<(u64, i128)>,
+    }
+    let mut seqs: HashMap<u32, Seq> = HashMap::new();
+    let mut out = trace.clone();
+    for (i, p) in out.packet.iter_mut().enumerate() {
+        let id = p.trusted_packet_sequence_id();
+        if id == 0 {
+            return Err(format!("packet {i} has no sequence id"));
+        }
+        let cleared = p.sequence_flags() & SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32 != 0;
+        if !seqs.contains_key(&id) && !cleared {
+            return Err(format!(
+                "the first packet of sequence {id} does not clear incremental state"
+            ));
+        }
+        let seq = seqs.entry(id).or_default();
+        if cleared {
+            *seq = Seq::default();
+        }
+        if let Some(d) = p.trace_packet_defaults.as_ref() {
+            seq.default_clock = d.has_timestamp_clock_id().then(|| d.timestamp_clock_id());
+        }
+        if p.has_clock_snapshot() {
+            let snap = p.clock_snapshot();
+            let at = |id: u32| snap.clocks.iter().find(|c| c.clock_id() == id);
+            if let Some(c) = at(INCREMENTAL_CLOCK) {
+                if !c.is_incremental() {
+                    return Err(format!(
+                        "packet {i}: clock {INCREMENTAL_CLOCK} is not incremental"
+                    ));
+                }
+                let mono = at(CLOCK_MONOTONIC).ok_or(format!(
+                    "packet {i}: the snapshot does not say where MONOTONIC is"
+                ))?;
+                let offset = i128::from(mono.timestamp()) - i128::from(c.timestamp());
+                seq.incremental = Some((c.timestamp(), offset));
+            }
+        }
+        if !p.has_timestamp() {
+            continue;
+        }
+        let clock = if p.has_timestamp_clock_id() {
+            Some(p.timestamp_clock_id())
+        } else {
+            seq.default_clock
+        };
+        let ts = match clock {
+            Some(CLOCK_MONOTONIC) => p.timestamp(),
+            Some(INCREMENTAL_CLOCK) => {
+                if p.sequence_flags() & SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32 == 0 {
+                    return Err(format!(
+                        "packet {i} uses the incremental clock without SEQ_NEEDS_INCREMENTAL_STATE"
+                    ));
+                }
+                let (value, offset) = seq.incremental.as_mut().ok_or(format!(
+                    "packet {i} uses the incremental clock before a snapshot declares it"
+                ))?;
+                *value = value
+                    .checked_add(p.timestamp())
+                    .ok_or("the clock overflows")?;
+                u64::try_from(i128::from(*value) + *offset)
+                    .map_err(|_| format!("packet {i} is before MONOTONIC's zero"))?
+            }
+            other => {
+                return Err(format!(
+                    "packet {i} is timed on clock {other:?}, not MONOTONIC or the incremental clock"
+                ))
+            }
+        };
+        p.set_timestamp(ts);
+        p.set_timestamp_clock_id(CLOCK_MONOTONIC);
+    }
+    Ok(out)
+}
+
 /// Checks every invariant; the first broken one is the error.
 fn check(trace: &Trace) -> Result<Counts, String> {
+    let trace = &on_monotonic(trace)?;
     let mut c = Counts::default();
-    let first = trace.packet.first().ok_or("no packets")?;
-    if first.sequence_flags() & SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32 == 0 {
-        return Err("the first packet does not clear incremental state".into());
+    if trace.packet.is_empty() {
+        return Err("no packets".into());
     }
-    let default_clock = first
-        .trace_packet_defaults
-        .as_ref()
-        .map(|d| d.timestamp_clock_id());
     let mut names: HashMap<(u32, u64), String> = HashMap::new();
     let mut cats: HashMap<(u32, u64), String> = HashMap::new();
+    let mut arg_names: HashMap<(u32, u64), String> = HashMap::new();
     let mut last_ts: HashMap<u32, u64> = HashMap::new();
     let mut tracks: HashMap<u64, String> = HashMap::new();
     let mut counter_tracks: BTreeSet<u64> = BTreeSet::new();
@@ -49,20 +132,7 @@ fn check(trace: &Trace) -> Result<Counts, String> {
     let mut flow_ends: HashMap<u64, (u64, usize)> = HashMap::new();
     for (i, p) in trace.packet.iter().enumerate() {
         let seq = p.trusted_packet_sequence_id();
-        if seq == 0 {
-            return Err(format!("packet {i} has no sequence id"));
-        }
         if p.has_timestamp() {
-            let clock = if p.has_timestamp_clock_id() {
-                Some(p.timestamp_clock_id())
-            } else {
-                default_clock
-            };
-            if clock != Some(CLOCK_MONOTONIC) {
-                return Err(format!(
-                    "packet {i} is timed on clock {clock:?}, not MONOTONIC"
-                ));
-            }
             let prev = last_ts.insert(seq, p.timestamp()).unwrap_or(0);
             if p.timestamp() < prev {
                 return Err(format!(
@@ -84,6 +154,14 @@ fn check(trace: &Trace) -> Result<Counts, String> {
                 if cats.insert((seq, n.iid()), n.name().into()).is_some() {
                     return Err(format!(
                         "packet {i}: category iid {} defined twice",
+                        n.iid()
+                    ));
+                }
+            }
+            for n in &d.debug_annotation_names {
+                if arg_names.insert((seq, n.iid()), n.name().into()).is_some() {
+                    return Err(format!(
+                        "packet {i}: argument name iid {} defined twice",
                         n.iid()
                     ));
                 }
@@ -135,7 +213,17 @@ fn check(trace: &Trace) -> Result<Counts, String> {
                 "packet {i}: category iid {iid} used before it is defined"
             ))?;
         }
-        let uses_state = e.has_name_iid() || !e.category_iids.is_empty();
+        for a in &e.debug_annotations {
+            if a.has_name_iid() && !arg_names.contains_key(&(seq, a.name_iid())) {
+                return Err(format!(
+                    "packet {i}: argument name iid {} used before it is defined",
+                    a.name_iid()
+                ));
+            }
+        }
+        let uses_state = e.has_name_iid()
+            || !e.category_iids.is_empty()
+            || e.debug_annotations.iter().any(|a| a.has_name_iid());
         if uses_state && p.sequence_flags() & SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32 == 0
         {
             return Err(format!(
@@ -388,17 +476,158 @@ fn the_checker_catches_each_broken_invariant() {
     broken("unbalanced slices", &|t| {
         t.packet.remove(ends[ends.len() / 2]);
     });
+    // On the incremental clock time cannot go back; a packet timed on MONOTONIC can.
+    let absolute = on_monotonic(&good).expect("a sound trace");
     broken("time goes back", &|t| {
         let i = ends[ends.len() / 2];
-        t.packet.swap(i, i + 5);
-        let ts = t.packet[i + 5].timestamp();
-        t.packet[i].set_timestamp(ts + 1);
+        let earlier = absolute.packet[i - 5].timestamp();
+        t.packet[i].set_timestamp_clock_id(CLOCK_MONOTONIC);
+        t.packet[i].set_timestamp(earlier.saturating_sub(1));
     });
+    broken("the incremental clock used before its snapshot", &|t| {
+        t.packet[0].clear_clock_snapshot()
+    });
+    broken(
+        "a snapshot that does not tie the clock to MONOTONIC",
+        &|t| {
+            let snap = t.packet[0].mut_clock_snapshot();
+            snap.clocks.retain(|c| c.clock_id() != CLOCK_MONOTONIC);
+        },
+    );
+    broken("another default clock", &|t| {
+        let d = t.packet[0].trace_packet_defaults.mut_or_insert_default();
+        d.set_timestamp_clock_id(6);
+    });
+    broken(
+        "a timed packet that does not say it needs the sequence's state",
+        &|t| t.packet[ends[0]].set_sequence_flags(0),
+    );
     broken("a flow that never ends", &|t| {
         for p in t.packet.iter_mut().filter(|p| p.has_track_event()) {
             p.mut_track_event().terminating_flow_ids.clear();
         }
     });
+}
+
+/// The committed lab recording tests/fixtures/diagnose/tuned-plain: 27 streamed
+/// requests seen at four points (client, nginx both ways, engine), GPU steps.
+fn lab_recording() -> (FileHeader, Vec<Event>) {
+    let gz = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diagnose/tuned-plain.tsrec.gz");
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(&gz).expect("the committed fixture");
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut bytes)
+        .expect("gunzip");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tuned-plain.tsrec");
+    std::fs::write(&path, bytes).expect("write");
+    let mut r = crate::ingest::record::RecordReader::open(&path).expect("open the fixture");
+    let events = r.read_all().expect("read the fixture");
+    (r.header.clone(), events)
+}
+
+/// Decoded token instants' times by (request id, point track name).
+fn token_times(trace: &Trace) -> BTreeMap<(usize, String), Vec<u64>> {
+    let (seen, tracks) = events_of(trace);
+    let mut times: BTreeMap<(usize, String), Vec<u64>> = BTreeMap::new();
+    for s in seen.iter().filter(|s| s.end.is_none() && s.name == "token") {
+        let (point, parent) = &tracks[&s.track];
+        let request = &tracks[&parent.expect("a point's track is under its request's")].0;
+        let id = request
+            .strip_prefix("request ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a request track is named 'request N ...': {request:?}"));
+        times.entry((id, point.clone())).or_default().push(s.begin);
+    }
+    for v in times.values_mut() {
+        v.sort_unstable();
+    }
+    times
+}
+
+/// A token event is what Perfetto's own writers make of an instant: the packet's
+/// framing (2 B), sequence id (2), flags (2), its distance in ns from the packet
+/// before (a varint, 3-4), the event's framing (2), type (2), interned name (2) and
+/// category (2), a small track uuid (2), and the fixed64 flow id linking the token
+/// across its points (10, on every token of this recording). Decoded, each keeps its
+/// recorded time to the nanosecond.
+#[test]
+fn token_events_cost_a_few_varints_and_keep_their_time_to_the_nanosecond() {
+    let (header, events) = lab_recording();
+    let mut buf = Vec::new();
+    let summary = write_trace(&header, &events, &mut buf).expect("trace written");
+    let trace = Trace::parse_from_bytes(&buf).expect("decodes");
+    let counts = check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+
+    let report = crate::export::report::build(&header, &events);
+    let mut recorded: BTreeMap<(usize, String), Vec<u64>> = BTreeMap::new();
+    for r in &report.requests {
+        for p in r.points.iter().filter(|p| !p.token_ns.is_empty()) {
+            let name = format!("{} ({} {})", p.kind.label(), p.comm, p.pid);
+            let mut ts = p.token_ns.clone();
+            ts.sort_unstable();
+            recorded.insert((r.id, name), ts);
+        }
+    }
+    let tokens: usize = recorded.values().map(Vec::len).sum();
+    assert!(
+        report.requests.len() >= 20 && tokens >= 5_000,
+        "the fixture streams its requests: {} requests, {tokens} tokens",
+        report.requests.len()
+    );
+    assert_eq!(
+        counts.token_instants, tokens,
+        "an instant per token per point"
+    );
+    assert!(
+        token_times(&trace) == recorded,
+        "every token at every point at its recorded nanosecond"
+    );
+
+    // What the writer counted is what the token packets decode to.
+    let token_iid = trace
+        .packet
+        .iter()
+        .filter_map(|p| p.interned_data.as_ref())
+        .flat_map(|d| &d.event_names)
+        .find(|n| n.name() == "token")
+        .map(|n| n.iid())
+        .expect("the name 'token' interned");
+    let framed = |p: &perfetto_protos::trace_packet::TracePacket| {
+        let n = p.compute_size();
+        1 + protobuf::rt::compute_raw_varint64_size(n) + n
+    };
+    let decoded: u64 = trace
+        .packet
+        .iter()
+        .filter(|p| {
+            p.has_track_event()
+                && p.track_event().type_() == Type::TYPE_INSTANT
+                && p.track_event().name_iid() == token_iid
+        })
+        .map(framed)
+        .sum();
+    assert_eq!(
+        summary.token_bytes, decoded,
+        "token bytes counted as written"
+    );
+    let per_token = summary.token_bytes as f64 / tokens as f64;
+    let whole = summary.bytes as f64 / tokens as f64;
+    println!(
+        "{tokens} token events: {per_token:.1} B each; the whole trace {} B, {whole:.1} B per token event",
+        summary.bytes
+    );
+    // Absolute timestamps (6 B), a hashed track uuid (9-10 B) or a name not interned
+    // would each break this; so would a debug annotation per token.
+    assert!(
+        per_token <= 30.0,
+        "a token event is at most 30 B on average: {per_token:.1}"
+    );
+    assert!(
+        whole <= 46.0,
+        "the whole trace, GPU steps and counters included, is at most 46 B per token event: {whole:.1}"
+    );
 }
 
 /// A slice or an instant (`end` None) of a decoded trace, with its track's name.
@@ -416,6 +645,7 @@ type Tracks = HashMap<u64, (String, Option<u64>)>;
 
 /// Every slice and instant of a trace (one that passed `check`), in begin order.
 fn events_of(trace: &Trace) -> (Vec<Seen>, Tracks) {
+    let trace = &on_monotonic(trace).expect("a checked trace");
     let mut names: HashMap<u64, String> = HashMap::new();
     let mut tracks = Tracks::new();
     let mut seen: Vec<Seen> = Vec::new();
@@ -538,8 +768,8 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
         let trace = Trace::parse_from_bytes(&buf).expect("the trace decodes");
         (summary, trace)
     };
-    let (whole_summary, whole) = write(Windowing::whole());
-    let whole = check(&whole).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+    let (whole_summary, whole_trace) = write(Windowing::whole());
+    let whole = check(&whole_trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
     let (summary, trace) = write(Windowing {
         window_ns: 300 * MS,
     });
@@ -600,6 +830,11 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
         "the summary counts what the windows hold"
     );
     assert!(whole.diagnoses > 0, "the whole recording has a diagnosis");
+    // Each window's clock starts again from its own snapshot.
+    assert!(
+        token_times(&trace) == token_times(&whole_trace),
+        "each token at the same nanosecond, windowed or not"
+    );
 }
 
 #[test]
@@ -624,6 +859,7 @@ fn ring_buffer_drops_are_drawn_as_the_recorder_read_them() {
     write_trace(&header, &events, &mut buf).expect("trace written");
     let trace = Trace::parse_from_bytes(&buf).expect("decodes");
     check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
+    let trace = on_monotonic(&trace).expect("checked");
     let uuid = trace
         .packet
         .iter()

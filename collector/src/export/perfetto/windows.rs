@@ -170,7 +170,6 @@ impl Windows {
             start_ns: origin,
             start_monotonic_ns: self.start_monotonic_ns,
             start_realtime_ns: self.start_realtime_ns,
-            window: k,
             cites: layout::Cites::of(&diagnoses),
             requests,
             steps,

@@ -47,7 +47,7 @@ impl Builder {
             };
             let name = format!("{role} {} -> {}", c.local, c.remote);
             // One track per connection, also where a socket's 4-tuple was used again.
-            let track = self.track_salted(parent, name, TrackKind::Plain, c.id as u64);
+            let track = self.track_once(parent, name, TrackKind::Plain);
             let first = c.first_ns;
             let last = items
                 .iter()

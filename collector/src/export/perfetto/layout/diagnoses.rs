@@ -45,10 +45,10 @@ impl Cites {
 }
 
 impl Builder {
-    /// The rows of a window's diagnoses (the largest saving first). A row per window:
-    /// the same rule found in the next window has evidence that may overlap this one's,
-    /// and a track's slices must not go back in time.
-    pub(super) fn diagnoses(&mut self, diagnoses: &[Diagnosis], window: u64) {
+    /// The rows of a window's diagnoses (the largest saving first). A row per window
+    /// (a track of its own): the same rule found in the next window has evidence that
+    /// may overlap this one's, and a track's slices must not go back in time.
+    pub(super) fn diagnoses(&mut self, diagnoses: &[Diagnosis]) {
         let mut root = None;
         for (rank, d) in diagnoses.iter().enumerate() {
             let ev = &d.evidence;
@@ -58,7 +58,7 @@ impl Builder {
                 t
             });
             let label = format!("[{}] {}", d.rule, d.title);
-            let track = self.track_salted(Some(root), label.clone(), TrackKind::Plain, window);
+            let track = self.track_once(Some(root), label.clone(), TrackKind::Plain);
             self.plan.tracks[track as usize - 1].rank = Some(rank as i32);
             let name = format!("{label}: {}", saving_line(d));
             let args = self.args(diagnosis_args(d));

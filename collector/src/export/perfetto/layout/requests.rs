@@ -12,7 +12,7 @@ impl Builder {
         for r in requests {
             let parent = self.process(r.client_pid, &r.client_comm);
             let title = format!("{} {}", r.method, r.route());
-            let track = self.track(
+            let track = self.track_once(
                 parent,
                 format!("request {} {title}", r.id),
                 TrackKind::Plain,
@@ -134,7 +134,7 @@ impl Builder {
         self.plan.flows += forward.iter().filter(|f| **f).count();
         for (j, p) in r.points.iter().enumerate() {
             let name = format!("{} ({} {})", p.kind.label(), p.comm, p.pid);
-            let t = self.track(Some(request_track), name, TrackKind::Plain);
+            let t = self.track_once(Some(request_track), name, TrackKind::Plain);
             self.plan.tracks[t as usize - 1].rank = Some(j as i32);
             let mut items = Vec::with_capacity(p.token_ns.len() + p.record_ns.len());
             for (k, &ts) in p.token_ns.iter().enumerate() {

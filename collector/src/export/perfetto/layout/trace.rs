@@ -15,8 +15,6 @@ pub(crate) struct Trace {
     pub(crate) start_ns: u64,
     pub(crate) start_monotonic_ns: u64,
     pub(crate) start_realtime_ns: u64,
-    /// The window's number from the origin (rows of diagnoses are per window).
-    pub(crate) window: u64,
     /// Each list in the order of the time it begins at.
     pub(crate) requests: Vec<Request>,
     pub(crate) steps: Vec<GpuStep>,
