@@ -14,6 +14,7 @@ pub(super) mod layout;
 #[cfg(test)]
 mod tests;
 mod windows;
+mod wire;
 
 use std::io::Write;
 
@@ -26,7 +27,7 @@ use perfetto_protos::process_descriptor::ProcessDescriptor;
 use perfetto_protos::trace_packet::{trace_packet::SequenceFlags, TracePacket};
 use perfetto_protos::trace_packet_defaults::TracePacketDefaults;
 use perfetto_protos::track_descriptor::{track_descriptor::ChildTracksOrdering, TrackDescriptor};
-use perfetto_protos::track_event::{track_event::Type, EventCategory, EventName, TrackEvent};
+use perfetto_protos::track_event::{track_event::Type, EventCategory, EventName};
 use protobuf::rt::WireType;
 use protobuf::{CodedOutputStream, EnumOrUnknown, MessageField};
 
@@ -200,6 +201,7 @@ struct Writer<'a, 'b> {
     cats_defined: [bool; layout::CATEGORIES.len()],
     /// Argument names interned on this sequence, iid = index + 1.
     arg_names: Vec<&'static str>,
+    packets: wire::Packets,
     summary: TraceSummary,
 }
 
@@ -212,6 +214,7 @@ impl<'a, 'b> Writer<'a, 'b> {
             names_defined: Vec::new(),
             cats_defined: [false; layout::CATEGORIES.len()],
             arg_names: Vec::new(),
+            packets: wire::Packets::default(),
             summary: TraceSummary::default(),
         }
     }
@@ -331,7 +334,7 @@ impl<'a, 'b> Writer<'a, 'b> {
         &mut self,
         op: &layout::Op,
         plan: &Plan,
-        interned: &mut InternedData,
+        interned: &mut Option<InternedData>,
     ) -> (u64, u64) {
         let n = op.name as usize;
         if !self.names_defined[n] {
@@ -339,7 +342,7 @@ impl<'a, 'b> Writer<'a, 'b> {
             let mut en = EventName::new();
             en.set_iid(n as u64 + 1);
             en.set_name(plan.names[n].clone());
-            interned.event_names.push(en);
+            interned.get_or_insert_default().event_names.push(en);
         }
         let c = op.cat as usize;
         if !self.cats_defined[c] {
@@ -347,13 +350,13 @@ impl<'a, 'b> Writer<'a, 'b> {
             let mut ec = EventCategory::new();
             ec.set_iid(c as u64 + 1);
             ec.set_name(layout::CATEGORIES[c].into());
-            interned.event_categories.push(ec);
+            interned.get_or_insert_default().event_categories.push(ec);
         }
         (n as u64 + 1, c as u64 + 1)
     }
 
     /// An argument name's iid, interning it (into `interned`) on first use.
-    fn arg_name(&mut self, name: &'static str, interned: &mut InternedData) -> u64 {
+    fn arg_name(&mut self, name: &'static str, interned: &mut Option<InternedData>) -> u64 {
         let i = match self.arg_names.iter().position(|n| *n == name) {
             Some(i) => i,
             None => {
@@ -361,7 +364,10 @@ impl<'a, 'b> Writer<'a, 'b> {
                 let mut an = DebugAnnotationName::new();
                 an.set_iid(self.arg_names.len() as u64);
                 an.set_name(name.into());
-                interned.debug_annotation_names.push(an);
+                interned
+                    .get_or_insert_default()
+                    .debug_annotation_names
+                    .push(an);
                 self.arg_names.len() - 1
             }
         };
@@ -369,30 +375,22 @@ impl<'a, 'b> Writer<'a, 'b> {
     }
 
     fn event(&mut self, op: &layout::Op, plan: &Plan) -> Result<(), PerfettoError> {
-        let mut e = TrackEvent::new();
-        e.set_track_uuid(plan.tracks[op.track() as usize - 1].uuid);
-        let mut interned = InternedData::new();
-        let kind = match op.kind() {
-            OpKind::Begin => Type::TYPE_SLICE_BEGIN,
-            OpKind::Instant => Type::TYPE_INSTANT,
-            OpKind::End => Type::TYPE_SLICE_END,
-            OpKind::Counter(v) => {
-                e.set_double_counter_value(v);
-                Type::TYPE_COUNTER
-            }
+        // Most events define nothing new: no InternedData is built for them.
+        let mut interned = None;
+        let (kind, counter) = match op.kind() {
+            OpKind::Begin => (Type::TYPE_SLICE_BEGIN, None),
+            OpKind::Instant => (Type::TYPE_INSTANT, None),
+            OpKind::End => (Type::TYPE_SLICE_END, None),
+            OpKind::Counter(v) => (Type::TYPE_COUNTER, Some(v)),
         };
-        e.type_ = Some(EnumOrUnknown::new(kind));
-        let named = matches!(op.kind(), OpKind::Begin | OpKind::Instant);
-        if named {
-            let (name, cat) = self.name_and_category(op, plan, &mut interned);
-            e.set_name_iid(name);
-            e.category_iids.push(cat);
-        }
-        match op.flow() {
-            Flow::None => {}
-            Flow::Step(id) => e.flow_ids.push(id),
-            Flow::Last(id) => e.terminating_flow_ids.push(id),
-        }
+        let named = matches!(op.kind(), OpKind::Begin | OpKind::Instant)
+            .then(|| self.name_and_category(op, plan, &mut interned));
+        let flow = match op.flow() {
+            Flow::None => None,
+            Flow::Step(id) => Some((id, false)),
+            Flow::Last(id) => Some((id, true)),
+        };
+        let mut annotations = Vec::new();
         if op.args > 0 {
             for (name, value) in &plan.args[op.args as usize - 1] {
                 let mut a = DebugAnnotation::new();
@@ -405,22 +403,32 @@ impl<'a, 'b> Writer<'a, 'b> {
                         a.array_values = v.iter().map(|s| string_value(s.clone())).collect()
                     }
                 }
-                e.debug_annotations.push(a);
+                annotations.push(a);
             }
         }
-        let mut p = TracePacket::new();
-        let delta = op.ts.checked_sub(self.clock_ns).expect("ops in time order");
+        let delta_ns = op.ts.checked_sub(self.clock_ns).expect("ops in time order");
         self.clock_ns = op.ts;
-        p.set_timestamp(delta);
-        if interned != InternedData::default() {
-            p.interned_data = MessageField::some(interned);
-        }
-        // Every packet needs the sequence's clock; named ones its interning too.
-        p.set_sequence_flags(SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32);
-        p.set_track_event(e);
+        let packet = self.packets.track_event(&wire::TrackEvent {
+            delta_ns,
+            sequence: self.sequence,
+            kind,
+            track_uuid: plan.tracks[op.track() as usize - 1].uuid,
+            named,
+            counter,
+            flow,
+            annotations: &annotations,
+            interned: interned.as_ref(),
+        })?;
+        // Trace.packet is field 1.
         let before = self.os.total_bytes_written();
-        self.packet(p)?;
-        if named && op.cat == layout::Cat::Token as u8 && plan.names[op.name as usize] == "token" {
+        self.os.write_tag(1, WireType::LengthDelimited)?;
+        self.os.write_raw_varint64(packet.len() as u64)?;
+        self.os.write_raw_bytes(packet)?;
+        self.summary.packets += 1;
+        let token = named.is_some()
+            && op.cat == layout::Cat::Token as u8
+            && plan.names[op.name as usize] == "token";
+        if token {
             self.summary.token_bytes += self.os.total_bytes_written() - before;
         }
         Ok(())
