@@ -3,9 +3,10 @@
 //!
 //! Layout: an 8-byte magic, then a fixed 4 KiB header region holding a
 //! little-endian u32 length and a [`FileHeader`] (prost), then frames, each a
-//! varint length and an [`EventBatch`] (prost): zstd-compressed from format 2 on
-//! (events repeat their socket, process and comm: a batch shrinks several times),
-//! plain in format 1, which is still read. The header is written first with
+//! varint length and an [`EventBatch`] (prost): in format 3 with timestamps as
+//! deltas and repeated comms left out, through one zstd stream per file flushed at
+//! each frame (see `frame`); zstd per frame in format 2, plain in format 1, both
+//! still read. The header is written first with
 //! `complete = false` and rewritten in place when the recording ends, with the
 //! final counters; a file cut off by a crash still reads up to its last whole
 //! frame and says it is incomplete.
@@ -18,11 +19,12 @@ use prost::Message;
 
 use super::model::Event;
 
+mod frame;
+
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
-/// 2: frames are zstd-compressed. 1: plain (still read).
-pub const FORMAT_VERSION: u32 = 2;
-/// zstd's level for frames: its default, cheap next to the events' own cost.
-const ZSTD_LEVEL: i32 = 3;
+/// 3: delta timestamps, elided comms, one zstd stream across frames. 2: each frame
+/// zstd on its own. 1: plain. All three are read.
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic + header region; frames start here.
 pub const HEADER_REGION: u64 = 4096;
 const MAX_FRAME: u64 = 64 << 20;
@@ -165,6 +167,8 @@ pub struct RecordWriter {
     out: BufWriter<File>,
     header: FileHeader,
     pending: Vec<Event>,
+    encoder: frame::Encoder,
+    frame: Vec<u8>,
     written: u64,
     /// Bytes in the file so far (header region and flushed frames).
     bytes: u64,
@@ -192,6 +196,7 @@ impl RecordWriter {
             err: source,
         };
         let file = create_private(path).map_err(io_err)?;
+        let encoder = frame::Encoder::new().map_err(io_err)?;
         header.format_version = FORMAT_VERSION;
         header.complete = false;
         let mut w = RecordWriter {
@@ -199,6 +204,8 @@ impl RecordWriter {
             out: BufWriter::new(file),
             header,
             pending: Vec::new(),
+            encoder,
+            frame: Vec::new(),
             written: 0,
             bytes: HEADER_REGION,
         };
@@ -217,17 +224,17 @@ impl RecordWriter {
     /// Writes pending events as one frame and flushes it to the file.
     pub fn flush(&mut self) -> Result<(), RecordError> {
         if !self.pending.is_empty() {
-            let batch = EventBatch {
-                events: std::mem::take(&mut self.pending),
+            self.written += self.pending.len() as u64;
+            self.frame.clear();
+            let events = std::mem::take(&mut self.pending);
+            let mut spent = match self.encoder.frame(events, &mut self.frame) {
+                Ok(spent) => spent,
+                Err(e) => return Err(self.io(e)),
             };
-            self.written += batch.events.len() as u64;
-            let packed =
-                zstd::bulk::compress(&batch.encode_to_vec(), ZSTD_LEVEL).map_err(|e| self.io(e))?;
-            let mut buf = Vec::with_capacity(packed.len() + 10);
-            prost::encoding::encode_varint(packed.len() as u64, &mut buf);
-            buf.extend_from_slice(&packed);
-            self.bytes += buf.len() as u64;
-            self.out.write_all(&buf).map_err(|e| self.io(e))?;
+            spent.clear(); // keeps its room for the next frame's events
+            self.pending = spent;
+            self.bytes += self.frame.len() as u64;
+            self.out.write_all(&self.frame).map_err(|e| self.io(e))?;
         }
         self.out.flush().map_err(|e| self.io(e))
     }
@@ -324,21 +331,6 @@ impl Source for RecordReader {
     }
 }
 
-/// A frame's batch from its zstd bytes, never more than `MAX_FRAME` of it (a frame
-/// that claims more is corrupt, not a reason to allocate).
-fn unpack(packed: &[u8]) -> Result<Vec<u8>, String> {
-    let decoder = zstd::stream::read::Decoder::new(packed).map_err(|e| format!("zstd: {e}"))?;
-    let mut out = Vec::new();
-    decoder
-        .take(MAX_FRAME + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("zstd: {e}"))?;
-    if out.len() as u64 > MAX_FRAME {
-        return Err(format!("a frame unpacks to more than {MAX_FRAME} bytes"));
-    }
-    Ok(out)
-}
-
 /// Reads a recording batch by batch, so replay memory stays bounded.
 pub struct RecordReader {
     path: PathBuf,
@@ -348,6 +340,9 @@ pub struct RecordReader {
     pub header: FileHeader,
     /// Set when the file ended inside a frame of a recording that never completed.
     pub cut_off_at: Option<u64>,
+    decoding: frame::Decoding,
+    /// A corrupt frame's offset: in format 3 the frames after it cannot be decoded.
+    failed_at: Option<u64>,
 }
 
 impl RecordReader {
@@ -387,6 +382,7 @@ impl RecordReader {
         if header.format_version == 0 {
             return Err(corrupt("format version 0".into()));
         }
+        let decoding = frame::Decoding::for_format(header.format_version).map_err(io_err)?;
         Ok(RecordReader {
             path: path.to_path_buf(),
             input,
@@ -394,11 +390,17 @@ impl RecordReader {
             len,
             header,
             cut_off_at: None,
+            decoding,
+            failed_at: None,
         })
     }
 
     /// The next batch of events, `Ok(None)` at the end.
     pub fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
+        if let Some(at) = self.failed_at {
+            let reason = "the frames after this corrupt one cannot be decoded".into();
+            return Err(self.corrupt(at, reason));
+        }
         if self.offset >= self.len {
             return Ok(None);
         }
@@ -436,12 +438,15 @@ impl RecordReader {
                 err: e,
             })?;
         self.offset += frame_len;
-        if self.header.format_version >= 2 {
-            buf = unpack(&buf).map_err(|reason| self.corrupt(start, reason))?;
+        match self.decoding.events(buf) {
+            Ok(events) => Ok(Some(events)),
+            Err(reason) => {
+                if self.header.format_version >= 3 {
+                    self.failed_at = Some(start);
+                }
+                Err(self.corrupt(start, reason))
+            }
         }
-        let batch =
-            EventBatch::decode(buf.as_slice()).map_err(|e| self.corrupt(start, e.to_string()))?;
-        Ok(Some(batch.events))
     }
 
     /// Reads every remaining event.

@@ -149,35 +149,324 @@ fn format_1_files_still_read() {
     assert_eq!(r.read_all().expect("read"), events);
 }
 
+/// A format 2 file: each frame zstd-compressed on its own, events as they are.
+fn write_format_2(path: &Path, events: &[Event], frame_events: usize) {
+    let mut h = header();
+    h.format_version = 2;
+    h.complete = true;
+    let body = h.encode_to_vec();
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    bytes.resize(HEADER_REGION as usize, 0);
+    for chunk in events.chunks(frame_events) {
+        bytes.extend_from_slice(&format_2_frame(chunk));
+    }
+    std::fs::write(path, bytes).expect("write");
+}
+
+fn format_2_frame(events: &[Event]) -> Vec<u8> {
+    let batch = EventBatch {
+        events: events.to_vec(),
+    };
+    let packed = zstd::bulk::compress(&batch.encode_to_vec(), 3).expect("zstd");
+    let mut frame = Vec::new();
+    prost::encoding::encode_varint(packed.len() as u64, &mut frame);
+    frame.extend_from_slice(&packed);
+    frame
+}
+
 #[test]
-fn compressed_frames_are_several_times_smaller_than_plain_ones() {
-    // A committed lab recording's events, written in both formats.
+fn format_2_files_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v2.tsrec");
+    let events: Vec<Event> = (0..2500).map(event).collect();
+    write_format_2(&path, &events, BATCH_EVENTS);
+    let mut r = RecordReader::open(&path).expect("open");
+    assert_eq!(r.header.format_version, 2);
+    assert_eq!(r.read_all().expect("read"), events);
+}
+
+#[test]
+fn newer_formats_are_refused_naming_their_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v9.tsrec");
+    write(&path, 3, true);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mut h = header();
+    h.format_version = FORMAT_VERSION + 1;
+    let body = h.encode_to_vec();
+    bytes[8..12].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    bytes[12..12 + body.len()].copy_from_slice(&body);
+    std::fs::write(&path, &bytes).expect("write");
+    let err = RecordReader::open(&path).err().expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("format {}", FORMAT_VERSION + 1))
+            && text.contains(&format!("({FORMAT_VERSION})")),
+        "names the file's version and the one read: {text}"
+    );
+}
+
+/// The committed lab recording's header and events.
+fn fixture_events(dir: &Path) -> (FileHeader, Vec<Event>) {
     let gz = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/diagnose/tuned-plain.tsrec.gz");
     let mut bytes = Vec::new();
     flate2::read::GzDecoder::new(File::open(&gz).expect("fixture"))
         .read_to_end(&mut bytes)
         .expect("gunzip");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fixture = dir.path().join("fixture.tsrec");
+    let fixture = dir.join("fixture.tsrec");
     std::fs::write(&fixture, &bytes).expect("write");
     let mut r = RecordReader::open(&fixture).expect("open");
     let header = r.header.clone();
-    let events = r.read_all().expect("read");
+    (header, r.read_all().expect("read"))
+}
+
+/// The frames a live recorder writes: one per flush, every 200 ms (`record`'s
+/// interval), here by the events' own clock.
+fn live_frames(events: &[Event]) -> Vec<&[Event]> {
+    const FLUSH_NS: u64 = 200_000_000;
+    let mut frames = Vec::new();
+    let (mut start, mut due) = (0, events.first().map_or(0, |e| e.ts_ns + FLUSH_NS));
+    for (i, e) in events.iter().enumerate() {
+        if e.ts_ns >= due || i - start == BATCH_EVENTS {
+            frames.push(&events[start..i]);
+            start = i;
+            due = e.ts_ns + FLUSH_NS;
+        }
+    }
+    frames.push(&events[start..]);
+    frames
+}
+
+fn write_live(path: &Path, header: FileHeader, frames: &[&[Event]]) -> u64 {
+    let mut w = RecordWriter::create(path, header).expect("create");
+    for frame in frames {
+        for e in *frame {
+            w.push(e.clone()).expect("push");
+        }
+        w.flush().expect("flush");
+    }
+    w.finish(Counters::default(), 1).expect("finish");
+    std::fs::metadata(path).expect("meta").len() - HEADER_REGION
+}
+
+/// Token events (SSE events of kind Choice) in an I/O's sniff, HTTP/2 streams included.
+fn tokens(e: &Event) -> usize {
+    use crate::ingest::model::{Sniff, SseKind};
+    let count = |s: &Sniff| {
+        s.sse
+            .iter()
+            .filter(|x| x.kind == SseKind::Choice as i32)
+            .count()
+    };
+    e.io().and_then(|io| io.sniff.as_ref()).map_or(0, |s| {
+        count(s)
+            + s.h2_streams
+                .iter()
+                .filter_map(|h| h.sniff.as_ref())
+                .map(count)
+                .sum::<usize>()
+    })
+}
+
+#[test]
+fn live_sized_frames_stay_under_the_size_target() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (header, events) = fixture_events(dir.path());
+    let frames = live_frames(&events);
+    let v3 = dir.path().join("v3.tsrec");
+    let after = write_live(&v3, header, &frames);
+    let before: u64 = frames.iter().map(|f| format_2_frame(f).len() as u64).sum();
+    let n = events.len() as f64;
+    let toks = events.iter().map(tokens).sum::<usize>() as f64;
+    println!(
+        "{n} events, {toks} tokens in {} frames of 200 ms ({:.0} events each): \
+         format 2 {before} bytes ({:.1} B/event, {:.1} B/token), \
+         format 3 {after} bytes ({:.1} B/event, {:.1} B/token)",
+        frames.len(),
+        n / frames.len() as f64,
+        before as f64 / n,
+        before as f64 / toks,
+        after as f64 / n,
+        after as f64 / toks,
+    );
+    // Issue 17's target is 48 B per token; this recording has ~2 events per token
+    // where the issue's load has ~4.5, so per token it must also hold with room.
+    assert!(
+        after as f64 / toks <= 48.0,
+        "at most 48 B per token: {after} bytes for {toks} tokens"
+    );
+    // Deltas and the stream across frames each take a share that does not depend on
+    // the load: together at least a fifth of format 2's bytes at the same frames.
+    assert!(
+        after * 5 <= before * 4,
+        "format 3 at most 4/5 of format 2: {before} -> {after}"
+    );
+    let mut back = RecordReader::open(&v3).expect("open v3");
+    assert_eq!(back.header.format_version, FORMAT_VERSION);
+    let mut got = Vec::new();
+    while let Some(batch) = back.next_batch().expect("read v3") {
+        got.push(batch.len());
+    }
+    let want: Vec<usize> = frames.iter().map(|f| f.len()).filter(|&l| l > 0).collect();
+    assert_eq!(got, want, "one batch per flush, as written");
+    let mut back = RecordReader::open(&v3).expect("open v3");
+    assert!(
+        back.read_all().expect("read v3") == events,
+        "every event back exactly"
+    );
+}
+
+/// Events a frame's packing must carry through: timestamps out of order and at the
+/// ends of u64, comms empty, repeated, changing within a thread, and starting with
+/// the escape byte.
+fn awkward_events() -> Vec<Event> {
+    let comms = ["curl", "", "\0x", "\0", "curl", "nginx", "curl", ""];
+    let stamps = [5, 3, u64::MAX, 0, 7, u64::MAX - 1, 1, 1];
+    (0..64u64)
+        .map(|i| {
+            let mut e = event(i);
+            e.ts_ns = stamps[i as usize % stamps.len()] ^ (i << 20);
+            e.tid = (i % 3) as u32;
+            e.comm = comms[(i / 2) as usize % comms.len()].into();
+            e
+        })
+        .collect()
+}
+
+#[test]
+fn packed_frames_give_back_every_event_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.tsrec");
+    let events = awkward_events();
+    let frames: Vec<&[Event]> = events.chunks(5).collect();
+    write_live(&path, header(), &frames);
+    let mut r = RecordReader::open(&path).expect("open");
+    assert_eq!(r.read_all().expect("read"), events);
+}
+
+#[test]
+fn a_stream_cut_mid_frame_reads_to_its_last_whole_frame() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.tsrec");
+    let events: Vec<Event> = (0..1000).map(event).collect();
+    let mut w = RecordWriter::create(&path, header()).expect("create");
+    let mut ends = Vec::new();
+    for frame in events.chunks(100) {
+        for e in frame {
+            w.push(e.clone()).expect("push");
+        }
+        w.flush().expect("flush");
+        ends.push(w.bytes());
+    }
+    drop(w); // a crash: the header still says incomplete
+    let cut = (ends[6] + ends[7]) / 2;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(cut)
+        .expect("cut");
+    let mut r = RecordReader::open(&path).expect("open");
+    assert_eq!(
+        r.read_all().expect("a cut tail is not an error"),
+        events[..700],
+        "the seven whole frames, exactly"
+    );
+    assert_eq!(
+        r.cut_off_at,
+        Some(ends[6]),
+        "the cut is reported where it is"
+    );
+}
+
+#[test]
+fn garbage_inside_a_stream_is_an_error_then_and_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.tsrec");
+    let events: Vec<Event> = (0..300).map(event).collect();
+    let frames: Vec<&[Event]> = events.chunks(100).collect();
+    write_live(&path, header(), &frames);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mut r = RecordReader::open(&path).expect("open");
+    r.next_batch().expect("first frame").expect("events");
+    let second = r.offset as usize;
+    for b in &mut bytes[second + 3..second + 11] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&path, &bytes).expect("write");
+    let mut r = RecordReader::open(&path).expect("open");
+    assert_eq!(
+        r.next_batch().expect("first frame intact").map(|b| b.len()),
+        Some(100)
+    );
+    for _ in 0..2 {
+        let err = r
+            .next_batch()
+            .expect_err("the damaged frame, and what follows it");
+        assert!(
+            matches!(err, RecordError::CorruptFrame { offset, .. } if offset == second as u64),
+            "names the damaged frame: {err}"
+        );
+    }
+}
+
+/// Encode cost per event, format 2 against 3, at live-sized frames of the lab
+/// recording: `cargo test --release -p tokenscope-collector --lib encode_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: run in release and read the figures"]
+fn encode_cost_per_event() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, events) = fixture_events(dir.path());
+    let frames = live_frames(&events);
+    let n = events.len() as f64;
+    let best = |f: &mut dyn FnMut()| {
+        (0..7)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                f();
+                t.elapsed().as_nanos() as f64 / n
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let v2 = best(&mut || {
+        for f in &frames {
+            std::hint::black_box(format_2_frame(f));
+        }
+    });
+    let path = dir.path().join("v3.tsrec");
+    let v3 = best(&mut || {
+        write_live(&path, header(), &frames);
+    });
+    let clone = best(&mut || {
+        for f in &frames {
+            std::hint::black_box(f.to_vec());
+        }
+    });
+    println!("encode per event: format 2 {v2:.0} ns, format 3 {v3:.0} ns (both include a clone of the events, {clone:.0} ns; format 3 also the file writes)");
+}
+
+#[test]
+fn compressed_frames_are_several_times_smaller_than_plain_ones() {
+    // A committed lab recording's events, written in both formats.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (header, events) = fixture_events(dir.path());
     let v1 = dir.path().join("v1.tsrec");
     write_format_1(&v1, &events);
-    let v2 = dir.path().join("v2.tsrec");
-    let mut w = RecordWriter::create(&v2, header.clone()).expect("create");
+    let v3 = dir.path().join("v3.tsrec");
+    let mut w = RecordWriter::create(&v3, header.clone()).expect("create");
     for e in &events {
         w.push(e.clone()).expect("push");
     }
     w.finish(header.counters.unwrap_or_default(), header.end_monotonic_ns)
         .expect("finish");
     let body = |p: &Path| std::fs::metadata(p).expect("meta").len() - HEADER_REGION;
-    let (before, after) = (body(&v1), body(&v2));
+    let (before, after) = (body(&v1), body(&v3));
     let n = events.len() as u64;
     println!(
-        "{n} events: format 1 {before} bytes ({} B/event), format 2 {after} bytes ({} B/event), {:.1}x",
+        "{n} events: format 1 {before} bytes ({} B/event), format {FORMAT_VERSION} {after} bytes ({} B/event), {:.1}x",
         before / n,
         after / n,
         before as f64 / after as f64
@@ -186,9 +475,9 @@ fn compressed_frames_are_several_times_smaller_than_plain_ones() {
         after * 4 <= before,
         "at least 4x smaller: {before} -> {after}"
     );
-    let mut back = RecordReader::open(&v2).expect("open v2");
+    let mut back = RecordReader::open(&v3).expect("open v3");
     assert_eq!(back.header.format_version, FORMAT_VERSION);
-    assert_eq!(back.read_all().expect("read v2"), events, "the same events");
+    assert_eq!(back.read_all().expect("read v3"), events, "the same events");
 }
 
 #[test]

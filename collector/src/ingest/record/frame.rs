@@ -1,0 +1,221 @@
+//! How a frame's events become bytes, per format.
+//!
+//! Format 3: the events' timestamps as zigzag deltas from the previous event of the
+//! frame, and a comm left out when the thread's previous event in the frame had the
+//! same; the batch then goes through one zstd stream per file, flushed at each frame,
+//! so a frame is compressed against the frames before it (small live frames compress
+//! almost as well as large ones). A frame therefore decodes only after the ones before
+//! it: every reader reads a recording from its start. A CRC-32 of the compressed bytes
+//! leads each frame, so damage is reported before it reaches the stream (zstd checks
+//! its own content only when a stream ends). Format 2: each frame zstd on its
+//! own, events as they are. Format 1: plain.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use prost::Message;
+use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+use zstd::zstd_safe::DParameter;
+
+use super::{EventBatch, MAX_FRAME};
+use crate::ingest::model::Event;
+
+/// zstd's level for frames: its default, cheap next to the events' own cost.
+const ZSTD_LEVEL: i32 = 3;
+/// The stream's window (1 MiB): a second or more of events at a few thousand tokens
+/// per second, enough to reach the frames just before; it bounds the recorder's and
+/// each reader's memory, and readers refuse a stream that asks for more.
+const WINDOW_LOG: u32 = 20;
+/// Marks a stored comm that is written out although it may look elided (an empty
+/// comm, or one that begins with this byte): the reader drops one.
+const COMM_ESCAPE: char = '\0';
+
+/// Format 3's writing side: one per file.
+pub(super) struct Encoder {
+    zstd: zstd::stream::write::Encoder<'static, Vec<u8>>,
+    plain: Vec<u8>,
+    /// Thread id -> its previous event's index in the frame being packed.
+    last_of_tid: HashMap<u32, usize>,
+    elide: Vec<bool>,
+}
+
+impl Encoder {
+    pub(super) fn new() -> io::Result<Encoder> {
+        let mut zstd = zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
+        zstd.window_log(WINDOW_LOG)?;
+        Ok(Encoder {
+            zstd,
+            plain: Vec::new(),
+            last_of_tid: HashMap::new(),
+            elide: Vec::new(),
+        })
+    }
+
+    /// Appends `events` as one frame (length varint and bytes) to `out`; the events
+    /// are left packed (their timestamps and comms rewritten), for the caller to drop.
+    pub(super) fn frame(
+        &mut self,
+        events: Vec<Event>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<Vec<Event>> {
+        let mut batch = EventBatch { events };
+        self.pack(&mut batch.events);
+        self.plain.clear();
+        batch
+            .encode(&mut self.plain)
+            .expect("a Vec grows to fit the batch");
+        self.zstd.write_all(&self.plain)?;
+        self.zstd.flush()?;
+        let packed = self.zstd.get_mut();
+        prost::encoding::encode_varint(packed.len() as u64 + 4, out);
+        out.extend_from_slice(&crc32(packed).to_le_bytes());
+        out.extend_from_slice(packed);
+        packed.clear();
+        Ok(batch.events)
+    }
+
+    fn pack(&mut self, events: &mut [Event]) {
+        // Which comms repeat their thread's previous one, decided before any is touched.
+        self.last_of_tid.clear();
+        self.elide.clear();
+        for (i, e) in events.iter().enumerate() {
+            let prev = self.last_of_tid.insert(e.tid, i);
+            self.elide
+                .push(prev.is_some_and(|j| events[j].comm == e.comm));
+        }
+        let mut prev_ts = 0u64;
+        for (e, &elide) in events.iter_mut().zip(&self.elide) {
+            let ts = e.ts_ns;
+            e.ts_ns = zigzag(ts.wrapping_sub(prev_ts) as i64);
+            prev_ts = ts;
+            if elide {
+                e.comm.clear();
+            } else if e.comm.is_empty() || e.comm.starts_with(COMM_ESCAPE) {
+                e.comm.insert(0, COMM_ESCAPE);
+            }
+        }
+    }
+}
+
+/// The reading side of a recording's frames, by format.
+pub(super) enum Decoding {
+    Plain,
+    PerFrame,
+    Stream {
+        zstd: Box<Decoder<'static>>,
+        last_of_tid: HashMap<u32, usize>,
+    },
+}
+
+impl Decoding {
+    pub(super) fn for_format(version: u32) -> io::Result<Decoding> {
+        Ok(match version {
+            1 => Decoding::Plain,
+            2 => Decoding::PerFrame,
+            _ => {
+                let mut zstd = Decoder::new()?;
+                zstd.set_parameter(DParameter::WindowLogMax(WINDOW_LOG))?;
+                Decoding::Stream {
+                    zstd: Box::new(zstd),
+                    last_of_tid: HashMap::new(),
+                }
+            }
+        })
+    }
+
+    /// A frame's events from its bytes (without the length varint).
+    pub(super) fn events(&mut self, bytes: Vec<u8>) -> Result<Vec<Event>, String> {
+        let plain = match self {
+            Decoding::Plain => bytes,
+            Decoding::PerFrame => unpack_alone(&bytes)?,
+            Decoding::Stream { zstd, .. } => {
+                let (crc, packed) = bytes
+                    .split_first_chunk::<4>()
+                    .ok_or("a frame shorter than its checksum")?;
+                if u32::from_le_bytes(*crc) != crc32(packed) {
+                    return Err("checksum mismatch: the frame's bytes are damaged".into());
+                }
+                unpack_in_stream(zstd, packed)?
+            }
+        };
+        let mut events = EventBatch::decode(plain.as_slice())
+            .map_err(|e| e.to_string())?
+            .events;
+        if let Decoding::Stream { last_of_tid, .. } = self {
+            unpack_events(&mut events, last_of_tid);
+        }
+        Ok(events)
+    }
+}
+
+/// Undoes `Encoder::pack`.
+fn unpack_events(events: &mut [Event], last_of_tid: &mut HashMap<u32, usize>) {
+    last_of_tid.clear();
+    let mut prev_ts = 0u64;
+    for i in 0..events.len() {
+        let ts = prev_ts.wrapping_add(unzigzag(events[i].ts_ns) as u64);
+        events[i].ts_ns = ts;
+        prev_ts = ts;
+        let tid = events[i].tid;
+        if events[i].comm.is_empty() {
+            if let Some(&j) = last_of_tid.get(&tid) {
+                events[i].comm = events[j].comm.clone();
+            }
+        } else if events[i].comm.starts_with(COMM_ESCAPE) {
+            events[i].comm.remove(0);
+        }
+        last_of_tid.insert(tid, i);
+    }
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = flate2::Crc::new();
+    crc.update(bytes);
+    crc.sum()
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// A format 2 frame's batch from its zstd bytes, never more than `MAX_FRAME` of it (a
+/// frame that claims more is corrupt, not a reason to allocate).
+fn unpack_alone(packed: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let decoder = zstd::stream::read::Decoder::new(packed).map_err(|e| format!("zstd: {e}"))?;
+    let mut out = Vec::new();
+    decoder
+        .take(MAX_FRAME + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zstd: {e}"))?;
+    if out.len() as u64 > MAX_FRAME {
+        return Err(format!("a frame unpacks to more than {MAX_FRAME} bytes"));
+    }
+    Ok(out)
+}
+
+/// A format 3 frame's batch: its bytes run through the file's stream, never more than
+/// `MAX_FRAME` out.
+fn unpack_in_stream(zstd: &mut Decoder<'static>, packed: &[u8]) -> Result<Vec<u8>, String> {
+    let mut input = InBuffer::around(packed);
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let mut output = OutBuffer::around(chunk.as_mut_slice());
+        zstd.run(&mut input, &mut output)
+            .map_err(|e| format!("zstd: {e}"))?;
+        let got = output.pos();
+        out.extend_from_slice(&chunk[..got]);
+        if out.len() as u64 > MAX_FRAME {
+            return Err(format!("a frame unpacks to more than {MAX_FRAME} bytes"));
+        }
+        // Done once all input is taken and the decoder had no more to give.
+        if input.pos() == packed.len() && got < chunk.len() {
+            return Ok(out);
+        }
+    }
+}
