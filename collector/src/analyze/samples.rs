@@ -4,8 +4,6 @@
 //! magnitude wide, so a percentile is off by at most 1/2048 of itself (0.05%: 8 us on
 //! a 16 ms gap). Count, mean and max stay exact.
 
-use std::collections::BTreeMap;
-
 use super::{interpolate, rank, summarize, Summary};
 
 /// Values kept one by one before folding (64 KiB per series).
@@ -18,8 +16,10 @@ const PER_OCTAVE: u64 = 1024;
 #[derive(Clone, Debug, Default)]
 pub struct Samples {
     exact: Vec<u64>,
-    /// Bucket index -> count, once folded (`exact` is then empty).
-    buckets: BTreeMap<u64, u64>,
+    /// Counts per bucket once folded (`exact` is then empty): page `b / PER_OCTAVE`,
+    /// made on first use, holds buckets `b` of one octave (a few pages per series, as
+    /// its values span a few powers of two).
+    pages: Vec<Option<Box<[u64]>>>,
     folded: bool,
     count: usize,
     sum: u128,
@@ -32,16 +32,26 @@ impl Samples {
         self.sum += u128::from(v);
         self.max = self.max.max(v);
         if self.folded {
-            *self.buckets.entry(bucket(v)).or_default() += 1;
+            self.count_in_bucket(v);
             return;
         }
         self.exact.push(v);
         if self.exact.len() > EXACT_SAMPLES {
             for v in std::mem::take(&mut self.exact) {
-                *self.buckets.entry(bucket(v)).or_default() += 1;
+                self.count_in_bucket(v);
             }
             self.folded = true;
         }
+    }
+
+    fn count_in_bucket(&mut self, v: u64) {
+        let b = bucket(v);
+        let (page, at) = ((b / PER_OCTAVE) as usize, (b % PER_OCTAVE) as usize);
+        if self.pages.len() <= page {
+            self.pages.resize(page + 1, None);
+        }
+        self.pages[page].get_or_insert_with(|| vec![0; PER_OCTAVE as usize].into_boxed_slice())
+            [at] += 1;
     }
 
     pub fn extend(&mut self, values: impl IntoIterator<Item = u64>) {
@@ -89,10 +99,13 @@ impl Samples {
     /// The value of rank `k` (0-based, ascending), from its bucket.
     fn value_at(&self, k: usize) -> u64 {
         let mut seen = 0u64;
-        for (&b, &n) in &self.buckets {
-            seen += n;
-            if seen > k as u64 {
-                return middle(b).min(self.max);
+        for (page, counts) in self.pages.iter().enumerate() {
+            let Some(counts) = counts else { continue };
+            for (at, &n) in counts.iter().enumerate() {
+                seen += n;
+                if seen > k as u64 {
+                    return middle(page as u64 * PER_OCTAVE + at as u64).min(self.max);
+                }
             }
         }
         self.max
@@ -164,7 +177,9 @@ mod tests {
             let err = g.abs_diff(w) as f64 / w as f64;
             assert!(err <= 1.0 / 2048.0, "{g} against {w}: {err}");
         }
-        assert!(s.buckets.len() < 3_000, "{} buckets", s.buckets.len());
+        // Memory: a page per octave the values span, not one per value.
+        let pages = s.pages.iter().flatten().count();
+        assert!(pages <= 12, "{pages} pages of {PER_OCTAVE} counts");
     }
 
     #[test]
