@@ -136,6 +136,16 @@ pub struct Counters {
 pub struct EventBatch {
     #[prost(message, repeated, tag = "1")]
     pub events: Vec<Event>,
+    /// Format 3: the events' timestamps, each a zigzag delta from the one before, as a
+    /// column of their own (packed varints compress better together than spread among
+    /// the events); the events' own `ts_ns` is then 0 and takes no bytes.
+    #[prost(uint64, repeated, tag = "2")]
+    pub ts_deltas: Vec<u64>,
+    /// Format 3: the sniffs' hashes (fingerprints, SSE prints, body and prefix prints,
+    /// in `frame::each_print`'s order), a column of their own: random bytes among the
+    /// events would break the matches zstd finds in what repeats.
+    #[prost(fixed64, repeated, tag = "3")]
+    pub prints: Vec<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]

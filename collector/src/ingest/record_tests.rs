@@ -132,6 +132,7 @@ fn write_format_1(path: &Path, events: &[Event]) {
     for chunk in events.chunks(BATCH_EVENTS) {
         let batch = EventBatch {
             events: chunk.to_vec(),
+            ..Default::default()
         };
         bytes.extend_from_slice(&batch.encode_length_delimited_to_vec());
     }
@@ -168,6 +169,7 @@ fn write_format_2(path: &Path, events: &[Event], frame_events: usize) {
 fn format_2_frame(events: &[Event]) -> Vec<u8> {
     let batch = EventBatch {
         events: events.to_vec(),
+        ..Default::default()
     };
     let packed = zstd::bulk::compress(&batch.encode_to_vec(), 3).expect("zstd");
     let mut frame = Vec::new();
@@ -413,8 +415,9 @@ fn garbage_inside_a_stream_is_an_error_then_and_after() {
     }
 }
 
-/// Encode cost per event, format 2 against 3, at live-sized frames of the lab
-/// recording: `cargo test --release -p tokenscope-collector --lib encode_cost -- --ignored --nocapture`.
+/// Encode cost per event and size, format 2 against 3 at zstd levels around the
+/// default, at live-sized frames of the lab recording:
+/// `cargo test --release -p tokenscope-collector --lib encode_cost -- --ignored --nocapture`.
 #[test]
 #[ignore = "a benchmark: run in release and read the figures"]
 fn encode_cost_per_event() {
@@ -422,30 +425,46 @@ fn encode_cost_per_event() {
     let (_, events) = fixture_events(dir.path());
     let frames = live_frames(&events);
     let n = events.len() as f64;
-    let best = |f: &mut dyn FnMut()| {
-        (0..7)
+    // Each pass clones the frames' events first (the writer is handed owned events),
+    // untimed; the best of several passes.
+    let best = |f: &mut dyn FnMut(Vec<Vec<Event>>) -> usize| {
+        let mut bytes = 0;
+        let ns = (0..9)
             .map(|_| {
+                let owned: Vec<Vec<Event>> = frames.iter().map(|f| f.to_vec()).collect();
                 let t = std::time::Instant::now();
-                f();
+                bytes = f(owned);
                 t.elapsed().as_nanos() as f64 / n
             })
-            .fold(f64::MAX, f64::min)
+            .fold(f64::MAX, f64::min);
+        (ns, bytes as f64 / n)
     };
-    let v2 = best(&mut || {
-        for f in &frames {
-            std::hint::black_box(format_2_frame(f));
-        }
+    let (ns, size) = best(&mut |owned| {
+        owned
+            .into_iter()
+            .map(|events| {
+                let batch = EventBatch {
+                    events,
+                    ..Default::default()
+                };
+                zstd::bulk::compress(&batch.encode_to_vec(), 3)
+                    .expect("zstd")
+                    .len()
+            })
+            .sum()
     });
-    let path = dir.path().join("v3.tsrec");
-    let v3 = best(&mut || {
-        write_live(&path, header(), &frames);
-    });
-    let clone = best(&mut || {
-        for f in &frames {
-            std::hint::black_box(f.to_vec());
-        }
-    });
-    println!("encode per event: format 2 {v2:.0} ns, format 3 {v3:.0} ns (both include a clone of the events, {clone:.0} ns; format 3 also the file writes)");
+    println!("format 2 (zstd 3 per frame): {ns:.0} ns/event, {size:.1} B/event");
+    for level in [1, 3, 6] {
+        let (ns, size) = best(&mut |owned| {
+            let mut enc = frame::Encoder::with_level(level).expect("encoder");
+            let mut out = Vec::new();
+            for events in owned {
+                drop(enc.frame(events, &mut out).expect("frame"));
+            }
+            out.len()
+        });
+        println!("format 3 (zstd {level} streamed): {ns:.0} ns/event, {size:.1} B/event");
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! How a frame's events become bytes, per format.
 //!
 //! Format 3: the events' timestamps as zigzag deltas from the previous event of the
-//! frame, and a comm left out when the thread's previous event in the frame had the
+//! frame and the sniffs' hashes, each in a column of their own (`EventBatch::ts_deltas`,
+//! `prints`), and a comm left out when the thread's previous event in the frame had the
 //! same; the batch then goes through one zstd stream per file, flushed at each frame,
 //! so a frame is compressed against the frames before it (small live frames compress
 //! almost as well as large ones). A frame therefore decodes only after the ones before
@@ -18,7 +19,8 @@ use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 use zstd::zstd_safe::DParameter;
 
 use super::{EventBatch, MAX_FRAME};
-use crate::ingest::model::Event;
+use crate::ingest::model::event::Body;
+use crate::ingest::model::{Event, Sniff, SockIo};
 
 /// zstd's level for frames: its default, cheap next to the events' own cost.
 const ZSTD_LEVEL: i32 = 3;
@@ -37,29 +39,42 @@ pub(super) struct Encoder {
     /// Thread id -> its previous event's index in the frame being packed.
     last_of_tid: HashMap<u32, usize>,
     elide: Vec<bool>,
+    ts_deltas: Vec<u64>,
+    prints: Vec<u64>,
 }
 
 impl Encoder {
     pub(super) fn new() -> io::Result<Encoder> {
-        let mut zstd = zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
+        Encoder::with_level(ZSTD_LEVEL)
+    }
+
+    pub(super) fn with_level(level: i32) -> io::Result<Encoder> {
+        let mut zstd = zstd::stream::write::Encoder::new(Vec::new(), level)?;
         zstd.window_log(WINDOW_LOG)?;
         Ok(Encoder {
             zstd,
             plain: Vec::new(),
             last_of_tid: HashMap::new(),
             elide: Vec::new(),
+            ts_deltas: Vec::new(),
+            prints: Vec::new(),
         })
     }
 
-    /// Appends `events` as one frame (length varint and bytes) to `out`; the events
-    /// are left packed (their timestamps and comms rewritten), for the caller to drop.
+    /// Appends `events` as one frame (length varint, CRC-32, zstd bytes) to `out`; the
+    /// events come back packed (timestamps, hashes and comms moved out), for the caller
+    /// to drop.
     pub(super) fn frame(
         &mut self,
         events: Vec<Event>,
         out: &mut Vec<u8>,
     ) -> io::Result<Vec<Event>> {
-        let mut batch = EventBatch { events };
-        self.pack(&mut batch.events);
+        let mut batch = EventBatch {
+            events,
+            ts_deltas: std::mem::take(&mut self.ts_deltas),
+            prints: std::mem::take(&mut self.prints),
+        };
+        self.pack(&mut batch);
         self.plain.clear();
         batch
             .encode(&mut self.plain)
@@ -71,10 +86,15 @@ impl Encoder {
         out.extend_from_slice(&crc32(packed).to_le_bytes());
         out.extend_from_slice(packed);
         packed.clear();
+        self.ts_deltas = batch.ts_deltas;
+        self.prints = batch.prints;
         Ok(batch.events)
     }
 
-    fn pack(&mut self, events: &mut [Event]) {
+    fn pack(&mut self, batch: &mut EventBatch) {
+        let events = &mut batch.events;
+        batch.ts_deltas.clear();
+        batch.prints.clear();
         // Which comms repeat their thread's previous one, decided before any is touched.
         self.last_of_tid.clear();
         self.elide.clear();
@@ -85,9 +105,12 @@ impl Encoder {
         }
         let mut prev_ts = 0u64;
         for (e, &elide) in events.iter_mut().zip(&self.elide) {
-            let ts = e.ts_ns;
-            e.ts_ns = zigzag(ts.wrapping_sub(prev_ts) as i64);
+            let ts = std::mem::take(&mut e.ts_ns);
+            batch
+                .ts_deltas
+                .push(zigzag(ts.wrapping_sub(prev_ts) as i64));
             prev_ts = ts;
+            each_print(e, &mut |p| batch.prints.push(std::mem::take(p)));
             if elide {
                 e.comm.clear();
             } else if e.comm.is_empty() || e.comm.starts_with(COMM_ESCAPE) {
@@ -138,22 +161,37 @@ impl Decoding {
                 unpack_in_stream(zstd, packed)?
             }
         };
-        let mut events = EventBatch::decode(plain.as_slice())
-            .map_err(|e| e.to_string())?
-            .events;
+        let mut batch = EventBatch::decode(plain.as_slice()).map_err(|e| e.to_string())?;
         if let Decoding::Stream { last_of_tid, .. } = self {
-            unpack_events(&mut events, last_of_tid);
+            unpack_events(&mut batch, last_of_tid)?;
         }
-        Ok(events)
+        Ok(batch.events)
     }
 }
 
 /// Undoes `Encoder::pack`.
-fn unpack_events(events: &mut [Event], last_of_tid: &mut HashMap<u32, usize>) {
+fn unpack_events(
+    batch: &mut EventBatch,
+    last_of_tid: &mut HashMap<u32, usize>,
+) -> Result<(), String> {
+    let events = &mut batch.events;
+    if batch.ts_deltas.len() != events.len() {
+        return Err(format!(
+            "{} timestamps for {} events",
+            batch.ts_deltas.len(),
+            events.len()
+        ));
+    }
     last_of_tid.clear();
+    let mut prints = batch.prints.iter();
+    let mut short = false;
     let mut prev_ts = 0u64;
     for i in 0..events.len() {
-        let ts = prev_ts.wrapping_add(unzigzag(events[i].ts_ns) as u64);
+        each_print(&mut events[i], &mut |p| match prints.next() {
+            Some(v) => *p = *v,
+            None => short = true,
+        });
+        let ts = prev_ts.wrapping_add(unzigzag(batch.ts_deltas[i]) as u64);
         events[i].ts_ns = ts;
         prev_ts = ts;
         let tid = events[i].tid;
@@ -165,6 +203,38 @@ fn unpack_events(events: &mut [Event], last_of_tid: &mut HashMap<u32, usize>) {
             events[i].comm.remove(0);
         }
         last_of_tid.insert(tid, i);
+    }
+    if short || prints.next().is_some() {
+        let n = batch.prints.len();
+        return Err(format!("{n} sniff hashes do not fit the frame's events"));
+    }
+    Ok(())
+}
+
+/// Every sniff hash of an event, in a fixed order (the `prints` column's).
+fn each_print(e: &mut Event, f: &mut impl FnMut(&mut u64)) {
+    if let Some(Body::Io(SockIo {
+        sniff: Some(sniff), ..
+    })) = &mut e.body
+    {
+        sniff_prints(sniff, f);
+    }
+}
+
+fn sniff_prints<F: FnMut(&mut u64)>(s: &mut Sniff, f: &mut F) {
+    f(&mut s.fingerprint);
+    for x in &mut s.sse {
+        f(&mut x.fingerprint);
+        f(&mut x.text_print);
+    }
+    if let Some(b) = &mut s.body_print {
+        f(&mut b.hash);
+    }
+    s.prefix_prints.iter_mut().for_each(&mut *f);
+    for h in &mut s.h2_streams {
+        if let Some(inner) = &mut h.sniff {
+            sniff_prints(inner, f);
+        }
     }
 }
 
