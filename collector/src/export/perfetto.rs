@@ -1,5 +1,5 @@
-//! `tokenscope export`: a recording as a Perfetto trace (protobuf, written with
-//! perfetto_protos), request-centred: a track per request with its stages and the
+//! `tokenscope export`: a recording as a Perfetto trace (protobuf: track events
+//! encoded by `wire`, the rest with perfetto_protos), request-centred: a track per request with its stages and the
 //! tokens at every observation point linked by flows, connections, GPU steps and
 //! kernels, counter tracks, and the diagnoses (a "tokenscope diagnoses" track, and
 //! an instant on each request a diagnosis cites). Laid out from what the pipeline

@@ -830,6 +830,30 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
         "the summary counts what the windows hold"
     );
     assert!(whole.diagnoses > 0, "the whole recording has a diagnosis");
+    // A track several windows describe (a GPU thread's, a counter) is described the
+    // same each time; no uuid names two tracks.
+    let mut described: HashMap<u64, (String, Option<u64>)> = HashMap::new();
+    let mut again = 0;
+    for p in trace.packet.iter().filter(|p| p.has_track_descriptor()) {
+        let d = p.track_descriptor();
+        if d.process.is_some() {
+            continue;
+        }
+        let seen = (
+            d.name().to_string(),
+            d.has_parent_uuid().then(|| d.parent_uuid()),
+        );
+        if let Some(before) = described.insert(d.uuid(), seen.clone()) {
+            assert_eq!(
+                before,
+                seen,
+                "track {} described twice, differently",
+                d.uuid()
+            );
+            again += 1;
+        }
+    }
+    assert!(again > 0, "some tracks are described by several windows");
     // Each window's clock starts again from its own snapshot.
     assert!(
         token_times(&trace) == token_times(&whole_trace),
