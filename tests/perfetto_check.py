@@ -60,6 +60,9 @@ def main(path):
             fail(f"packet {i} has no trusted_packet_sequence_id")
         if seq not in default_clock and not p.sequence_flags & CLEARED:
             fail(f"the first packet of sequence {seq} does not clear incremental state")
+        if i == 0 and not (p.HasField("clock_snapshot")
+                           and p.clock_snapshot.primary_trace_clock == MONOTONIC):
+            fail("the first packet does not make MONOTONIC the trace clock")
         if p.sequence_flags & CLEARED:
             default_clock[seq] = None
             incremental.pop(seq, None)

@@ -272,7 +272,11 @@ impl<'a, 'b> Writer<'a, 'b> {
             .push(clock(INCREMENTAL_CLOCK, self.clock_ns, true));
         snap.clocks
             .push(clock(CLOCK_MONOTONIC, self.clock_ns, false));
-        snap.primary_trace_clock = Some(EnumOrUnknown::new(BuiltinClock::BUILTIN_CLOCK_MONOTONIC));
+        // The trace clock is chosen once, before any timestamp is converted.
+        let primary = Some(EnumOrUnknown::new(BuiltinClock::BUILTIN_CLOCK_MONOTONIC));
+        if first {
+            snap.primary_trace_clock = primary;
+        }
         p.set_clock_snapshot(snap);
         self.packet(p)?;
         if !first || plan.start_monotonic_ns == 0 || plan.start_realtime_ns == 0 {
@@ -285,7 +289,7 @@ impl<'a, 'b> Writer<'a, 'b> {
         let realtime = BuiltinClock::BUILTIN_CLOCK_REALTIME as u32;
         snap.clocks
             .push(clock(realtime, plan.start_realtime_ns, false));
-        snap.primary_trace_clock = Some(EnumOrUnknown::new(BuiltinClock::BUILTIN_CLOCK_MONOTONIC));
+        snap.primary_trace_clock = primary;
         let mut p = TracePacket::new();
         p.set_clock_snapshot(snap);
         self.packet(p)
