@@ -254,25 +254,6 @@ fn write_live(path: &Path, header: FileHeader, frames: &[&[Event]]) -> u64 {
     std::fs::metadata(path).expect("meta").len() - HEADER_REGION
 }
 
-/// Token events (SSE events of kind Choice) in an I/O's sniff, HTTP/2 streams included.
-fn tokens(e: &Event) -> usize {
-    use crate::ingest::model::{Sniff, SseKind};
-    let count = |s: &Sniff| {
-        s.sse
-            .iter()
-            .filter(|x| x.kind == SseKind::Choice as i32)
-            .count()
-    };
-    e.io().and_then(|io| io.sniff.as_ref()).map_or(0, |s| {
-        count(s)
-            + s.h2_streams
-                .iter()
-                .filter_map(|h| h.sniff.as_ref())
-                .map(count)
-                .sum::<usize>()
-    })
-}
-
 #[test]
 fn live_sized_frames_stay_under_the_size_target() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -282,26 +263,26 @@ fn live_sized_frames_stay_under_the_size_target() {
     let after = write_live(&v3, header, &frames);
     let before: u64 = frames.iter().map(|f| format_2_frame(f).len() as u64).sum();
     let n = events.len() as f64;
-    let toks = events.iter().map(tokens).sum::<usize>() as f64;
     println!(
-        "{n} events, {toks} tokens in {} frames of 200 ms ({:.0} events each): \
-         format 2 {before} bytes ({:.1} B/event, {:.1} B/token), \
-         format 3 {after} bytes ({:.1} B/event, {:.1} B/token)",
+        "{n} events in {} frames of 200 ms ({:.0} events each): format 2 {before} bytes \
+         ({:.1} B/event), format 3 {after} bytes ({:.1} B/event)",
         frames.len(),
         n / frames.len() as f64,
         before as f64 / n,
-        before as f64 / toks,
         after as f64 / n,
-        after as f64 / toks,
     );
-    // Issue 17's target is 48 B per token; this recording has ~2 events per token
-    // where the issue's load has ~4.5, so per token it must also hold with room.
+    // Issue 17's target, 48 B per token at its load's 4.5 events per token, is this
+    // much per event. The lab recording's events are not the issue's load (fewer
+    // socket hops per token, CUDA calls), so live figures come from `cargo xtask bench
+    // agent`; this holds the format to the budget on a fixed input.
+    let budget = 48.0 / 4.5;
     assert!(
-        after as f64 / toks <= 48.0,
-        "at most 48 B per token: {after} bytes for {toks} tokens"
+        after as f64 / n <= budget,
+        "at most {budget:.1} B/event: {after} bytes for {n} events"
     );
-    // Deltas and the stream across frames each take a share that does not depend on
-    // the load: together at least a fifth of format 2's bytes at the same frames.
+    // Deltas, columns and the stream across frames each take a share that does not
+    // depend on the load: together at least a fifth of format 2's bytes at the same
+    // frames.
     assert!(
         after * 5 <= before * 4,
         "format 3 at most 4/5 of format 2: {before} -> {after}"
