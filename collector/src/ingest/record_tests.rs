@@ -119,16 +119,23 @@ fn completed_but_truncated_is_an_error() {
     assert!(matches!(err, RecordError::Truncated { .. }), "got {err}");
 }
 
-/// A format 1 file as tokenscope wrote them before frames were compressed.
-fn write_format_1(path: &Path, events: &[Event]) {
+/// The magic and a complete header of `version`, padded to the header region: the start
+/// of a file as an older tokenscope wrote it.
+fn old_file_start(version: u32) -> Vec<u8> {
     let mut h = header();
-    h.format_version = 1;
+    h.format_version = version;
     h.complete = true;
     let body = h.encode_to_vec();
     let mut bytes = MAGIC.to_vec();
     bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&body);
     bytes.resize(HEADER_REGION as usize, 0);
+    bytes
+}
+
+/// A format 1 file as tokenscope wrote them before frames were compressed.
+fn write_format_1(path: &Path, events: &[Event]) {
+    let mut bytes = old_file_start(1);
     for chunk in events.chunks(BATCH_EVENTS) {
         let batch = EventBatch {
             events: chunk.to_vec(),
@@ -152,14 +159,7 @@ fn format_1_files_still_read() {
 
 /// A format 2 file: each frame zstd-compressed on its own, events as they are.
 fn write_format_2(path: &Path, events: &[Event], frame_events: usize) {
-    let mut h = header();
-    h.format_version = 2;
-    h.complete = true;
-    let body = h.encode_to_vec();
-    let mut bytes = MAGIC.to_vec();
-    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&body);
-    bytes.resize(HEADER_REGION as usize, 0);
+    let mut bytes = old_file_start(2);
     for chunk in events.chunks(frame_events) {
         bytes.extend_from_slice(&format_2_frame(chunk));
     }
