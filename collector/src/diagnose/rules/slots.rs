@@ -152,6 +152,19 @@ fn waiting(streams: &[Stream]) -> Option<(usize, BTreeMap<usize, u64>)> {
         return None;
     }
     let start_up = median(&free);
+    // Out of slots, the requests that found none take far longer to their first token
+    // than those that found one. An engine busy with prefill work (not out of slots)
+    // gives every request about the same long TTFT, however long since another stream
+    // ended: no wait for a slot there.
+    let crowded: Vec<u64> = streams
+        .iter()
+        .zip(&saturated)
+        .filter(|(_, &sat)| sat)
+        .map(|(s, _)| s.first_ns - s.arrived_ns)
+        .collect();
+    if crowded.is_empty() || median(&crowded) < start_up.saturating_mul(2) {
+        return Some((usize::try_from(ceiling).ok()?, BTreeMap::new()));
+    }
     let mut ends: Vec<u64> = streams.iter().map(|s| s.last_ns).collect();
     ends.sort_unstable();
     let mut waits = BTreeMap::new();
@@ -162,14 +175,9 @@ fn waiting(streams: &[Stream]) -> Option<(usize, BTreeMap<usize, u64>)> {
             continue;
         };
         let wait = freed.saturating_sub(s.arrived_ns);
-        // Its TTFT holds the wait and then about a start-up: an engine busy with prefill
-        // work (not out of slots) gives every request the same long TTFT, however long
-        // since another stream ended, and the wait would count the start-up twice.
-        let holds_wait = s.first_ns - s.arrived_ns >= wait + start_up / 2;
         if freed > s.arrived_ns
             && s.first_ns - freed <= start_up.saturating_mul(2).max(WAIT_NS / 5)
             && wait >= WAIT_NS
-            && holds_wait
         {
             waits.insert(s.index, wait);
         }
