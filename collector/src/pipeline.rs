@@ -34,6 +34,9 @@ pub struct Config {
     /// Hand over each released connection with every exchange it carried
     /// (`Output::connections`), for views that draw connections.
     pub connections: bool,
+    /// Keep the requests still held, as they stand at each advance (`Pipeline::open`),
+    /// for views of what is in flight.
+    pub open: bool,
 }
 
 impl Config {
@@ -44,6 +47,7 @@ impl Config {
             advance_every_ns: 1_000_000_000,
             settle: Settle::default(),
             connections: false,
+            open: false,
         }
     }
 
@@ -62,6 +66,7 @@ impl Config {
             advance_every_ns: 250_000_000,
             settle: Settle::default(),
             connections: false,
+            open: true,
         }
     }
 
@@ -181,7 +186,7 @@ impl Pipeline {
             newest_ns: 0,
             released_ns: 0,
             next_advance_ns: None,
-            stitcher: Stitcher::new(cfg.settle, dropped),
+            stitcher: Stitcher::new(cfg.settle, dropped).with_open(cfg.open),
             calls: StepTracker::default(),
             timer: StepTimer::default(),
             out: Output::default(),
@@ -281,7 +286,8 @@ impl Pipeline {
         self.out.protocols(tls_untied)
     }
 
-    /// The requests still held at the last advance, as they stood then.
+    /// The requests still held at the last advance, as they stood then (empty unless
+    /// `Config::open`).
     pub fn open(&self) -> &[Request] {
         &self.open
     }

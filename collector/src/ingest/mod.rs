@@ -1,6 +1,7 @@
 //! Bytes -> typed events: ring-buffer record decoding and the record file.
 
 pub mod decode;
+pub mod fast_hash;
 pub mod hosts;
 pub mod io_source;
 pub mod model;

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::conn::{Conns, Exchange, Role};
+use crate::ingest::fast_hash::FastMap;
 
 /// An exchange at one connection end: (connection id, exchange index).
 pub type End = (usize, usize);
@@ -52,8 +53,8 @@ pub fn link_ready(conns: &Conns, ready: &dyn Fn(End) -> bool) -> Links {
 }
 
 fn peers(conns: &Conns) -> HashMap<usize, usize> {
-    let mut by_tuple: HashMap<(std::net::SocketAddr, std::net::SocketAddr), Vec<usize>> =
-        HashMap::new();
+    let mut by_tuple: FastMap<(std::net::SocketAddr, std::net::SocketAddr), Vec<usize>> =
+        FastMap::default();
     for c in conns.values() {
         by_tuple.entry((c.local, c.remote)).or_default().push(c.id);
     }
@@ -127,7 +128,7 @@ fn join_upstream(
     // Accepted requests bucketed by what must match (body print, else method and
     // path), so each upstream request only looks at its own kind: linear, not
     // quadratic, in a proxy's traffic. Encrypted ones can never match.
-    let mut buckets: HashMap<RequestKey, Vec<End>> = HashMap::new();
+    let mut buckets: FastMap<RequestKey, Vec<End>> = FastMap::default();
     for &i in ins.iter().filter(|&&i| !x(i).encrypted) {
         buckets.entry(RequestKey::of(x(i))).or_default().push(i);
     }

@@ -1,9 +1,10 @@
 //! Events -> connections (per socket address, split at close and reuse) ->
 //! exchanges (one HTTP request and its response; many per keep-alive connection).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use crate::ingest::fast_hash::FastMap;
 use crate::ingest::model::{
     event::Body, sniff, Api, Direction, Event, Sniff, SseKind, TcpState, TokenKind,
 };
@@ -239,7 +240,7 @@ pub fn connections(events: &[&Event]) -> Conns {
 pub struct ConnTracker {
     pub conns: Conns,
     /// Socket address -> the connection open on it.
-    open: HashMap<u64, usize>,
+    open: FastMap<u64, usize>,
     next_id: usize,
 }
 

@@ -687,10 +687,6 @@ fn choices(x: &Exchange) -> Vec<u32> {
 
 fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point {
     let token_ns: Vec<u64> = x.tokens().map(|t| t.ts_ns).collect();
-    let mut per_io: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-    for t in x.tokens() {
-        *per_io.entry(t.io).or_default() += 1;
-    }
     // A plain JSON answer's first token is its first body byte.
     let first = token_ns
         .first()
@@ -704,10 +700,34 @@ fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point 
         ttft_ns: first.map(|t| t.saturating_sub(start_ns)),
         token_ns,
         ios: x.response_ios,
-        max_tokens_per_io: per_io.values().copied().max().unwrap_or(0),
+        max_tokens_per_io: max_per_io(|| x.tokens().map(|t| t.io)),
         done: x.done(),
         compressed: x.compressed,
         record_ns: x.records_ns.clone(),
         token_choice: choices(x),
     }
+}
+
+/// The most tokens one I/O carried. An exchange numbers its response I/Os as they come,
+/// so a token's I/O never goes down and equal ones are neighbours: runs, not a map
+/// (built for every point of every request). Sorted first should that ever not hold.
+pub(super) fn max_per_io<I: Iterator<Item = u32>>(ios: impl Fn() -> I) -> u32 {
+    let longest_run = |ios: &mut dyn Iterator<Item = u32>| -> Option<u32> {
+        let (mut prev, mut run, mut max) = (None, 0, 0);
+        for io in ios {
+            match prev {
+                Some(p) if p == io => run += 1,
+                Some(p) if p > io => return None,
+                _ => run = 1,
+            }
+            prev = Some(io);
+            max = max.max(run);
+        }
+        Some(max)
+    };
+    longest_run(&mut ios()).unwrap_or_else(|| {
+        let mut sorted: Vec<u32> = ios().collect();
+        sorted.sort_unstable();
+        longest_run(&mut sorted.into_iter()).expect("sorted")
+    })
 }

@@ -5,10 +5,9 @@
 //! left on it once it closed (or went idle). Linking runs over what is still held,
 //! so the cost of an advance follows the traffic in flight, not the history.
 
-use std::collections::{HashMap, HashSet};
-
 use super::conn::{ConnTracker, Connection, Conns, Exchange};
 use super::{chain, request, Request};
+use crate::ingest::fast_hash::{FastMap, FastSet};
 use crate::ingest::Event;
 use crate::protocol::limits::{Limit, MAX_CONNECTIONS};
 
@@ -58,9 +57,13 @@ pub struct Stitcher {
     conns: ConnTracker,
     /// Request ids by the exchange that roots their chain (connection id, request
     /// start, stream): stable across advances.
-    ids: HashMap<(usize, u64, Option<u32>), usize>,
+    ids: FastMap<(usize, u64, Option<u32>), usize>,
     next_id: usize,
     now_ns: u64,
+    /// Requests still held are built at each advance (`Settled::open`): a live view
+    /// shows them. A replay that only wants finished requests skips that work, which
+    /// would otherwise build a long stream again at every advance.
+    open_wanted: bool,
 }
 
 impl Stitcher {
@@ -70,10 +73,18 @@ impl Stitcher {
             settle,
             dropped,
             conns: ConnTracker::default(),
-            ids: HashMap::new(),
+            ids: FastMap::default(),
             next_id: 0,
             now_ns: 0,
+            open_wanted: true,
         }
+    }
+
+    /// Whether advances hand over the requests still held (`Settled::open`; yes unless
+    /// told otherwise).
+    pub fn with_open(mut self, wanted: bool) -> Stitcher {
+        self.open_wanted = wanted;
+        self
     }
 
     /// Connections held now (bounded by `Settle::max_connections` after an advance).
@@ -157,9 +168,9 @@ impl Stitcher {
         let chains = chain::chains(conns, &links);
         let mut requests = Vec::with_capacity(chains.len());
         let mut done = Vec::with_capacity(chains.len());
-        let mut roots = HashMap::with_capacity(chains.len());
+        let mut roots = FastMap::with_capacity_and_hasher(chains.len(), Default::default());
         let mut keys = Vec::with_capacity(chains.len());
-        let mut in_chain: HashSet<chain::End> = HashSet::new();
+        let mut in_chain: FastSet<chain::End> = FastSet::default();
         for ch in &chains {
             let key = root_key(conns, ch[0]);
             keys.push(key);
@@ -168,14 +179,17 @@ impl Stitcher {
                 self.next_id - 1
             });
             roots.insert(key, id);
-            requests.push(request::build(id, conns, ch, &links, self.dropped));
             let subs = ch.iter().filter_map(|e| links.subrequests.get(e)).flatten();
             let ends: Vec<chain::End> = ch.iter().chain(subs).copied().collect();
-            done.push(
-                all || ends
+            let d = all
+                || ends
                     .iter()
-                    .all(|&e| !links.undecided.contains(&e) && self.settled(e, now, crowded_from)),
+                    .all(|&e| !links.undecided.contains(&e) && self.settled(e, now, crowded_from));
+            requests.push(
+                (d || self.open_wanted)
+                    .then(|| request::build(id, conns, ch, &links, self.dropped)),
             );
+            done.push(d);
             in_chain.extend(ends);
         }
         // A root that no longer starts a chain (its hop was joined meanwhile) gives up its id.
@@ -191,6 +205,7 @@ impl Stitcher {
             }
         }
         for (((r, d), key), ch) in requests.into_iter().zip(done).zip(keys).zip(&chains) {
+            let Some(r) = r else { continue }; // held, and not wanted while held
             if d {
                 self.ids.remove(&key);
                 out.requests.push(r);
@@ -232,7 +247,7 @@ impl Stitcher {
         now: u64,
         all: bool,
         crowded_from: Option<u64>,
-        in_chain: &HashSet<chain::End>,
+        in_chain: &FastSet<chain::End>,
         out: &mut Settled,
     ) {
         let settle = self.settle;

@@ -495,3 +495,19 @@ fn past_the_connection_cap_the_quietest_go_early_and_are_counted() {
     }
     assert_eq!(s.held_connections(), 80);
 }
+
+#[test]
+fn most_tokens_per_io_counts_runs_and_survives_an_unordered_list() {
+    let most = |ios: &[u32]| request::max_per_io(|| ios.iter().copied());
+    assert_eq!(most(&[]), 0, "no tokens, no I/O");
+    assert_eq!(
+        most(&[0, 0, 1, 2, 2, 2, 5]),
+        3,
+        "the longest run of one I/O"
+    );
+    assert_eq!(
+        most(&[3, 1, 3, 1, 3]),
+        3,
+        "out of order (never made by an exchange): counted as a map would"
+    );
+}
