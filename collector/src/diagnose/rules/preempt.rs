@@ -41,6 +41,8 @@ pub(super) fn kv_preemption(input: &Input) -> Option<Finding> {
             .or_default()
             .extend(p.token_ns.windows(2).map(|w| w[1] - w[0]));
     }
+    // Once per engine, not per request (a selection over all of its gaps).
+    let typical: HashMap<u32, u64> = gaps.iter().map(|(&pid, g)| (pid, median(g))).collect();
     let mut stalls = Vec::new();
     for (i, r) in input.requests.iter().enumerate() {
         let Some(p) = r.point(PointKind::EngineWrite) else {
@@ -49,7 +51,7 @@ pub(super) fn kv_preemption(input: &Input) -> Option<Finding> {
         let Some(mine) = steps.get(&p.pid) else {
             continue;
         };
-        let typical = median(gaps.get(&p.pid).map_or(&[][..], Vec::as_slice));
+        let typical = typical.get(&p.pid).copied().unwrap_or(0);
         if typical == 0 {
             continue;
         }
