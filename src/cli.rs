@@ -465,10 +465,11 @@ fn export(
         }
     };
     eprintln!(
-        "{}: {} requests, {} token events, {} GPU steps, {} flows; {} packets, {} bytes, {} window{}",
+        "{}: {} requests, {} token events ({:.1} B each), {} GPU steps, {} flows; {} packets, {} bytes, {} window{}",
         output.display(),
         s.request_tracks,
         s.token_instants,
+        s.token_bytes as f64 / s.token_instants.max(1) as f64,
         s.gpu_steps,
         s.flows,
         s.packets,

@@ -68,10 +68,11 @@ pub enum LabCommand {
         after_help = "Example:\n  tokenscope-lab engine --listen 127.0.0.1:8000 --prefix-cache off --chunked-prefill off"
     )]
     Engine(EngineArgs),
-    /// nginx in front of an engine: --tuned (TLS + HTTP/2, keep-alive, no buffering) or
-    /// --untuned (no keep-alive, HTTP/1.0 buffered upstream, gzip, slow auth hop).
+    /// nginx in front of an engine: --tuned (TLS + HTTP/2, keep-alive, no buffering),
+    /// --tuned-plain (the same over plain HTTP/1.1) or --untuned (no keep-alive, HTTP/1.0
+    /// buffered upstream, gzip, slow auth hop).
     #[command(
-        after_help = "Example:\n  tokenscope-lab proxy --untuned --upstream 127.0.0.1:8000 --listen 127.0.0.1:8080"
+        after_help = "Examples:\n  tokenscope-lab proxy --untuned --upstream 127.0.0.1:8000 --listen 127.0.0.1:8080\n  tokenscope-lab proxy --tuned-plain --upstream 127.0.0.1:8000 --listen 127.0.0.1:8081"
     )]
     Proxy(ProxyArgs),
     /// Reproduce one pathology (or its fix) on this machine with real TCP, nginx and the
@@ -233,8 +234,11 @@ impl EngineArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ProxyArgs {
     /// TLS + HTTP/2, keep-alive both sides, proxy_buffering off, gzip off.
-    #[arg(long, conflicts_with = "untuned", required_unless_present = "untuned")]
+    #[arg(long, conflicts_with_all = ["untuned", "tuned_plain"], required_unless_present_any = ["untuned", "tuned_plain"])]
     pub tuned: bool,
+    /// As --tuned, over plain HTTP/1.1 to clients (no TLS).
+    #[arg(long, conflicts_with = "untuned")]
+    pub tuned_plain: bool,
     /// No keep-alive, HTTP/1.0 buffered upstream, gzip on, auth_request hop.
     #[arg(long)]
     pub untuned: bool,
@@ -317,6 +321,8 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let mode = if a.tuned {
             ProxyMode::Tuned
+        } else if a.tuned_plain {
+            ProxyMode::TunedPlain
         } else {
             ProxyMode::Untuned
         };
@@ -511,6 +517,21 @@ mod tests {
             parse(&["proxy", "--tuned", "--untuned", "--upstream", "127.0.0.1:1"]).is_err(),
             "one mode only"
         );
+        assert!(
+            parse(&[
+                "proxy",
+                "--tuned-plain",
+                "--untuned",
+                "--upstream",
+                "127.0.0.1:1"
+            ])
+            .is_err(),
+            "one mode only"
+        );
+        assert!(matches!(
+            parse(&["proxy", "--tuned-plain", "--upstream", "127.0.0.1:1"]),
+            Ok(Cmd::Proxy(p)) if p.tuned_plain && !p.tuned && !p.untuned
+        ));
         assert!(matches!(parse(&["demo", "--tuned"]), Ok(Cmd::Demo(d)) if d.tuned));
         assert!(
             parse(&["demo", "--tuned", "--compare"]).is_err(),

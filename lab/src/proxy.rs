@@ -132,7 +132,7 @@ fn preamble(dir: &Path) -> String {
          worker_processes 1;\n\
          pid {d}/nginx.pid;\n\
          error_log {d}/error.log warn;\n\
-         events {{ worker_connections 1024; }}\n"
+         events {{ worker_connections 8192; }}\n"
     )
 }
 

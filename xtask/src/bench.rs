@@ -15,7 +15,9 @@
 //! agent`).
 
 mod agent;
+mod child;
 mod scaling;
+mod table;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -40,11 +42,18 @@ pub(crate) fn run(what: Option<&str>) -> Result<()> {
             crate::setup::run()?;
             return agent::run(&crate::build_binaries(true)?.join("tokenscope"));
         }
-        Some(other) => bail!("unknown bench '{other}' (known: scaling, agent)"),
+        Some("table") => {
+            crate::setup::run()?;
+            let bin = crate::build_binaries(true)?.join("tokenscope");
+            warn_other_recorders();
+            return table::run(&bin);
+        }
+        Some(other) => bail!("unknown bench '{other}' (known: table, scaling, agent)"),
     }
     crate::setup::run()?;
     let bin = crate::build_binaries(true)?.join("tokenscope");
     warn_other_recorders();
+    table::run(&bin)?;
     let out = std::env::temp_dir().join(format!("tokenscope-bench-{}.tsrec", std::process::id()));
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -113,8 +122,7 @@ pub(crate) fn run(what: Option<&str>) -> Result<()> {
     replay(&bin, &out)?;
     uprobe_cost(&bin, &out)?;
     tls_cost(&bin, &out)?;
-    agent::run(&bin)?;
-    scaling::run(&bin)
+    agent::run(&bin)
 }
 
 /// The lab's binary (engine, bench), built beside the profiler.

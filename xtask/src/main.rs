@@ -27,9 +27,11 @@ tasks:
           (test-kernels)
   test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
   demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
-  bench   setup, then measure probe overhead and event throughput (same-run ratios), and
-          replay scaling; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone;
-          `bench agent`: tokenscope agent's CPU and RSS under the lab's loads alone
+  bench   setup, then the cost table (record, report, export, top, 64/256/1000 streams,
+          replay scaling; printed and written to BENCHMARKS.md), probe overhead and event
+          throughput (same-run ratios), uprobe costs, the agent; `bench table`: the table
+          alone; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone;
+          `bench agent`: tokenscope agent's and record's CPU and RSS under the lab's loads alone
   lint    cargo fmt --check and clippy with warnings denied (the fuzz crate too)
   fuzz    coverage-guided fuzzing of every parser and decoder (libFuzzer); `fuzz --help`
   fixtures  re-record the diagnosis fixtures (tests/fixtures/diagnose) from the lab scenarios;

@@ -10,10 +10,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use super::child::{cpu_seconds, free_port, rss_kib, wait_port, Guard};
 
 const LOAD_SECONDS: u64 = 30;
 
@@ -101,16 +103,14 @@ pub(super) fn run(bin: &Path) -> Result<()> {
         );
         for load in LOADS {
             let url = format!("http://127.0.0.1:{proxy_port}/v1/chat/completions");
-            let without = bench(&lab, &url, load)?;
+            let without = bench(&lab, &url, load)?.tokens_per_s;
             let child = AgentChild::start(bin, &tool, engine_port, proxy_port)?;
-            let ticks_before = child.cpu_ticks()?;
+            let cpu_before = cpu_seconds(child.pid())?;
             let started = Instant::now();
-            let with = bench(&lab, &url, load)?;
-            let cpu = (child.cpu_ticks()? - ticks_before) as f64
-                / clock_ticks()
-                / started.elapsed().as_secs_f64();
-            let (rss, peak) = child.rss_kib()?;
-            drop(child);
+            let with = bench(&lab, &url, load)?.tokens_per_s;
+            let cpu = (cpu_seconds(child.pid())? - cpu_before) / started.elapsed().as_secs_f64();
+            let (rss, peak) = rss_kib(child.pid())?;
+            child.finish();
             let size = match tool {
                 Tool::Record(path) => {
                     let s = recording_size(bin, path);
@@ -137,27 +137,8 @@ pub(super) fn run(bin: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Stops the child when dropped: SIGTERM first (the lab proxy then stops its nginx,
-/// which would otherwise outlive it), SIGKILL after 10 s.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe {
-            libc::kill(self.0.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// What stays attached while the load runs.
-enum Tool<'a> {
+pub(super) enum Tool<'a> {
     Agent,
     /// `record -o` this file (SIGTERM seals it).
     Record(&'a Path),
@@ -174,7 +155,24 @@ impl Tool<'_> {
 
 /// The recording's bytes (past its header) per token the report counts, and per event.
 fn recording_size(bin: &Path, path: &Path) -> Result<String> {
-    let bytes = std::fs::metadata(path)?.len().saturating_sub(4096);
+    let bytes = std::fs::metadata(path)?.len().saturating_sub(4096) as f64;
+    let c = report_counts(bin, path)?;
+    Ok(format!(
+        " | {:>5.0} B ({:.1} B per event, {:.1} events per token)",
+        bytes / c.tokens,
+        bytes / c.events,
+        c.events / c.tokens
+    ))
+}
+
+/// What `tokenscope report FILE` counts in its first line.
+pub(super) struct ReportCounts {
+    pub(super) requests: f64,
+    pub(super) tokens: f64,
+    pub(super) events: f64,
+}
+
+pub(super) fn report_counts(bin: &Path, path: &Path) -> Result<ReportCounts> {
     let out = Command::new(bin)
         .arg("report")
         .arg(path)
@@ -187,27 +185,34 @@ fn recording_size(bin: &Path, path: &Path) -> Result<String> {
         first
             .split(what)
             .next()?
-            .rsplit([' ', ',', ';'])
+            .rsplit([' ', ',', ';', ':'])
             .find(|w| !w.is_empty())?
             .parse()
             .ok()
     };
-    let (Some(tokens), Some(events)) = (number_before(" tokens;"), number_before(" events,"))
-    else {
-        bail!("no token or event count in the report: {first}");
-    };
-    Ok(format!(
-        " | {:>5.0} B ({:.1} B per event, {:.1} events per token)",
-        bytes as f64 / tokens,
-        bytes as f64 / events,
-        events / tokens
-    ))
+    match (
+        number_before(" requests"),
+        number_before(" tokens;"),
+        number_before(" events,"),
+    ) {
+        (Some(requests), Some(tokens), Some(events)) => Ok(ReportCounts {
+            requests,
+            tokens,
+            events,
+        }),
+        _ => bail!("no request, token or event count in the report: {first}"),
+    }
 }
 
-struct AgentChild(Guard);
+/// `tokenscope agent` or `record` attached to the lab's ports; what it writes to stderr
+/// is kept (the record's final counters).
+pub(super) struct AgentChild {
+    guard: Guard,
+    drain: std::thread::JoinHandle<String>,
+}
 
 impl AgentChild {
-    fn start(bin: &Path, tool: &Tool, engine: u16, proxy: u16) -> Result<AgentChild> {
+    pub(super) fn start(bin: &Path, tool: &Tool, engine: u16, proxy: u16) -> Result<AgentChild> {
         let mut command = Command::new(bin);
         let marker = match tool {
             Tool::Agent => {
@@ -239,73 +244,25 @@ impl AgentChild {
             }
         }
         // Keep draining its stderr so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Ok(AgentChild(guard))
+        let drain = std::thread::spawn(move || {
+            lines
+                .map_while(|l| l.ok())
+                .fold(String::new(), |all, l| all + &l + "\n")
+        });
+        Ok(AgentChild { guard, drain })
     }
 
-    /// utime + stime, in clock ticks.
-    fn cpu_ticks(&self) -> Result<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0 .0.id()))?;
-        // Fields after the command name (which may hold spaces) start at ")".
-        let rest = stat.rsplit_once(')').context("stat")?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+    pub(super) fn pid(&self) -> u32 {
+        self.guard.0.id()
     }
 
-    /// (VmRSS, VmHWM) in KiB.
-    fn rss_kib(&self) -> Result<(u64, u64)> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0 .0.id()))?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .unwrap_or(0)
-        };
-        Ok((field("VmRSS:"), field("VmHWM:")))
+    /// Stops it (SIGTERM seals a recording); what it wrote to stderr after attaching.
+    pub(super) fn finish(self) -> String {
+        drop(self.guard);
+        self.drain.join().unwrap_or_default()
     }
 }
 
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
-}
-
-/// Runs the lab's bench for LOAD_SECONDS; the output tokens/s it served.
-fn bench(lab: &Path, url: &str, load: &Load) -> Result<f64> {
-    let out = Command::new(lab)
-        .args(["bench", "--url", url, "--no-progress", "--duration"])
-        .arg(format!("{LOAD_SECONDS}s"))
-        .args(load.args)
-        .output()
-        .context("run the lab bench")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!("bench failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    // "requests: N ok, 0 failed in T s (R req/s, X output tokens/s), W workers"
-    text.lines()
-        .filter(|l| l.contains(" output tokens/s"))
-        .find_map(|l| {
-            let before = l.split(" output tokens/s").next()?;
-            before.rsplit(", ").next()?.trim().parse().ok()
-        })
-        .with_context(|| format!("no tokens/s in the bench's output: {text}"))
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn wait_port(port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("nothing listens on {port} after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(())
+fn bench(lab: &Path, url: &str, load: &Load) -> Result<super::child::Served> {
+    super::child::load(lab, url, Duration::from_secs(LOAD_SECONDS), load.args)
 }

@@ -21,6 +21,40 @@ const FACTORS: &[u32] = &[1, 10, 100];
 const ROUNDS: usize = 3;
 
 pub(super) fn run(bin: &Path) -> Result<()> {
+    print_rows(&measured(bin)?);
+    Ok(())
+}
+
+/// The table's rows: per-event cost and peak RSS of each factor against 1x.
+pub(super) fn rows(bin: &Path) -> Result<Vec<super::table::Row>> {
+    let rows = measured(bin)?;
+    print_rows(&rows);
+    let one = &rows[0];
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let report = per_event(r.wall, r) / per_event(one.wall, one);
+            let export = per_event(r.export_wall, r) / per_event(one.export_wall, one);
+            let rss = r.max_rss_kib as f64 / one.max_rss_kib.max(1) as f64;
+            let export_rss = r.export_rss_kib as f64 / one.export_rss_kib.max(1) as f64;
+            super::table::Row::new(
+                format!("replay of a recording x{} ({} events)", r.factor, r.events),
+                format!(
+                    "`report` {:.0}k events/s, {report:.2}x the per-event time of 1x, {} MiB peak; `export` {export:.2}x, {} MiB peak",
+                    r.events as f64 / r.wall.as_secs_f64() / 1e3,
+                    r.max_rss_kib / 1024,
+                    r.export_rss_kib / 1024
+                ),
+                "linear: per-event time and RSS within 1.5x of 1x",
+                (r.factor > 1).then_some(
+                    report <= 1.5 && export <= 1.5 && rss <= 1.5 && export_rss <= 1.5,
+                ),
+            )
+        })
+        .collect())
+}
+
+fn measured(bin: &Path) -> Result<Vec<Row>> {
     let dir = std::env::temp_dir().join(format!("tokenscope-bench-scaling-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = measure(bin, &dir);
@@ -38,7 +72,7 @@ struct Row {
     export_rss_kib: i64,
 }
 
-fn measure(bin: &Path, dir: &Path) -> Result<()> {
+fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     let original = dir.join("original.tsrec");
     crate::run(
         Command::new("sh")
@@ -96,8 +130,11 @@ fn measure(bin: &Path, dir: &Path) -> Result<()> {
             export_rss_kib,
         });
     }
-    print_rows(&rows);
-    Ok(())
+    Ok(rows)
+}
+
+fn per_event(wall: Duration, r: &Row) -> f64 {
+    wall.as_secs_f64() / r.events as f64
 }
 
 fn print_rows(rows: &[Row]) {
@@ -105,7 +142,6 @@ fn print_rows(rows: &[Row]) {
         "replay scaling: `tokenscope report --json` (to /dev/null) and `tokenscope export` (60 s windows) on {FIXTURE} replicated, each copy later in time on its own sockets; median of {ROUNDS} runs (process start included)"
     );
     println!("  factor     events  requests | report: wall     events/s  per-event vs 1x  peak RSS | export: wall  per-event vs 1x  peak RSS");
-    let per_event = |wall: Duration, r: &Row| wall.as_secs_f64() / r.events as f64;
     let one = &rows[0];
     for r in rows {
         println!(
@@ -156,7 +192,11 @@ pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i6
 /// Wall time and peak RSS (KiB) of `tokenscope ARGS > /dev/null` (`stderr`: where its
 /// summary line goes). wait4, not getrusage(RUSAGE_CHILDREN): that is the largest child
 /// so far, not this one.
-fn timed(bin: &Path, args: &[&std::ffi::OsStr], stderr: Stdio) -> Result<(Duration, i64)> {
+pub(super) fn timed(
+    bin: &Path,
+    args: &[&std::ffi::OsStr],
+    stderr: Stdio,
+) -> Result<(Duration, i64)> {
     let start = Instant::now();
     let child = Command::new(bin)
         .args(args)

@@ -1,0 +1,471 @@
+//! `cargo xtask bench` (alone: `bench table`): issue 17's table, every row measured in
+//! this run on one load, printed and written to BENCHMARKS.md with the machine's cores
+//! and kernel. The load: the lab engine behind the lab's tuned nginx (HTTP/1.1
+//! keep-alive both sides, buffering off), 64 closed-loop streams, about 4k tokens/s.
+//!
+//! - Served tokens/s with `tokenscope record` attached, as a ratio of without: rounds
+//!   alternate without/with (the order flips each round, so drift cancels); ratio of the
+//!   sums.
+//! - `record`'s CPU (utime + stime from /proc over its rounds) per 1k tokens/s served,
+//!   its peak RSS (VmHWM), and the last round's recording: bytes per token.
+//! - On that recording: `report --json` (events/s, peak RSS, bytes of JSON per request)
+//!   and `export` (events/s, bytes of trace per token event, peak RSS).
+//! - `tokenscope top` live on the same load: CPU and RSS.
+//! - Scaling: 64, 256 and 1,000 streams with `record` attached: CPU per 1k tokens/s and
+//!   drops (default settings). Replay of a recording replicated 1x/10x/100x (`scaling`).
+//!
+//! Every figure is a rate or ratio from this run; nothing here is a test assertion.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::agent::{report_counts, AgentChild, Tool};
+use super::child::{cpu_seconds, free_port, load, rss_kib, wait_port, Guard, Served};
+
+const LOAD_SECONDS: u64 = 20;
+const ROUNDS: usize = 3;
+const STREAMS: u32 = 64;
+const SCALING_STREAMS: &[u32] = &[64, 256, 1000];
+
+/// The engine: 64 sequences per step, a step short enough for ~4k tokens/s with 64
+/// streams decoding, a token budget that never holds a decode back.
+const ENGINE: &[&str] = &[
+    "--max-num-seqs",
+    "64",
+    "--step-overhead-ms",
+    "6",
+    "--decode-seq-ms",
+    "0.1",
+    "--prefill-token-ms",
+    "0.1",
+    "--max-batched-tokens",
+    "512",
+];
+
+/// The load, past `--concurrency`: chat completions, 64 tokens each, short prompts.
+const LOAD: &[&str] = &["--chat", "--max-tokens", "64", "--prompt-tokens", "32"];
+
+/// One row: what, measured, target, and whether the target is met (None: no target).
+pub(super) struct Row {
+    what: String,
+    measured: String,
+    target: &'static str,
+    met: Option<bool>,
+}
+
+impl Row {
+    pub(super) fn new(
+        what: impl Into<String>,
+        measured: String,
+        target: &'static str,
+        met: Option<bool>,
+    ) -> Row {
+        Row {
+            what: what.into(),
+            measured,
+            target,
+            met,
+        }
+    }
+}
+
+struct Lab {
+    lab: PathBuf,
+    url: String,
+    ports: [u16; 2],
+    _proxy: Guard,
+    _engine: Guard,
+}
+
+impl Lab {
+    fn start(bin: &Path) -> Result<Lab> {
+        let lab = super::lab(bin);
+        let engine_port = free_port()?;
+        let engine = Guard(
+            Command::new(&lab)
+                .args(["engine", "--listen", &format!("127.0.0.1:{engine_port}")])
+                .args(ENGINE)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start the lab engine")?,
+        );
+        wait_port(engine_port)?;
+        let proxy_port = free_port()?;
+        let proxy = Guard(
+            Command::new(&lab)
+                .args(["proxy", "--tuned-plain", "--upstream"])
+                .arg(format!("127.0.0.1:{engine_port}"))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{proxy_port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start the lab proxy (nginx)")?,
+        );
+        wait_port(proxy_port)?;
+        Ok(Lab {
+            lab,
+            url: format!("http://127.0.0.1:{proxy_port}/v1/chat/completions"),
+            ports: [engine_port, proxy_port],
+            _proxy: proxy,
+            _engine: engine,
+        })
+    }
+
+    /// What `streams` closed-loop streams served over LOAD_SECONDS.
+    fn serve(&self, streams: u32) -> Result<Served> {
+        let streams = streams.to_string();
+        let mut args = vec!["--concurrency", &streams];
+        args.extend_from_slice(LOAD);
+        load(
+            &self.lab,
+            &self.url,
+            Duration::from_secs(LOAD_SECONDS),
+            &args,
+        )
+    }
+
+    /// Tokens/s served by `streams` streams, none of whose requests may fail.
+    fn tokens_per_s(&self, streams: u32) -> Result<f64> {
+        let served = self.serve(streams)?;
+        anyhow::ensure!(
+            served.failed == 0,
+            "{} of the load's requests failed ({streams} streams)",
+            served.failed
+        );
+        Ok(served.tokens_per_s)
+    }
+}
+
+/// A load run with `record` attached.
+struct Recorded {
+    tokens_per_s: f64,
+    failed: u64,
+    cpu_seconds: f64,
+    wall: Duration,
+    peak_rss_kib: u64,
+    dropped: u64,
+    delivered: u64,
+}
+
+fn recorded(bin: &Path, lab: &Lab, streams: u32, out: &Path) -> Result<Recorded> {
+    let child = AgentChild::start(bin, &Tool::Record(out), lab.ports[0], lab.ports[1])?;
+    let before = cpu_seconds(child.pid())?;
+    let started = Instant::now();
+    let served = lab.serve(streams)?;
+    let wall = started.elapsed();
+    let cpu = cpu_seconds(child.pid())? - before;
+    let (_, peak) = rss_kib(child.pid())?;
+    let said = child.finish();
+    // "tokenscope: wrote FILE: N events (submitted S, delivered D, dropped X, ...)"
+    let counter = |key: &str| -> Option<u64> {
+        said.rsplit(key)
+            .next()?
+            .trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (Some(delivered), Some(dropped)) = (counter("delivered "), counter("dropped ")) else {
+        anyhow::bail!("no final counters from tokenscope record: {}", said.trim());
+    };
+    Ok(Recorded {
+        tokens_per_s: served.tokens_per_s,
+        failed: served.failed,
+        cpu_seconds: cpu,
+        wall,
+        peak_rss_kib: peak,
+        dropped,
+        delivered,
+    })
+}
+
+pub(super) fn run(bin: &Path) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("tokenscope-bench-table-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = measure(bin, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let rows = result?;
+    let text = render(&rows)?;
+    print!("{text}");
+    let path = crate::root().join("BENCHMARKS.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    println!("written to {}", path.display());
+    Ok(())
+}
+
+fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let lab = Lab::start(bin)?;
+    println!("table: {STREAMS} streams through the tuned nginx, {LOAD_SECONDS} s per run, {ROUNDS} rounds without/with `tokenscope record`...");
+    // Warm-up: nginx's upstream connections, the engine's prefix cache.
+    lab.tokens_per_s(STREAMS)?;
+    let recording = dir.join("load.tsrec");
+    let (mut without, mut with) = (0.0, 0.0);
+    let mut runs = Vec::new();
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            without += lab.tokens_per_s(STREAMS)?;
+        }
+        let _ = std::fs::remove_file(&recording);
+        let r = recorded(bin, &lab, STREAMS, &recording)?;
+        anyhow::ensure!(
+            r.failed == 0,
+            "{} of the load's requests failed with `record` attached",
+            r.failed
+        );
+        with += r.tokens_per_s;
+        runs.push(r);
+        if round % 2 == 1 {
+            without += lab.tokens_per_s(STREAMS)?;
+        }
+    }
+    let rounds = ROUNDS as f64;
+    let ratio = with / without;
+    rows.push(Row::new(
+        "served tokens/s with `record` attached",
+        format!(
+            "{:.2}% of without ({:.0} vs {:.0} tok/s)",
+            ratio * 100.0,
+            with / rounds,
+            without / rounds
+        ),
+        ">= 99.5% (same run)",
+        Some(ratio >= 0.995),
+    ));
+    let cpu: f64 = runs.iter().map(|r| r.cpu_seconds).sum::<f64>()
+        / runs.iter().map(|r| r.wall.as_secs_f64()).sum::<f64>();
+    let per_1k = cpu * 100.0 / (with / rounds / 1000.0);
+    rows.push(Row::new(
+        "`record` CPU",
+        format!(
+            "{:.2}% of a core at {:.0} tok/s ({per_1k:.2}% per 1k tok/s)",
+            cpu * 100.0,
+            with / rounds
+        ),
+        "<= 0.5% of a core per 1k tok/s",
+        Some(per_1k <= 0.5),
+    ));
+    let peak = runs.iter().map(|r| r.peak_rss_kib).max().unwrap_or(0);
+    rows.push(Row::new(
+        "`record` RSS (peak)",
+        format!("{:.1} MiB", peak as f64 / 1024.0),
+        "<= 32 MB",
+        Some(peak * 1024 <= 32_000_000),
+    ));
+    let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
+    rows.push(Row::new(
+        "events dropped by `record`",
+        format!(
+            "{dropped} of {}",
+            runs.iter().map(|r| r.delivered + r.dropped).sum::<u64>()
+        ),
+        "0",
+        Some(dropped == 0),
+    ));
+    files(bin, &recording, &mut rows)?;
+    drop(lab);
+
+    let lab = Lab::start(bin)?;
+    lab.tokens_per_s(STREAMS)?;
+    let mut scaling = Vec::new();
+    for &streams in SCALING_STREAMS {
+        println!("table: scaling, {streams} streams with `record` attached...");
+        let out = dir.join("scaling.tsrec");
+        let r = recorded(bin, &lab, streams, &out)?;
+        let _ = std::fs::remove_file(&out);
+        let per_1k = r.cpu_seconds / r.wall.as_secs_f64() * 100.0 / (r.tokens_per_s / 1000.0);
+        scaling.push((streams, per_1k, r));
+    }
+    let first = scaling.first().map_or(0.0, |s| s.1);
+    for (streams, per_1k, r) in scaling {
+        rows.push(Row::new(
+            format!("scaling: {streams} streams, `record` attached"),
+            format!(
+                "{:.0} tok/s ({} requests failed), {per_1k:.2}% of a core per 1k tok/s ({:.2}x {}), {:.1} MiB peak, {} of {} events dropped",
+                r.tokens_per_s,
+                r.failed,
+                per_1k / first,
+                SCALING_STREAMS[0],
+                r.peak_rss_kib as f64 / 1024.0,
+                r.dropped,
+                r.delivered + r.dropped
+            ),
+            "CPU per 1k tok/s within 1.5x of 64 streams, 0 dropped, 0 failed",
+            Some(r.dropped == 0 && r.failed == 0 && per_1k <= first * 1.5),
+        ));
+    }
+    drop(lab);
+    rows.extend(super::scaling::rows(bin)?);
+    Ok(rows)
+}
+
+/// `report` and `export` on the load's recording, and its size.
+fn files(bin: &Path, recording: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    println!("table: replay and export of the last round's recording...");
+    let counts = report_counts(bin, recording)?;
+    let bytes = std::fs::metadata(recording)?.len().saturating_sub(4096) as f64;
+    let per_token = bytes / counts.tokens;
+    rows.push(Row::new(
+        "recording size",
+        format!(
+            "{:.1} B per event, {:.1} events per token: {per_token:.1} B per token",
+            bytes / counts.events,
+            counts.events / counts.tokens
+        ),
+        "<= 48 B per token",
+        Some(per_token <= 48.0),
+    ));
+    let (took, rss) = median_of_three(|| super::scaling::timed_report(bin, recording))?;
+    let rate = counts.events / took.as_secs_f64();
+    rows.push(Row::new(
+        "`report` replay",
+        format!(
+            "{:.2} s for {:.0} events: {:.0}k events/s, {:.0} MiB peak RSS",
+            took.as_secs_f64(),
+            counts.events,
+            rate / 1e3,
+            rss as f64 / 1024.0
+        ),
+        ">= 3 M events/s on one core",
+        Some(rate >= 3e6),
+    ));
+    let json = Command::new(bin)
+        .arg("report")
+        .arg(recording)
+        .arg("--json")
+        .stderr(Stdio::null())
+        .output()
+        .context("tokenscope report --json")?;
+    anyhow::ensure!(json.status.success(), "tokenscope report --json failed");
+    let per_request = json.stdout.len() as f64 / counts.requests;
+    rows.push(Row::new(
+        "`report --json`",
+        format!(
+            "{:.0} B per request ({:.0} requests)",
+            per_request, counts.requests
+        ),
+        "<= 2 KB per request",
+        Some(per_request <= 2048.0),
+    ));
+    let trace = recording.with_extension("pftrace");
+    let (took, rss) = median_of_three(|| {
+        super::scaling::timed(
+            bin,
+            &[
+                "export".as_ref(),
+                recording.as_os_str(),
+                "-o".as_ref(),
+                trace.as_os_str(),
+            ],
+            Stdio::null(),
+        )
+    })?;
+    let said = Command::new(bin)
+        .arg("export")
+        .arg(recording)
+        .arg("-o")
+        .arg(&trace)
+        .output()
+        .context("tokenscope export")?;
+    let said = String::from_utf8_lossy(&said.stderr);
+    let _ = std::fs::remove_file(&trace);
+    // "FILE: N requests, T token events (B B each), ...; P packets, B bytes, ..."
+    let number_before = |what: &str| -> Option<f64> {
+        said.split(what)
+            .next()?
+            .rsplit([' ', ',', ';', '('])
+            .find(|w| !w.is_empty())?
+            .parse()
+            .ok()
+    };
+    let (Some(tokens), Some(instant), Some(trace_bytes)) = (
+        number_before(" token events"),
+        number_before(" B each)"),
+        number_before(" bytes,"),
+    ) else {
+        anyhow::bail!(
+            "no token event or byte count from tokenscope export: {}",
+            said.trim()
+        );
+    };
+    let rate = counts.events / took.as_secs_f64();
+    let per_token_event = trace_bytes / tokens;
+    rows.push(Row::new(
+        "`export`",
+        format!(
+            "{:.0}k events/s, {per_token_event:.1} B of trace per token event (its instant {instant:.1} B), {:.0} MiB peak RSS",
+            rate / 1e3,
+            rss as f64 / 1024.0
+        ),
+        ">= 2 M events/s, <= 16 B per token event, <= 100 MB",
+        Some(rate >= 2e6 && per_token_event <= 16.0 && rss * 1024 <= 100_000_000),
+    ));
+    Ok(())
+}
+
+/// The median wall time of three runs, with the largest peak RSS.
+fn median_of_three(mut run: impl FnMut() -> Result<(Duration, i64)>) -> Result<(Duration, i64)> {
+    let mut runs = (0..3).map(|_| run()).collect::<Result<Vec<_>>>()?;
+    runs.sort();
+    let rss = runs.iter().map(|r| r.1).max().unwrap_or(0);
+    Ok((runs[1].0, rss))
+}
+
+fn render(rows: &[Row]) -> Result<String> {
+    let mut t = String::new();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(crate::root())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    writeln!(t, "# Benchmarks")?;
+    writeln!(t)?;
+    writeln!(
+        t,
+        "Written by `cargo xtask bench` ({date}, commit {commit}) on {cores} cores ({cpu}), kernel {}.",
+        kernel.trim()
+    )?;
+    writeln!(
+        t,
+        "Every figure is a rate or a ratio measured in that one run; release build. Load: the lab \
+         engine behind the lab's tuned nginx (HTTP/1.1 keep-alive both sides, buffering off), \
+         {STREAMS} closed-loop streams of chat completions (64 tokens each), {LOAD_SECONDS} s per \
+         run, {ROUNDS} rounds alternating without and with `tokenscope record`. `report` and \
+         `export` run on the last round's recording. See xtask/src/bench/table.rs."
+    )?;
+    writeln!(t)?;
+    writeln!(t, "| what | measured | target | met |")?;
+    writeln!(t, "|---|---|---|---|")?;
+    for r in rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "-",
+        };
+        writeln!(t, "| {} | {} | {} | {met} |", r.what, r.measured, r.target)?;
+    }
+    Ok(t)
+}
