@@ -73,6 +73,27 @@ impl Row {
     }
 }
 
+/// The rows so far; each is printed as it is measured, so a bench that fails half-way
+/// still shows what it had.
+#[derive(Default)]
+struct Rows(Vec<Row>);
+
+impl Rows {
+    fn push(&mut self, r: Row) {
+        let met = match r.met {
+            Some(true) => "met",
+            Some(false) => "NOT met",
+            None => "no target",
+        };
+        println!("  {}: {} [{}: {met}]", r.what, r.measured, r.target);
+        self.0.push(r);
+    }
+
+    fn extend(&mut self, rows: Vec<Row>) {
+        rows.into_iter().for_each(|r| self.push(r));
+    }
+}
+
 struct Lab {
     lab: PathBuf,
     url: String,
@@ -201,7 +222,7 @@ pub(super) fn run(bin: &Path) -> Result<()> {
 }
 
 fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
+    let mut rows = Rows::default();
     let lab = Lab::start(bin)?;
     println!("table: {STREAMS} streams through the tuned nginx, {LOAD_SECONDS} s per run, {ROUNDS} rounds without/with `tokenscope record`...");
     // Warm-up: nginx's upstream connections, the engine's prefix cache.
@@ -303,11 +324,11 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     }
     drop(lab);
     rows.extend(super::scaling::rows(bin)?);
-    Ok(rows)
+    Ok(rows.0)
 }
 
 /// `report` and `export` on the load's recording, and its size.
-fn files(bin: &Path, recording: &Path, rows: &mut Vec<Row>) -> Result<()> {
+fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<()> {
     println!("table: replay and export of the last round's recording...");
     let counts = report_counts(bin, recording)?;
     let bytes = std::fs::metadata(recording)?.len().saturating_sub(4096) as f64;
