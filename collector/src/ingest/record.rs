@@ -19,6 +19,7 @@ use prost::Message;
 
 use super::model::Event;
 
+mod batch;
 mod frame;
 
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";

@@ -553,3 +553,129 @@ fn recordings_are_created_owner_only_even_over_a_looser_file() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+/// `batch::decode` must be prost's decoding, result and error alike.
+fn decodes_as_prost_does(bytes: &[u8], what: &str) {
+    let ours = batch::decode(bytes).map_err(|e| e.to_string());
+    let prost = EventBatch::decode(bytes).map_err(|e| e.to_string());
+    assert_eq!(ours, prost, "{what}: read by hand as prost reads it");
+}
+
+#[test]
+fn batches_read_by_hand_are_what_prost_reads() {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, events) = fixture_events(dir.path());
+    let batch = EventBatch {
+        events: events.clone(),
+        ts_deltas: vec![1, 2, 3],
+        prints: vec![u64::MAX, 7],
+    };
+    let whole = batch.encode_to_vec();
+    decodes_as_prost_does(&whole, "the fixture's events, every kind");
+    assert_eq!(batch::decode(&whole).expect("decodes").events, events);
+    decodes_as_prost_does(&whole[..whole.len() - 3], "cut short");
+
+    // One event's bytes, then the batch field (tag 1) that carries them.
+    let field = |tag: u32, wire_type: WireType, body: &[u8]| {
+        let mut out = Vec::new();
+        encode_key(tag, wire_type, &mut out);
+        if wire_type == WireType::LengthDelimited {
+            encode_varint(body.len() as u64, &mut out);
+        }
+        out.extend_from_slice(body);
+        out
+    };
+    let varint = |v: u64| {
+        let mut out = Vec::new();
+        encode_varint(v, &mut out);
+        out
+    };
+    let io = Event {
+        body: Some(Body::Io(crate::ingest::model::SockIo {
+            sock: event(9).sock().cloned(),
+            dir: 1,
+            fd: -1,
+            bytes: 100,
+            sniff: Some(crate::ingest::model::Sniff {
+                fingerprint: 5,
+                message_start: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        ..event(9)
+    }
+    .encode_to_vec();
+    let cuda = Event {
+        body: Some(Body::Cuda(crate::ingest::model::CudaCall {
+            api: 3,
+            entry: true,
+            result: -1,
+            ..Default::default()
+        })),
+        ..event(10)
+    }
+    .encode_to_vec();
+    let sock = Sock {
+        skaddr: 77,
+        saddr: vec![10, 0, 0, 1],
+        sport: 9,
+        daddr: vec![1; 16],
+        dport: u32::MAX,
+    }
+    .encode_to_vec();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("an I/O", io.clone()),
+        ("a libcuda call", cuda.clone()),
+        ("fields twice: the last scalar wins, messages merge", {
+            let mut b = io.clone();
+            b.extend(field(2, WireType::Varint, &varint(1 << 40)));
+            b.extend(field(5, WireType::LengthDelimited, b"again"));
+            let io_again = field(1, WireType::LengthDelimited, &sock);
+            b.extend(field(11, WireType::LengthDelimited, &io_again));
+            b
+        }),
+        (
+            "the body changes kind",
+            [io.clone(), cuda.clone(), io.clone()].concat(),
+        ),
+        ("a field no reader knows", {
+            let mut b = io.clone();
+            b.extend(field(99, WireType::Varint, &varint(3)));
+            b
+        }),
+        ("a scalar as bytes", {
+            let mut b = io.clone();
+            b.extend(field(2, WireType::LengthDelimited, b"xy"));
+            b
+        }),
+        ("a comm that is not UTF-8", {
+            let mut b = cuda.clone();
+            b.extend(field(5, WireType::LengthDelimited, &[0xff, 0xfe]));
+            b
+        }),
+        ("an I/O whose socket runs past it", {
+            let mut b = io.clone();
+            let mut short = Vec::new();
+            encode_key(1, WireType::LengthDelimited, &mut short);
+            encode_varint(40, &mut short);
+            short.extend_from_slice(&sock);
+            b.extend(field(11, WireType::LengthDelimited, &short));
+            b
+        }),
+        ("an overlong varint", {
+            let mut b = cuda.clone();
+            b.extend(field(1, WireType::Varint, &[0xff; 11]));
+            b
+        }),
+    ];
+    for (what, body) in &cases {
+        let one = field(1, WireType::LengthDelimited, body);
+        decodes_as_prost_does(&one, what);
+        let mut two = one.clone();
+        two.extend(field(2, WireType::Varint, &varint(4)));
+        two.extend(one);
+        decodes_as_prost_does(&two, what);
+    }
+}

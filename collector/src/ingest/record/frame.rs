@@ -162,49 +162,12 @@ impl Decoding {
                 unpack_in_stream(zstd, packed)?
             }
         };
-        let mut batch = decode_batch(plain).map_err(|e| e.to_string())?;
+        let mut batch = super::batch::decode(&plain).map_err(|e| e.to_string())?;
         if let Decoding::Stream { last_of_tid, .. } = self {
             unpack_events(&mut batch, last_of_tid)?;
         }
         Ok(batch.events)
     }
-}
-
-/// A frame's batch. From `Bytes`, so each socket address is copied out once (from a
-/// slice, prost copies a bytes field twice), into a vector sized for the frame's events
-/// at once (an event is a few hundred bytes: growing moved each about twice).
-fn decode_batch(plain: Vec<u8>) -> Result<EventBatch, prost::DecodeError> {
-    let mut batch = EventBatch {
-        events: Vec::with_capacity(count_events(&plain)),
-        ..EventBatch::default()
-    };
-    batch.merge(prost::bytes::Bytes::from(plain))?;
-    Ok(batch)
-}
-
-/// How many events a batch's bytes hold (tag 1 fields), a capacity hint only: it stops
-/// at the first thing it cannot read (decoding then says what), and never says more
-/// than one event per two bytes.
-fn count_events(mut buf: &[u8]) -> usize {
-    let cap = buf.len() / 2;
-    let mut n = 0;
-    while let Ok(key) = prost::encoding::decode_varint(&mut buf) {
-        let skip = match key & 7 {
-            0 => prost::encoding::decode_varint(&mut buf).map(|_| 0),
-            1 => Ok(8),
-            2 => prost::encoding::decode_varint(&mut buf),
-            5 => Ok(4),
-            _ => break,
-        };
-        match skip {
-            Ok(len) if len <= buf.len() as u64 => buf = &buf[len as usize..],
-            _ => break,
-        }
-        if key >> 3 == 1 {
-            n += 1;
-        }
-    }
-    n.min(cap)
 }
 
 /// Undoes `Encoder::pack`.

@@ -1,0 +1,190 @@
+//! A frame's batch from its protobuf bytes. The two kinds that are nearly every event
+//! (socket I/O and libcuda calls) are read field by field here; everything else, and
+//! any event this reading does not take as it is (a field of an unexpected wire type,
+//! a comm that is not UTF-8, a field it does not know), goes to prost's own decoding of
+//! that event, so the result and every error are prost's. About half of a replay was
+//! prost walking these events through its generic merge loop.
+
+use prost::encoding::{DecodeContext, WireType};
+use prost::{DecodeError, Message};
+
+use super::EventBatch;
+use crate::ingest::model::event::Body;
+use crate::ingest::model::{CudaCall, Event, Sock, SockIo};
+
+/// The batch in `plain`.
+pub(super) fn decode(plain: &[u8]) -> Result<EventBatch, DecodeError> {
+    let mut batch = EventBatch {
+        events: Vec::with_capacity(count_events(plain)),
+        ..EventBatch::default()
+    };
+    let mut buf = plain;
+    while !buf.is_empty() {
+        let (tag, wire_type) = prost::encoding::decode_key(&mut buf)?;
+        if tag == 1 && wire_type == WireType::LengthDelimited {
+            let mut field = buf;
+            if let Some(event) = take_message(&mut field).and_then(event) {
+                batch.events.push(event);
+                buf = field;
+                continue;
+            }
+        }
+        batch.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
+    }
+    Ok(batch)
+}
+
+/// How many events a batch's bytes hold (tag 1 fields), a capacity hint only: it stops
+/// at the first thing it cannot read (decoding then says what), and never says more
+/// than one event per two bytes.
+fn count_events(mut buf: &[u8]) -> usize {
+    let cap = buf.len() / 2;
+    let mut n = 0;
+    while let Some(key) = varint(&mut buf) {
+        let skip = match key & 7 {
+            0 => varint(&mut buf).map(|_| 0),
+            1 => Some(8),
+            2 => varint(&mut buf),
+            5 => Some(4),
+            _ => break,
+        };
+        match skip {
+            Some(len) if len <= buf.len() as u64 => buf = &buf[len as usize..],
+            _ => break,
+        }
+        if key >> 3 == 1 {
+            n += 1;
+        }
+    }
+    n.min(cap)
+}
+
+/// A length-delimited field's bytes (the length varint read from `buf`, the bytes taken).
+fn take_message<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = usize::try_from(varint(buf)?).ok()?;
+    if len > buf.len() {
+        return None;
+    }
+    let (field, rest) = buf.split_at(len);
+    *buf = rest;
+    Some(field)
+}
+
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    prost::encoding::decode_varint(buf).ok()
+}
+
+/// A field's key: (tag, wire type as its 3 bits).
+fn key(buf: &mut &[u8]) -> Option<(u64, u64)> {
+    let key = varint(buf)?;
+    Some((key >> 3, key & 7))
+}
+
+const VARINT: u64 = 0;
+const LEN: u64 = 2;
+
+/// An event read by hand, None where prost must read it (see the module's note).
+fn event(mut buf: &[u8]) -> Option<Event> {
+    let mut e = Event::default();
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, VARINT) => e.ts_ns = varint(&mut buf)?,
+            (2, VARINT) => e.pid = varint(&mut buf)? as u32,
+            (3, VARINT) => e.tid = varint(&mut buf)? as u32,
+            (4, VARINT) => e.cpu = varint(&mut buf)? as u32,
+            (5, LEN) => {
+                let comm = std::str::from_utf8(take_message(&mut buf)?).ok()?;
+                e.comm.clear();
+                e.comm.push_str(comm);
+            }
+            (11, LEN) => {
+                let field = take_message(&mut buf)?;
+                if !matches!(e.body, Some(Body::Io(_))) {
+                    e.body = Some(Body::Io(SockIo::default()));
+                }
+                let Some(Body::Io(io)) = &mut e.body else {
+                    unreachable!("set above")
+                };
+                sock_io(io, field)?;
+            }
+            (14, LEN) => {
+                let field = take_message(&mut buf)?;
+                if !matches!(e.body, Some(Body::Cuda(_))) {
+                    e.body = Some(Body::Cuda(CudaCall::default()));
+                }
+                let Some(Body::Cuda(call)) = &mut e.body else {
+                    unreachable!("set above")
+                };
+                cuda_call(call, field)?;
+            }
+            // The rarer kinds: prost's reading, into this event.
+            (tag @ (10 | 12 | 13 | 15 | 16 | 17), LEN) => {
+                let ctx = DecodeContext::default();
+                e.merge_field(tag as u32, WireType::LengthDelimited, &mut buf, ctx)
+                    .ok()?
+            }
+            _ => return None,
+        }
+    }
+    Some(e)
+}
+
+fn sock_io(io: &mut SockIo, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, LEN) => sock(
+                io.sock.get_or_insert_with(Sock::default),
+                take_message(&mut buf)?,
+            )?,
+            (2, VARINT) => io.dir = varint(&mut buf)? as i32,
+            (3, VARINT) => io.syscall = varint(&mut buf)? as i32,
+            (4, VARINT) => io.fd = varint(&mut buf)? as i32,
+            (5, VARINT) => io.bytes = varint(&mut buf)?,
+            (6, VARINT) => io.captured = varint(&mut buf)? as u32,
+            (7, VARINT) => io.payload_fault = varint(&mut buf)? != 0,
+            // The sniff is prost's to read (many kinds, nested); the rest of the I/O is ours.
+            (8, LEN) => {
+                let field = take_message(&mut buf)?;
+                let sniff = io.sniff.get_or_insert_with(Default::default);
+                sniff.merge(field).ok()?;
+            }
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+fn sock(s: &mut Sock, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, VARINT) => s.skaddr = varint(&mut buf)?,
+            (2, LEN) => {
+                s.saddr.clear();
+                s.saddr.extend_from_slice(take_message(&mut buf)?);
+            }
+            (3, VARINT) => s.sport = varint(&mut buf)? as u32,
+            (4, LEN) => {
+                s.daddr.clear();
+                s.daddr.extend_from_slice(take_message(&mut buf)?);
+            }
+            (5, VARINT) => s.dport = varint(&mut buf)? as u32,
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+fn cuda_call(c: &mut CudaCall, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, VARINT) => c.api = varint(&mut buf)? as i32,
+            (2, VARINT) => c.entry = varint(&mut buf)? != 0,
+            (3, VARINT) => c.stream = varint(&mut buf)?,
+            (4, VARINT) => c.bytes = varint(&mut buf)?,
+            (5, VARINT) => c.result = varint(&mut buf)? as i64,
+            (6, VARINT) => c.per_thread_stream = varint(&mut buf)? != 0,
+            _ => return None,
+        }
+    }
+    Some(())
+}
