@@ -179,9 +179,11 @@ def main(path):
                 fail(f"packet {i}: a counter value on a slice track")
         else:
             fail(f"packet {i}: track event without a type")
-        for f in e.flow_ids:
+        # The exporter writes the varint twins (flow_ids_old, terminating_flow_ids_old):
+        # trace processor reads both forms as one flow id space.
+        for f in list(e.flow_ids) + list(e.flow_ids_old):
             flow_start.setdefault(f, ts)
-        for f in e.terminating_flow_ids:
+        for f in list(e.terminating_flow_ids) + list(e.terminating_flow_ids_old):
             if f in flow_end:
                 fail(f"flow {f} ends twice")
             flow_end[f] = ts

@@ -267,6 +267,9 @@ fn fnv(seed: u64, bytes: &[u8]) -> u64 {
 pub(crate) struct Uuids {
     last: u64,
     stable: HashMap<u64, u64>,
+    /// The last flow id handed out: flows are numbered from 1 across the export, so a
+    /// token's flow id is a varint of 3-4 bytes (see wire.rs).
+    last_flow: u64,
 }
 
 const PROCESS_UUID: u64 = 1 << 62;
@@ -276,6 +279,13 @@ impl Uuids {
         self.last += 1;
         assert!(self.last < PROCESS_UUID, "fewer than 2^62 tracks");
         self.last
+    }
+
+    /// `n` new flow ids; the first of them (the rest follow it).
+    pub(crate) fn flows(&mut self, n: usize) -> u64 {
+        let first = self.last_flow + 1;
+        self.last_flow += n as u64;
+        first
     }
 
     fn stable(&mut self, hash: u64) -> u64 {

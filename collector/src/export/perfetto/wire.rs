@@ -25,8 +25,12 @@ const TYPE: u32 = 9;
 const NAME_IID: u32 = 10;
 const TRACK_UUID: u32 = 11;
 const DOUBLE_COUNTER_VALUE: u32 = 44;
-const FLOW_IDS: u32 = 47;
-const TERMINATING_FLOW_IDS: u32 = 48;
+/// The varint twins of `flow_ids` (47) and `terminating_flow_ids` (48): deprecated in
+/// track_event.proto, but trace processor reads either the same way (one flow id space),
+/// and a small id costs 3-4 bytes as a varint where fixed64 costs 8. Every token event
+/// carries one (see `layout::Uuids::flows`: ids numbered from 1 across an export).
+const FLOW_IDS_OLD: u32 = 36;
+const TERMINATING_FLOW_IDS_OLD: u32 = 42;
 
 const VARINT: u32 = 0;
 const FIXED64: u32 = 1;
@@ -75,8 +79,8 @@ impl Packets {
             fixed64(ev, DOUBLE_COUNTER_VALUE, v.to_bits());
         }
         match e.flow {
-            Some((id, false)) => fixed64(ev, FLOW_IDS, id),
-            Some((id, true)) => fixed64(ev, TERMINATING_FLOW_IDS, id),
+            Some((id, false)) => uint(ev, FLOW_IDS_OLD, id),
+            Some((id, true)) => uint(ev, TERMINATING_FLOW_IDS_OLD, id),
             None => {}
         }
         let p = &mut self.packet;
@@ -177,7 +181,7 @@ mod tests {
             (Type::TYPE_INSTANT, 300, 3, vec![5])
         );
         assert_eq!(
-            (e.flow_ids.clone(), e.terminating_flow_ids.clone()),
+            (e.flow_ids_old.clone(), e.terminating_flow_ids_old.clone()),
             (vec![], vec![u64::MAX])
         );
         assert_eq!(e.debug_annotations.as_slice(), &annotations);
@@ -203,7 +207,7 @@ mod tests {
             (e.type_(), e.double_counter_value(), e.has_name_iid()),
             (Type::TYPE_COUNTER, 2.5, false)
         );
-        assert_eq!(e.flow_ids, vec![42]);
+        assert_eq!(e.flow_ids_old, vec![42]);
         assert!(p.interned_data.is_none() && e.category_iids.is_empty());
     }
 }

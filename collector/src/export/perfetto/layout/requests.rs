@@ -132,6 +132,7 @@ impl Builder {
             })
             .collect();
         self.plan.flows += forward.iter().filter(|f| **f).count();
+        let first_flow = self.uuids.flows(linked);
         for (j, p) in r.points.iter().enumerate() {
             let name = format!("{} ({} {})", p.kind.label(), p.comm, p.pid);
             let t = self.track_once(Some(request_track), name, TrackKind::Plain);
@@ -141,9 +142,9 @@ impl Builder {
                 let flow = if k >= linked || !forward[k] {
                     Flow::None
                 } else if j == 0 {
-                    Flow::Last(flow_id(r.id, k))
+                    Flow::Last(first_flow + k as u64)
                 } else {
-                    Flow::Step(flow_id(r.id, k))
+                    Flow::Step(first_flow + k as u64)
                 };
                 items.push(self.instant(ts, "token", Cat::Token, flow));
             }
@@ -154,9 +155,4 @@ impl Builder {
             self.nest(t, items);
         }
     }
-}
-
-/// Unique per (request, token position).
-fn flow_id(request: usize, token: usize) -> u64 {
-    ((request as u64 + 1) << 24) | token as u64
 }

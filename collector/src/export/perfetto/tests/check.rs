@@ -272,10 +272,14 @@ pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
             }
             Type::TYPE_UNSPECIFIED => return Err(format!("packet {i}: event without a type")),
         }
-        for id in &e.flow_ids {
+        for id in e.flow_ids.iter().chain(&e.flow_ids_old) {
             flow_starts.entry(*id).or_insert(p.timestamp());
         }
-        for id in &e.terminating_flow_ids {
+        for id in e
+            .terminating_flow_ids
+            .iter()
+            .chain(&e.terminating_flow_ids_old)
+        {
             let end = flow_ends.entry(*id).or_insert((p.timestamp(), 0));
             end.1 += 1;
         }
