@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::child::{cpu_seconds, free_port, rss_kib, wait_port, Guard};
+use super::child::{cpu_seconds, rss_kib, Chain, Guard};
 
 const LOAD_SECONDS: u64 = 30;
 
@@ -63,29 +63,8 @@ const LOADS: &[Load] = &[
 
 pub(super) fn run(bin: &Path) -> Result<()> {
     let lab = super::lab(bin);
-    let engine_port = free_port()?;
-    let engine = Guard(
-        Command::new(&lab)
-            .args(["engine", "--listen", &format!("127.0.0.1:{engine_port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start the lab engine")?,
-    );
-    wait_port(engine_port)?;
-    let proxy_port = free_port()?;
-    let proxy = Guard(
-        Command::new(&lab)
-            .args(["proxy", "--untuned", "--upstream"])
-            .arg(format!("127.0.0.1:{engine_port}"))
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{proxy_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start the lab proxy (nginx)")?,
-    );
-    wait_port(proxy_port)?;
+    let chain = Chain::start(&lab, &[], "--untuned")?;
+    let (engine_port, proxy_port) = (chain.engine_port, chain.proxy_port);
     let recording = std::env::temp_dir().join(format!(
         "tokenscope-bench-record-{}.tsrec",
         std::process::id()
@@ -132,8 +111,7 @@ pub(super) fn run(bin: &Path) -> Result<()> {
             );
         }
     }
-    drop(proxy);
-    drop(engine);
+    drop(chain);
     Ok(())
 }
 

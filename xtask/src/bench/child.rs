@@ -2,7 +2,7 @@
 //! and memory from /proc, and the lab's load client.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -23,6 +23,50 @@ impl Drop for Guard {
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// The lab engine (with `engine_args`) behind the lab's nginx (`proxy_mode`: --tuned-plain,
+/// --untuned...), each stopped when dropped (proxy first).
+pub(super) struct Chain {
+    _proxy: Guard,
+    _engine: Guard,
+    pub(super) engine_port: u16,
+    pub(super) proxy_port: u16,
+}
+
+impl Chain {
+    pub(super) fn start(lab: &Path, engine_args: &[&str], proxy_mode: &str) -> Result<Chain> {
+        let engine_port = free_port()?;
+        let engine = Guard(
+            Command::new(lab)
+                .args(["engine", "--listen", &format!("127.0.0.1:{engine_port}")])
+                .args(engine_args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start the lab engine")?,
+        );
+        wait_port(engine_port)?;
+        let proxy_port = free_port()?;
+        let proxy = Guard(
+            Command::new(lab)
+                .args(["proxy", proxy_mode, "--upstream"])
+                .arg(format!("127.0.0.1:{engine_port}"))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{proxy_port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start the lab proxy (nginx)")?,
+        );
+        wait_port(proxy_port)?;
+        Ok(Chain {
+            _proxy: proxy,
+            _engine: engine,
+            engine_port,
+            proxy_port,
+        })
     }
 }
 

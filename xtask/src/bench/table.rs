@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::agent::{report_counts, AgentChild, Tool};
-use super::child::{cpu_seconds, free_port, load, rss_kib, wait_port, Guard, Served};
+use super::child::{cpu_seconds, load, rss_kib, Chain, Served};
 
 const LOAD_SECONDS: u64 = 20;
 const ROUNDS: usize = 3;
@@ -98,43 +98,18 @@ struct Lab {
     lab: PathBuf,
     url: String,
     ports: [u16; 2],
-    _proxy: Guard,
-    _engine: Guard,
+    _chain: Chain,
 }
 
 impl Lab {
     fn start(bin: &Path) -> Result<Lab> {
         let lab = super::lab(bin);
-        let engine_port = free_port()?;
-        let engine = Guard(
-            Command::new(&lab)
-                .args(["engine", "--listen", &format!("127.0.0.1:{engine_port}")])
-                .args(ENGINE)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("start the lab engine")?,
-        );
-        wait_port(engine_port)?;
-        let proxy_port = free_port()?;
-        let proxy = Guard(
-            Command::new(&lab)
-                .args(["proxy", "--tuned-plain", "--upstream"])
-                .arg(format!("127.0.0.1:{engine_port}"))
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{proxy_port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("start the lab proxy (nginx)")?,
-        );
-        wait_port(proxy_port)?;
+        let chain = Chain::start(&lab, ENGINE, "--tuned-plain")?;
         Ok(Lab {
             lab,
-            url: format!("http://127.0.0.1:{proxy_port}/v1/chat/completions"),
-            ports: [engine_port, proxy_port],
-            _proxy: proxy,
-            _engine: engine,
+            url: format!("http://127.0.0.1:{}/v1/chat/completions", chain.proxy_port),
+            ports: [chain.engine_port, chain.proxy_port],
+            _chain: chain,
         })
     }
 
