@@ -1,7 +1,8 @@
 //! A Python venv with one PyPI package, for tests that check tokenscope's output
 //! with third-party Python code (the openai SDK, Perfetto's own bindings). Built
 //! beside its final path and renamed into place, so concurrent runs never share a
-//! half-made one; reused by later runs.
+//! half-made one; reused by later runs. Within one process (the tests of one binary run
+//! on several threads) one thread builds a given venv while the others wait for it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +17,9 @@ pub fn python_for(spec: crate::venv_specs::VenvSpec) -> PathBuf {
 /// requirements separated by spaces, e.g. "openai httpx[http2]"). Panics with the
 /// reason when it cannot (it is for tests).
 pub fn python_with(name: &str, package: &str, import_check: &str) -> PathBuf {
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that panicked while building leaves nothing behind but its own folder.
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let venv = std::env::temp_dir().join(name);
     let python = venv.join("bin/python");
     let works = |python: &Path| {
