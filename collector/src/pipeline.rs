@@ -9,10 +9,12 @@
 //! it. `finish` hands over everything at once (tests compare it with the batch stitch).
 
 pub mod cut;
+mod reorder;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+
+use reorder::{Pending, Reorder};
 
 use crate::analyze::protocols::{ProtocolTally, Protocols};
 use crate::gpu::{GpuStep, StepTimer, StepTracker};
@@ -126,34 +128,9 @@ impl Output {
     }
 }
 
-/// An event waiting in the reorder window: its order, and where it waits in the slab
-/// (the heap moves these 24 bytes, not the event's few hundred).
-struct Pending {
-    ts_ns: u64,
-    seq: u64,
-    slot: u32,
-}
-
-impl PartialEq for Pending {
-    fn eq(&self, o: &Self) -> bool {
-        (self.ts_ns, self.seq) == (o.ts_ns, o.seq)
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Pending {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.ts_ns, self.seq).cmp(&(o.ts_ns, o.seq))
-    }
-}
-
 pub struct Pipeline {
     cfg: Config,
-    pending: BinaryHeap<Reverse<Pending>>,
+    pending: Reorder,
     /// The events of `pending`, by slot; `free` lists the empty slots.
     slab: Vec<Option<Event>>,
     free: Vec<u32>,
@@ -179,7 +156,7 @@ impl Pipeline {
     pub fn new(cfg: Config, dropped: bool) -> Pipeline {
         Pipeline {
             cfg,
-            pending: BinaryHeap::new(),
+            pending: Reorder::default(),
             slab: Vec::new(),
             free: Vec::new(),
             seq: 0,
@@ -219,14 +196,14 @@ impl Pipeline {
                 u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 events waiting")
             }
         };
-        self.pending.push(Reverse(Pending {
+        self.pending.push(Pending {
             ts_ns,
             seq: self.seq,
             slot,
-        }));
+        });
         let through = self.newest_ns.saturating_sub(self.cfg.reorder_ns);
-        while self.pending.peek().is_some_and(|p| p.0.ts_ns <= through) {
-            let Reverse(p) = self.pending.pop().expect("peeked");
+        while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
+            let p = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
             let event = self.take_slot(p.slot);
             self.feed(event);
@@ -251,8 +228,8 @@ impl Pipeline {
     /// go through, and what settled by then is let go, even if no event came.
     pub fn tick(&mut self, now_ns: u64) {
         let through = now_ns.saturating_sub(self.cfg.reorder_ns);
-        while self.pending.peek().is_some_and(|p| p.0.ts_ns <= through) {
-            let Reverse(p) = self.pending.pop().expect("peeked");
+        while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
+            let p = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
             let event = self.take_slot(p.slot);
             self.feed(event);
@@ -306,7 +283,7 @@ impl Pipeline {
 
     /// The input ended but the reader goes on: everything held is let go now.
     pub fn flush(&mut self) {
-        while let Some(Reverse(p)) = self.pending.pop() {
+        while let Some(p) = self.pending.pop() {
             self.released_ns = p.ts_ns;
             let event = self.take_slot(p.slot);
             self.feed(event);
