@@ -22,12 +22,15 @@ pub(super) fn decode(plain: &[u8]) -> Result<EventBatch, DecodeError> {
     while !buf.is_empty() {
         let (tag, wire_type) = prost::encoding::decode_key(&mut buf)?;
         if tag == 1 && wire_type == WireType::LengthDelimited {
+            // Read in place: an event is a few hundred bytes, not moved twice more.
             let mut field = buf;
-            if let Some(event) = take_message(&mut field).and_then(event) {
-                batch.events.push(event);
+            batch.events.push(Event::default());
+            let e = batch.events.last_mut().expect("pushed");
+            if take_message(&mut field).is_some_and(|b| event(e, b).is_some()) {
                 buf = field;
                 continue;
             }
+            batch.events.pop();
         }
         batch.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
     }
@@ -83,9 +86,9 @@ fn key(buf: &mut &[u8]) -> Option<(u64, u64)> {
 const VARINT: u64 = 0;
 const LEN: u64 = 2;
 
-/// An event read by hand, None where prost must read it (see the module's note).
-fn event(mut buf: &[u8]) -> Option<Event> {
-    let mut e = Event::default();
+/// An event read by hand into `e` (a default one), None where prost must read it (see
+/// the module's note).
+fn event(e: &mut Event, mut buf: &[u8]) -> Option<()> {
     while !buf.is_empty() {
         match key(&mut buf)? {
             (1, VARINT) => e.ts_ns = varint(&mut buf)?,
@@ -126,7 +129,7 @@ fn event(mut buf: &[u8]) -> Option<Event> {
             _ => return None,
         }
     }
-    Some(e)
+    Some(())
 }
 
 fn sock_io(io: &mut SockIo, mut buf: &[u8]) -> Option<()> {
