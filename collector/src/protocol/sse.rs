@@ -3,8 +3,9 @@
 //! here: a fingerprint of its data and its verdict by `shape` (a token, of which API,
 //! choice and kind; the end; anything else).
 
+use super::fingerprint;
 use super::limits::MAX_SSE_EVENT as MAX_EVENT;
-use super::{fingerprint, shape};
+use super::shape::{self, Verdict};
 use crate::ingest::model::{SseEvent, SseKind};
 
 #[derive(Debug, Default)]
@@ -18,6 +19,8 @@ pub struct SseSplitter {
     overflow: usize,
     /// An event longer than MAX_EVENT ended since `take_cut` last asked.
     cut: bool,
+    /// Scratch for an event's data when it spans several `data:` lines.
+    data: Vec<u8>,
     /// The previous byte was a line feed (a second one ends the event).
     at_line_start: bool,
     /// A carriage return was the last byte; a following LF belongs to it.
@@ -28,20 +31,35 @@ impl SseSplitter {
     /// Feeds body bytes; returns the events that ended inside them.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let mut done = Vec::new();
-        for &b in bytes {
+        let mut rest = bytes;
+        while let Some((&b, after)) = rest.split_first() {
+            // A run of bytes inside a line is kept as it is (most of a body is).
+            let run = rest
+                .iter()
+                .position(|&c| c == b'\n' || c == b'\r')
+                .unwrap_or(rest.len());
+            if run > 0 {
+                let keep = run.min(MAX_EVENT.saturating_sub(self.event.len()));
+                self.event.extend_from_slice(&rest[..keep]);
+                self.overflow += run - keep;
+                self.after_cr = false;
+                self.at_line_start = false;
+                rest = &rest[run..];
+                continue;
+            }
+            rest = after;
             if b == b'\n' && self.after_cr {
                 self.after_cr = false;
                 continue; // CRLF counts as one line end
             }
             self.after_cr = b == b'\r';
-            let newline = b == b'\n' || b == b'\r';
-            if newline && (self.at_line_start || self.ndjson) {
+            if self.at_line_start || self.ndjson {
                 self.cut |= self.overflow > 0;
                 if !self.event.is_empty() || self.overflow > 0 {
                     if self.ndjson {
                         done.extend(verdicts(&self.event));
                     } else {
-                        done.extend(finish(&self.event));
+                        done.extend(finish(&self.event, &mut self.data));
                     }
                 }
                 self.event.clear();
@@ -50,11 +68,11 @@ impl SseSplitter {
                 continue;
             }
             if self.event.len() < MAX_EVENT {
-                self.event.push(if newline { b'\n' } else { b });
+                self.event.push(b'\n');
             } else {
                 self.overflow += 1;
             }
-            self.at_line_start = newline;
+            self.at_line_start = true;
         }
         done
     }
@@ -92,43 +110,82 @@ impl SseSplitter {
     }
 }
 
-/// An event's lines -> its data (the `data:` lines joined by LF) -> what it is.
-fn finish(event: &[u8]) -> Vec<SseEvent> {
-    let mut data = Vec::new();
-    let mut has_data = false;
-    for line in event.split(|b| *b == b'\n') {
-        if let Some(rest) = line.strip_prefix(b"data:") {
-            if has_data {
-                data.push(b'\n');
-            }
-            has_data = true;
-            data.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
-        }
-    }
-    if !has_data {
+/// An event's lines -> its data (the `data:` lines joined by LF) -> what it is. One
+/// `data:` line (what every streaming API sends) is read in place; several are joined
+/// in `joined`.
+fn finish(event: &[u8], joined: &mut Vec<u8>) -> Vec<SseEvent> {
+    let mut lines = event
+        .split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .map(|rest| rest.strip_prefix(b" ").unwrap_or(rest));
+    let Some(first) = lines.next() else {
         return vec![SseEvent {
-            fingerprint: fingerprint(&data),
+            fingerprint: fingerprint(&[]),
             kind: SseKind::Other as i32,
             ..Default::default()
         }];
+    };
+    let Some(second) = lines.next() else {
+        return verdicts(first);
+    };
+    joined.clear();
+    joined.extend_from_slice(first);
+    for line in std::iter::once(second).chain(lines) {
+        joined.push(b'\n');
+        joined.extend_from_slice(line);
     }
-    verdicts(&data)
+    verdicts(joined)
 }
 
 /// One event's data -> its verdicts, each carrying the data's fingerprint.
 fn verdicts(data: &[u8]) -> Vec<SseEvent> {
     let print = fingerprint(data);
-    shape::classify(data)
-        .into_iter()
-        .map(|v| SseEvent {
-            fingerprint: print,
-            kind: v.kind as i32,
-            api: v.api as i32,
-            choice: v.choice,
-            token: v.token as i32,
-            text_print: v.text,
+    let event = |v: Verdict| SseEvent {
+        fingerprint: print,
+        kind: v.kind as i32,
+        api: v.api as i32,
+        choice: v.choice,
+        token: v.token as i32,
+        text_print: v.text,
+    };
+    if let Some(v) = memo::get(print, data.len()) {
+        return vec![event(v)];
+    }
+    let found = shape::classify(data);
+    if let [v] = found.as_slice() {
+        memo::put(print, data.len(), *v);
+    }
+    found.into_iter().map(event).collect()
+}
+
+/// Recent single verdicts by their event's fingerprint and length. An event crosses
+/// every observation point with the same data (the engine's write, the proxy's read,
+/// its write, TLS plaintext), so its JSON is read once, not once per hop. The verdict
+/// is a function of the data alone; a slot is overwritten by the next event that
+/// hashes to it.
+mod memo {
+    use std::cell::RefCell;
+
+    use super::shape::Verdict;
+
+    const SLOTS: usize = 4096;
+
+    type Slot = Option<(u64, usize, Verdict)>;
+
+    thread_local! {
+        static SEEN: RefCell<Vec<Slot>> = RefCell::new(vec![None; SLOTS]);
+    }
+
+    pub(super) fn get(print: u64, len: usize) -> Option<Verdict> {
+        SEEN.with_borrow(|seen| match seen[print as usize % SLOTS] {
+            Some((p, l, v)) if p == print && l == len => Some(v),
+            _ => None,
         })
-        .collect()
+    }
+
+    pub(super) fn put(print: u64, len: usize, verdict: Verdict) {
+        SEEN.with_borrow_mut(|seen| seen[print as usize % SLOTS] = Some((print, len, verdict)));
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +220,27 @@ data: [DONE]\n\n";
             ev[0].fingerprint, ev[1].fingerprint,
             "different tokens, different fingerprints"
         );
+    }
+
+    #[test]
+    fn data_lines_join_with_a_line_feed_and_long_events_are_cut() {
+        let ev = SseSplitter::new().feed(b"event: x\r\ndata: a\r\ndata:b\r\n\r\n");
+        assert_eq!(ev.len(), 1, "one event");
+        assert_eq!(ev[0].fingerprint, fingerprint(b"a\nb"), "data lines joined");
+        let ev = SseSplitter::new().feed(b"id: 1\n\n");
+        assert_eq!(
+            (kinds(&ev), ev[0].fingerprint),
+            (vec![SseKind::Other], fingerprint(b"")),
+            "an event without data"
+        );
+        let mut long = b"data: ".to_vec();
+        long.resize(MAX_EVENT + 100, b'x');
+        long.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+        let mut s = SseSplitter::new();
+        let ev = s.feed(&long);
+        assert_eq!(kinds(&ev), vec![SseKind::Data, SseKind::Done]);
+        assert!(s.take_cut(), "the long event is named as cut");
+        assert!(!s.take_cut(), "once");
     }
 
     #[test]
