@@ -28,7 +28,9 @@ pub use preflight::{kernel_btf_path, tracefs_root};
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 /// Default payload bytes copied per I/O: a buffering proxy's coalesced SSE writes fit.
 pub const DEFAULT_PAYLOAD_CAP: u32 = 16384;
-const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
+/// The probes wake the consumer once this much is pending (a quarter of a smaller
+/// ring): each wake-up costs a context switch, so fewer and larger drains.
+const WAKEUP_BYTES: u64 = 256 << 10;
 
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
@@ -227,6 +229,8 @@ impl Probes {
         let n_ports = cfg.ports.len() as u32;
         let io_source = source.abi();
         let netns_inode = netns.unwrap_or(0);
+        // A small ring must still wake its consumer before it fills.
+        let wakeup_bytes = WAKEUP_BYTES.min(u64::from(cfg.ring_bytes) / 4);
 
         let mut loader = EbpfLoader::new();
         if btf.is_some() {
@@ -237,7 +241,7 @@ impl Probes {
             .override_global(probe_ebpf::CFG_FILTER_PIDS, &filter_pids, true)
             .override_global(probe_ebpf::CFG_N_PORTS, &n_ports, true)
             .override_global(probe_ebpf::CFG_PORTS, &ports, true)
-            .override_global(probe_ebpf::CFG_WAKEUP_BYTES, &DEFAULT_WAKEUP_BYTES, true)
+            .override_global(probe_ebpf::CFG_WAKEUP_BYTES, &wakeup_bytes, true)
             .override_global(probe_ebpf::CFG_PAYLOAD_CAP, &cfg.payload_cap, true)
             .override_global(probe_ebpf::CFG_IO_SOURCE, &io_source, true)
             .override_global(probe_ebpf::CFG_NETNS, &netns_inode, true)
@@ -310,7 +314,7 @@ impl Probes {
     }
 
     /// Waits until the kernel signals pending data or `timeout` passes. The probes
-    /// wake user space only every 64 KiB, so callers drain on a timer as well.
+    /// wake user space only every 256 KiB, so callers drain on a timer as well.
     pub fn wait(&self, timeout: Duration) {
         let mut pfd = libc::pollfd {
             fd: self.ring.as_raw_fd(),
