@@ -682,6 +682,17 @@ fn record_file(s: &mut Seeds) {
     raw.extend_from_slice(MAGIC);
     raw.extend([0x10, 0, 0, 0]);
     s.put("record_file", "raw_short", &raw);
+    // A batch as a frame holds it once unpacked (format 3: timestamps and prints in
+    // columns of their own), for record_batch.
+    let batch = collector::ingest::record::EventBatch {
+        events: events()
+            .into_iter()
+            .map(|e| Event { ts_ns: 0, ..e })
+            .collect(),
+        ts_deltas: vec![1_000, 20_000, 2, 7],
+        prints: vec![0x9e37_79b9_7f4a_7c15, 1],
+    };
+    s.put("record_batch", "conversation", &batch.encode_to_vec());
 }
 
 fn cupti_wire(s: &mut Seeds) {

@@ -74,6 +74,10 @@ const TARGETS: &[(&str, &str)] = &[
         "ring-buffer records, alone and through the protocol decoder",
     ),
     ("record_file", "the record file reader"),
+    (
+        "record_batch",
+        "a record file's batch: the reader's own decoder against prost",
+    ),
     ("cupti_wire", "the CUPTI hook's wire format"),
     ("duration_slo", "duration and SLO arguments"),
 ];

@@ -133,6 +133,14 @@ pub struct Counters {
     pub ring_readings: u64,
 }
 
+/// A batch's plain (decompressed) bytes read by the reader's own decoder, which reads
+/// socket I/O and libcuda events field by field and must give what prost gives, result
+/// and error alike: for the fuzz target `record_batch`, which compares the two.
+#[doc(hidden)]
+pub fn decode_batch(plain: &[u8]) -> Result<EventBatch, prost::DecodeError> {
+    batch::decode(plain)
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct EventBatch {
     #[prost(message, repeated, tag = "1")]
