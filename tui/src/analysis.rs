@@ -3,16 +3,18 @@
 //! snapshots and answers keys, so a slow pass never holds a key back. Pure like
 //! `update`: time arrives as arguments, so tests drive it directly.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
-use collector::diagnose::{self, Diagnosis};
+use collector::diagnose::Diagnosis;
 use collector::gpu::GpuStep;
 use collector::ingest::model::NvmlSample;
 use collector::ingest::Event;
-use collector::pipeline::{self, Config, Pipeline};
-use collector::stitch::{attribution, Request};
+use collector::pipeline::{Config, Pipeline};
+use collector::stitch::Request;
 
-use crate::rows::{self, GpuReading, RouteItl, Row, TtftWindow};
+use crate::findings::{Findings, Shown};
+use crate::rows::{self, GpuReading, RouteItl, Row, RowKey, TtftWindow};
 
 const SECOND_NS: u64 = 1_000_000_000;
 /// Width of the TTFT-over-time windows.
@@ -23,9 +25,15 @@ pub const TTFT_WINDOW_NS: u64 = SECOND_NS;
 pub struct Snapshot {
     /// Event time the pass was made at.
     pub clock_ns: u64,
-    /// Finished requests in the window and those still in flight, numbered in the
-    /// order they started; `rows[i].index` points here.
-    pub requests: Vec<Request>,
+    /// Finished requests in the window and those still in flight, in the order they
+    /// started; `rows[i].index` points here. Shared with the window: a finished
+    /// request is not copied per pass.
+    pub requests: Vec<Arc<Request>>,
+    /// The requests' GPU shares as of the last making of the findings (see
+    /// `findings`); `diagnoses` are that making's, numbered as `rows` are.
+    pub findings: Shown,
+    /// The recording lost events: any request may miss some.
+    pub events_dropped: bool,
     pub rows: Vec<Row>,
     pub routes: Vec<RouteItl>,
     pub ttft_windows: Vec<TtftWindow>,
@@ -53,7 +61,8 @@ pub struct Analysis {
     pub window_ns: u64,
     /// Past this many finished requests the oldest go, whatever the window.
     pub max_requests: usize,
-    done: VecDeque<Request>,
+    done: VecDeque<Done>,
+    findings: Findings,
     steps: VecDeque<GpuStep>,
     nvml: VecDeque<(u64, NvmlSample)>,
     /// Event counts per second of event time (the window's count).
@@ -82,6 +91,7 @@ impl Analysis {
             window_ns,
             max_requests: 100_000,
             done: VecDeque::new(),
+            findings: Findings::default(),
             steps: VecDeque::new(),
             nvml: VecDeque::new(),
             per_second: VecDeque::new(),
@@ -124,6 +134,11 @@ impl Analysis {
         self.collect();
     }
 
+    /// The least time between two makings of the findings (default a second).
+    pub fn findings_every(&mut self, ns: u64) {
+        self.findings.every_ns = ns;
+    }
+
     pub fn events_total(&self) -> u64 {
         self.events_total
     }
@@ -141,6 +156,7 @@ impl Analysis {
         self.collect();
         self.dirty = true;
         self.last_pass_wall_ns = None;
+        self.findings.expire();
     }
 
     /// `clock_ns`: now on the events' clock (CLOCK_MONOTONIC, or the replay's
@@ -164,7 +180,7 @@ impl Analysis {
         }
         self.last_pass_wall_ns = Some(wall_ns);
         self.dirty = false;
-        let snapshot = self.snapshot();
+        let snapshot = self.snapshot(wall_ns);
         self.shown = snapshot.requests.len();
         Some(snapshot)
     }
@@ -173,7 +189,7 @@ impl Analysis {
     fn collect(&mut self) {
         let out = self.pipeline.take();
         self.dirty |= !out.requests.is_empty() || !out.steps.is_empty() || !out.nvml.is_empty();
-        self.done.extend(out.requests);
+        self.done.extend(out.requests.into_iter().map(Done::of));
         self.steps.extend(out.steps);
         self.nvml.extend(out.nvml);
         self.unparsed_ios = out.unparsed_ios;
@@ -187,7 +203,7 @@ impl Analysis {
     fn evict(&mut self) {
         let cutoff = self.clock_ns.saturating_sub(self.window_ns);
         let before = (self.done.len(), self.steps.len(), self.nvml.len());
-        self.done.retain(|r| last_moment(r) >= cutoff);
+        self.done.retain(|d| d.last_ns >= cutoff);
         self.steps.retain(|s| s.end_ns >= cutoff);
         self.nvml.retain(|(t, _)| *t >= cutoff);
         let first_second = cutoff / SECOND_NS;
@@ -201,42 +217,58 @@ impl Analysis {
         self.dirty |= before != (self.done.len(), self.steps.len(), self.nvml.len());
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&mut self, wall_ns: u64) -> Snapshot {
         let since = self.clock_ns.saturating_sub(SECOND_NS);
-        let mut requests: Vec<Request> = self
+        // Finished requests as kept (with their rows), then those in flight; in start
+        // order as `pipeline::renumber` puts them (a stable sort, the same ties).
+        let mut held: Vec<(Arc<Request>, Option<&Row>)> = self
             .done
             .iter()
-            .chain(self.pipeline.open())
-            .cloned()
+            .map(|d| (Arc::clone(&d.request), Some(&d.row)))
+            .chain(
+                self.pipeline
+                    .open()
+                    .iter()
+                    .map(|r| (Arc::new(r.clone()), None)),
+            )
             .collect();
-        pipeline::renumber(&mut requests);
-        if self.dropped {
-            for r in &mut requests {
-                r.events_dropped = true;
-            }
-        }
-        let mut steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
-        steps.sort_by_key(|s| s.start_ns);
-        attribution::attribute(&mut requests, &mut steps);
-        let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
-        let diagnoses = diagnose::diagnose(&diagnose::Input {
-            requests: &requests,
-            steps: &steps,
-            nvml: &nvml,
-        });
-        let rows: Vec<Row> = requests
+        held.sort_by_key(|(r, _)| r.order);
+        let mut rows: Vec<Row> = held
             .iter()
             .enumerate()
-            .map(|(i, r)| Row::from_request(i, r))
+            .map(|(i, (r, row))| {
+                let mut row = row.cloned().unwrap_or_else(|| Row::from_request(i, r));
+                row.index = i;
+                row
+            })
             .collect();
+        let requests: Vec<Arc<Request>> = held.into_iter().map(|(r, _)| r).collect();
+        if self.findings.due(wall_ns) {
+            let mut numbered: Vec<Request> = requests.iter().map(|r| Request::clone(r)).collect();
+            for (i, r) in numbered.iter_mut().enumerate() {
+                r.id = i;
+                r.events_dropped |= self.dropped;
+            }
+            let mut steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
+            steps.sort_by_key(|s| s.start_ns);
+            let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
+            self.findings.make(numbered, &mut steps, &nvml, wall_ns);
+        }
+        let position: HashMap<&RowKey, usize> =
+            rows.iter().enumerate().map(|(i, r)| (&r.key, i)).collect();
+        let findings = self.findings.shown(&position);
+        drop(position);
+        for row in &mut rows {
+            row.stalled = findings.stalled(&row.key);
+        }
         Snapshot {
             clock_ns: self.clock_ns,
-            routes: rows::itl_by_route(&requests),
+            routes: rows::itl_by_route(requests.iter().map(|r| &**r)),
             ttft_windows: rows::ttft_over_time(&rows, TTFT_WINDOW_NS),
-            gpu: rows::latest_gpu(&nvml),
-            gpu_steps: steps.len(),
+            gpu: rows::latest_gpu(&self.nvml),
+            gpu_steps: self.steps.len(),
             unparsed_ios: self.unparsed_ios,
-            diagnoses,
+            diagnoses: findings.diagnoses(),
             events_total: self.events_total,
             events_per_s: self
                 .recent
@@ -249,6 +281,28 @@ impl Analysis {
             pass_ns: 0,
             rows,
             requests,
+            findings,
+            events_dropped: self.dropped,
+        }
+    }
+}
+
+/// A finished request as the window keeps it: shared with the snapshots, its row made
+/// once (a finished request no longer changes; its position and stall flag are set
+/// per pass).
+struct Done {
+    request: Arc<Request>,
+    row: Row,
+    /// `last_moment`: when it leaves the window.
+    last_ns: u64,
+}
+
+impl Done {
+    fn of(r: Request) -> Done {
+        Done {
+            row: Row::from_request(0, &r),
+            last_ns: last_moment(&r),
+            request: Arc::new(r),
         }
     }
 }

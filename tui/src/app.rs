@@ -80,7 +80,9 @@ TTFT: first token - request start (connect() when the request opened its connect
 first point traced and at the engine's write. ITL: gaps between tokens at one point; 0 means
 the same read (coalescing). Live drops (ring buffer full) are read every 200 ms.
 The pipeline runs on its own thread and passes over the window once a second; the header's
-`pass` is how long the last pass took (top's own cost), and keys never wait for it.
+`pass` is how long the last pass took (top's own cost), and keys never wait for it. GPU
+shares and diagnoses are made again at most once a second and at most 2% of a core: under
+a heavy load, less often.
 The diagnoses panel shows what the rules of `tokenscope report` find in the window, largest
 saving first: [rule] the fix, its share of the TTFT p95 saving, where, then what was seen; a
 request's detail names the diagnoses that cite it. The report gives the fix lines.";
@@ -258,18 +260,29 @@ fn run_loop(
     worker: &Worker,
     quit: &AtomicBool,
 ) -> anyhow::Result<()> {
+    // `render` is pure: the screen changes only with the state or the terminal's size,
+    // so a frame is drawn only then (a snapshot a second under load, not ten frames).
+    let mut changed = true;
     loop {
         for action in worker.actions() {
             update(state, action);
+            changed = true;
         }
-        guard.terminal.draw(|f| render(f, state))?;
+        if std::mem::take(&mut changed) {
+            guard.terminal.draw(|f| render(f, state))?;
+        }
         if event::poll(FRAME)? {
             // Drain what is queued so a burst of keys costs one frame.
             loop {
-                if let TermEvent::Key(key) = event::read()? {
-                    if let Some(action) = action_for_key(state, key) {
-                        update(state, action);
+                match event::read()? {
+                    TermEvent::Key(key) => {
+                        if let Some(action) = action_for_key(state, key) {
+                            update(state, action);
+                            changed = true;
+                        }
                     }
+                    TermEvent::Resize(..) => changed = true,
+                    _ => {}
                 }
                 if !event::poll(Duration::ZERO)? {
                     break;

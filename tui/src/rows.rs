@@ -15,6 +15,15 @@ pub struct RowKey {
     pub first_byte_ns: u64,
 }
 
+impl RowKey {
+    pub fn of(r: &Request) -> RowKey {
+        RowKey {
+            client_addr: r.client_addr.clone(),
+            first_byte_ns: r.first_byte_ns,
+        }
+    }
+}
+
 /// One line of the request table.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -59,10 +68,7 @@ impl Row {
             (b > a).then(|| (p.token_ns.len() - 1) as f64 * 1e9 / (b - a) as f64)
         });
         Row {
-            key: RowKey {
-                client_addr: r.client_addr.clone(),
-                first_byte_ns: r.first_byte_ns,
-            },
+            key: RowKey::of(r),
             index,
             start_ns: r.start_ns,
             route: r.route(),
@@ -148,7 +154,7 @@ pub struct RouteItl {
     pub histogram: [u64; 9],
 }
 
-pub fn itl_by_route(requests: &[Request]) -> Vec<RouteItl> {
+pub fn itl_by_route<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Vec<RouteItl> {
     let mut by_route: BTreeMap<String, (usize, Vec<u64>)> = BTreeMap::new();
     for r in requests {
         let e = by_route.entry(r.route()).or_default();
@@ -230,7 +236,7 @@ pub struct GpuReading {
 }
 
 /// Latest NVML sample per device, if the recording has any.
-pub fn latest_gpu(samples: &[(u64, NvmlSample)]) -> Vec<GpuReading> {
+pub fn latest_gpu<'a>(samples: impl IntoIterator<Item = &'a (u64, NvmlSample)>) -> Vec<GpuReading> {
     let mut latest: BTreeMap<u32, GpuReading> = BTreeMap::new();
     for (ts_ns, s) in samples {
         if latest.get(&s.device).is_some_and(|g| g.ts_ns > *ts_ns) {

@@ -7,6 +7,7 @@ use collector::diagnose::Diagnosis;
 use collector::stitch::Request;
 
 use crate::analysis::Snapshot;
+use crate::findings::Share;
 use crate::rows::{Row, RowKey};
 
 pub use crate::analysis::TTFT_WINDOW_NS;
@@ -146,7 +147,13 @@ impl State {
     }
 
     pub fn selected_request(&self) -> Option<&Request> {
-        self.selected_row().map(|r| &self.shown.requests[r.index])
+        self.selected_row().map(|r| &*self.shown.requests[r.index])
+    }
+
+    /// The selected request's GPU share (see `analysis::Snapshot::findings`).
+    pub fn selected_share(&self) -> Option<Share> {
+        self.selected_row()
+            .and_then(|r| self.shown.findings.share(&r.key))
     }
 
     /// The diagnoses that cite request `id` among their evidence.

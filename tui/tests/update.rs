@@ -433,3 +433,66 @@ fn a_replay_of_two_hosts_recordings_shows_both_side_by_side() {
         "each host's requests, once each"
     );
 }
+
+#[test]
+fn findings_between_makings_follow_their_requests_as_the_window_slides() {
+    use tokenscope_tui::rows::RowKey;
+    let mut top = fixture_top();
+    let keys = |state: &State, ids: &[usize]| -> Vec<RowKey> {
+        ids.iter()
+            .map(|&i| state.shown.rows[i].key.clone())
+            .collect()
+    };
+    let before = &top.state;
+    let cited: Vec<Vec<RowKey>> = before
+        .shown
+        .diagnoses
+        .iter()
+        .map(|d| keys(before, &d.evidence.request_ids))
+        .collect();
+    let stalled: Vec<RowKey> = before
+        .shown
+        .rows
+        .iter()
+        .filter(|r| r.stalled)
+        .map(|r| r.key.clone())
+        .collect();
+    assert!(!stalled.is_empty(), "the fixture has stalled requests");
+    let (rows, end) = (before.shown.rows.len(), before.shown.clock_ns);
+    // The oldest requests leave the window; the findings are not made again.
+    top.analysis.findings_every(3600 * S);
+    top.analysis.window_ns = end - before.shown.rows[rows / 2].start_ns;
+    top.tick(end, 2 * S);
+    let after = &top.state;
+    assert!(
+        after.shown.rows.len() < rows,
+        "older requests left the window"
+    );
+    let now: Vec<Vec<RowKey>> = after
+        .shown
+        .diagnoses
+        .iter()
+        .map(|d| keys(after, &d.evidence.request_ids))
+        .collect();
+    let still = |k: &RowKey| after.shown.rows.iter().any(|r| &r.key == k);
+    let kept: Vec<Vec<RowKey>> = cited
+        .iter()
+        .map(|ks| ks.iter().filter(|k| still(k)).cloned().collect())
+        .collect();
+    assert_eq!(
+        now, kept,
+        "each diagnosis cites the same requests, renumbered, less those gone"
+    );
+    let stalled_now: Vec<RowKey> = after
+        .shown
+        .rows
+        .iter()
+        .filter(|r| r.stalled)
+        .map(|r| r.key.clone())
+        .collect();
+    let stalled_kept: Vec<RowKey> = stalled.into_iter().filter(|k| still(k)).collect();
+    assert_eq!(
+        stalled_now, stalled_kept,
+        "stall flags stay with their requests"
+    );
+}

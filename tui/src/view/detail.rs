@@ -12,6 +12,7 @@ use collector::analyze::summarize;
 use collector::stitch::{Point, Request};
 
 use super::{diagnoses, fmt};
+use crate::findings::Share;
 use crate::rows::Row;
 use crate::state::State;
 
@@ -29,11 +30,12 @@ pub fn render_detail(f: &mut Frame, state: &State, area: Rect) {
         .title(Line::from(title).style(Style::new().add_modifier(Modifier::BOLD)));
     let inner = block.inner(area);
     let width = inner.width as usize;
-    let mut lines = summary(row, r);
-    lines.extend(cited_by(state, r, width));
-    lines.extend(waterfall(r, width));
+    let share = state.selected_share();
+    let mut lines = summary(row, r, state.shown.events_dropped);
+    lines.extend(cited_by(state, row.index, width));
+    lines.extend(waterfall(r, width, share.as_ref()));
     lines.extend(token_timeline(r, width));
-    lines.extend(gpu(r));
+    lines.extend(gpu(share.as_ref()));
     lines.extend(forward(r));
     f.render_widget(Paragraph::new(lines).block(block), area);
 }
@@ -45,7 +47,7 @@ fn heading(text: String) -> Line<'static> {
     ))
 }
 
-fn summary(row: &Row, r: &Request) -> Vec<Line<'static>> {
+fn summary(row: &Row, r: &Request, dropped: bool) -> Vec<Line<'static>> {
     let status = r.status.map_or_else(
         || if row.open { "open".into() } else { "-".into() },
         |s| s.to_string(),
@@ -59,7 +61,7 @@ fn summary(row: &Row, r: &Request) -> Vec<Line<'static>> {
         (r.encrypted, "encrypted"),
         (r.http2, "HTTP/2"),
         (r.attached_mid, "attached mid-connection"),
-        (r.events_dropped, "events dropped"),
+        (r.events_dropped || dropped, "events dropped"),
     ] {
         if on {
             flags.push(word);
@@ -89,9 +91,9 @@ fn summary(row: &Row, r: &Request) -> Vec<Line<'static>> {
 }
 
 /// The diagnoses that list this request among their evidence, on one line.
-fn cited_by(state: &State, r: &Request, width: usize) -> Option<Line<'static>> {
+fn cited_by(state: &State, id: usize, width: usize) -> Option<Line<'static>> {
     let cites: Vec<String> = state
-        .diagnoses_citing(r.id)
+        .diagnoses_citing(id)
         .map(|d| format!("[{}] {} ({})", d.rule, d.title, diagnoses::saving_short(d)))
         .collect();
     if cites.is_empty() {
@@ -118,7 +120,7 @@ fn bar(from: u64, to: u64, t0: u64, t1: u64, width: usize, before: char) -> Stri
     s
 }
 
-fn waterfall(r: &Request, width: usize) -> Vec<Line<'static>> {
+fn waterfall(r: &Request, width: usize, share: Option<&Share>) -> Vec<Line<'static>> {
     let t0 = r.start_ns;
     let last_token = r
         .points
@@ -137,7 +139,7 @@ fn waterfall(r: &Request, width: usize) -> Vec<Line<'static>> {
     ];
     if let Some(arrived) = r.engine_received_ns {
         stages.push(("engine wait", arrived, st.upstream_wait_ns));
-        if let Some(g) = &r.gpu {
+        if let Some(g) = share {
             stages.push(("  queue", arrived, g.queue_ns));
             let prefill_from = arrived + g.queue_ns.unwrap_or(0);
             stages.push((
@@ -262,8 +264,8 @@ fn token_timeline(r: &Request, width: usize) -> Vec<Line<'static>> {
     lines
 }
 
-fn gpu(r: &Request) -> Vec<Line<'static>> {
-    let Some(g) = &r.gpu else {
+fn gpu(share: Option<&Share>) -> Vec<Line<'static>> {
+    let Some(g) = share else {
         return Vec::new();
     };
     let mut lines = vec![Line::from(format!(
@@ -273,20 +275,12 @@ fn gpu(r: &Request) -> Vec<Line<'static>> {
         g.prefill_steps,
         g.decode_steps
     ))];
-    if !g.stalled_by.is_empty() {
-        let worst = g.stalled_by.iter().map(|s| s.gap_ns).max().unwrap_or(0);
-        let mut by: Vec<usize> = g
-            .stalled_by
-            .iter()
-            .flat_map(|s| s.requests.iter().copied())
-            .collect();
-        by.sort_unstable();
-        by.dedup();
-        let by: Vec<String> = by.iter().map(|i| format!("#{i}")).collect();
+    if g.stalls > 0 {
+        let by: Vec<String> = g.stalled_by.iter().map(|i| format!("#{i}")).collect();
         lines.push(Line::from(format!(
             "stalled: {} decode gaps (max {}) by the prefill of {}",
-            g.stalled_by.len(),
-            fmt::ms(worst),
+            g.stalls,
+            fmt::ms(g.worst_stall_ns),
             by.join(" ")
         )));
     }

@@ -95,8 +95,13 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
         })
         .sum();
     let route_width = area.width.saturating_sub(fixed) as usize;
-    let rows: Vec<TableRow> = state
-        .visible
+    // Only the rows on screen are laid out: the window may hold thousands. The same
+    // rows ratatui shows for the selection from offset 0 (the border and the header
+    // take a line each).
+    let height = (area.height as usize).saturating_sub(2).max(1);
+    let first = (state.selected + 1).saturating_sub(height);
+    let on_screen = &state.visible[first..state.visible.len().min(first + height)];
+    let rows: Vec<TableRow> = on_screen
         .iter()
         .map(|&i| {
             let columns = Columns {
@@ -111,7 +116,7 @@ pub fn render_table(f: &mut Frame, state: &State, area: Rect) {
         .header(TableRow::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
         .block(block)
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
-    let mut ts = TableState::new().with_selected(Some(state.selected));
+    let mut ts = TableState::new().with_selected(Some(state.selected - first));
     f.render_stateful_widget(table, area, &mut ts);
 }
 
