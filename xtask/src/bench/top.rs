@@ -1,0 +1,181 @@
+//! What `tokenscope top` costs while it draws a live load (issue 17's `top` row): top
+//! runs in a tmux pane (it needs a terminal) tracing the given ports, the lab's bench
+//! runs the load, and top's CPU (utime + stime from /proc/PID/stat, % of one core) and
+//! RSS (VmRSS at the end, VmHWM) are read over the bench's run.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// top's cost over one load.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TopCost {
+    /// Output tokens/s the bench was served meanwhile.
+    pub(super) tokens_per_s: f64,
+    /// top's CPU time over the load, in clock ticks, and the load's wall time.
+    pub(super) cpu_ticks: u64,
+    pub(super) seconds: f64,
+    /// % of one core.
+    pub(super) cpu_pct: f64,
+    /// VmRSS at the end and VmHWM, KiB.
+    pub(super) rss_kib: u64,
+    pub(super) peak_kib: u64,
+}
+
+/// Starts `tokenscope top` live on `ports` (GPU probes as top defaults them, NVML off),
+/// runs `tokenscope-lab bench --url URL --duration LOAD BENCH_ARGS`, and returns top's
+/// cost over the bench's run. Needs root (eBPF) and tmux.
+pub(super) fn measure(
+    bin: &Path,
+    url: &str,
+    ports: &[u16],
+    bench_args: &[&str],
+    load: Duration,
+) -> Result<TopCost> {
+    let session = Session::start(bin, ports)?;
+    let top = session.top_pid()?;
+    let ticks_before = cpu_ticks(top)?;
+    let started = Instant::now();
+    let out = Command::new(super::lab(bin))
+        .args(["bench", "--url", url, "--no-progress", "--duration"])
+        .arg(format!("{}s", load.as_secs()))
+        .args(bench_args)
+        .output()
+        .context("run the lab bench")?;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_ticks(top)? - ticks_before;
+    let (rss_kib, peak_kib) = rss_kib(top)?;
+    drop(session);
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(TopCost {
+        tokens_per_s: tokens_per_s(&text)?,
+        cpu_ticks: cpu,
+        seconds,
+        cpu_pct: cpu as f64 / clock_ticks() / seconds * 100.0,
+        rss_kib,
+        peak_kib,
+    })
+}
+
+/// A tmux session running top; killed (top with it) when dropped.
+struct Session(String);
+
+impl Session {
+    fn start(bin: &Path, ports: &[u16]) -> Result<Session> {
+        let name = format!("tokenscope-bench-top-{}", std::process::id());
+        let mut top = format!("exec {} top --nvml off", bin.display());
+        for p in ports {
+            top.push_str(&format!(" --port {p}"));
+        }
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "120",
+                "-y",
+                "40",
+                &top,
+            ])
+            .status()
+            .context("start tmux (is it installed?)")?;
+        if !status.success() {
+            bail!("tmux new-session failed");
+        }
+        let session = Session(name);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let screen = session.screen()?;
+            if screen.contains("tokenscope top") && screen.contains("live") {
+                return Ok(session);
+            }
+            if Instant::now() > deadline {
+                bail!("top did not start tracing within 90 s (needs root):\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn screen(&self) -> Result<String> {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .context("tmux capture-pane")?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The pane's process: top itself (the pane's shell exec'd it).
+    fn top_pid(&self) -> Result<u32> {
+        let out = Command::new("tmux")
+            .args(["display", "-p", "-t", &self.0, "#{pane_pid}"])
+            .output()
+            .context("tmux display")?;
+        let pid: u32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .context("the pane's pid")?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if !comm.starts_with("tokenscope") {
+            bail!("the pane runs {comm:?}, not tokenscope top");
+        }
+        Ok(pid)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["send-keys", "-t", &self.0, "q"])
+            .status();
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+/// utime + stime, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start at ")".
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+}
+
+/// (VmRSS, VmHWM) in KiB.
+fn rss_kib(pid: u32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("VmRSS:"), field("VmHWM:")))
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+}
+
+/// "requests: N ok, 0 failed in T s (R req/s, X output tokens/s), W workers"
+fn tokens_per_s(bench_stdout: &str) -> Result<f64> {
+    bench_stdout
+        .lines()
+        .filter(|l| l.contains(" output tokens/s"))
+        .find_map(|l| {
+            let before = l.split(" output tokens/s").next()?;
+            before.rsplit(", ").next()?.trim().parse().ok()
+        })
+        .with_context(|| format!("no tokens/s in the bench's output: {bench_stdout}"))
+}
