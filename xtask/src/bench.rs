@@ -18,6 +18,7 @@ mod agent;
 mod child;
 mod scaling;
 mod table;
+mod top;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -10,7 +10,7 @@
 //!   its peak RSS (VmHWM), and the last round's recording: bytes per token.
 //! - On that recording: `report --json` (events/s, peak RSS, bytes of JSON per request)
 //!   and `export` (events/s, bytes of trace per token event, peak RSS).
-//! - `tokenscope top` live on the same load: CPU and RSS.
+//! - `tokenscope top` live on the same load (in a tmux pane, see `top`): CPU and RSS.
 //! - Scaling: 64, 256 and 1,000 streams with `record` attached: CPU per 1k tokens/s and
 //!   drops (default settings). Replay of a recording replicated 1x/10x/100x (`scaling`).
 //!
@@ -266,6 +266,30 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
         Some(dropped == 0),
     ));
     files(bin, &recording, &mut rows)?;
+    println!("table: `tokenscope top` live on the same load...");
+    let streams = STREAMS.to_string();
+    let mut args = vec!["--concurrency", &streams];
+    args.extend_from_slice(LOAD);
+    let top = super::top::measure(
+        bin,
+        &lab.url,
+        &lab.ports,
+        &args,
+        Duration::from_secs(LOAD_SECONDS),
+    )?;
+    let per_1k = top.cpu_pct / (top.tokens_per_s / 1000.0);
+    rows.push(Row::new(
+        "`top` live",
+        format!(
+            "{:.1}% of a core at {:.0} tok/s ({per_1k:.2}% per 1k tok/s), {:.0} MiB RSS at the end, {:.0} MiB peak",
+            top.cpu_pct,
+            top.tokens_per_s,
+            top.rss_kib as f64 / 1024.0,
+            top.peak_kib as f64 / 1024.0
+        ),
+        "<= 3% of a core, <= 64 MB",
+        Some(top.cpu_pct <= 3.0 && top.peak_kib * 1024 <= 64_000_000),
+    ));
     drop(lab);
 
     let lab = Lab::start(bin)?;

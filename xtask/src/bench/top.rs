@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::child::{cpu_seconds, rss_kib};
+
 /// top's cost over one load.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct TopCost {
     /// Output tokens/s the bench was served meanwhile.
     pub(super) tokens_per_s: f64,
-    /// top's CPU time over the load, in clock ticks, and the load's wall time.
-    pub(super) cpu_ticks: u64,
-    pub(super) seconds: f64,
     /// % of one core.
     pub(super) cpu_pct: f64,
     /// VmRSS at the end and VmHWM, KiB.
@@ -36,27 +35,21 @@ pub(super) fn measure(
 ) -> Result<TopCost> {
     let session = Session::start(bin, ports)?;
     let top = session.top_pid()?;
-    let ticks_before = cpu_ticks(top)?;
+    let before = cpu_seconds(top)?;
     let started = Instant::now();
-    let out = Command::new(super::lab(bin))
-        .args(["bench", "--url", url, "--no-progress", "--duration"])
-        .arg(format!("{}s", load.as_secs()))
-        .args(bench_args)
-        .output()
-        .context("run the lab bench")?;
+    let served = super::child::load(&super::lab(bin), url, load, bench_args)?;
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = cpu_ticks(top)? - ticks_before;
+    let cpu = cpu_seconds(top)? - before;
     let (rss_kib, peak_kib) = rss_kib(top)?;
     drop(session);
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!("bench failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    anyhow::ensure!(
+        served.failed == 0,
+        "{} of the load's requests failed with top attached",
+        served.failed
+    );
     Ok(TopCost {
-        tokens_per_s: tokens_per_s(&text)?,
-        cpu_ticks: cpu,
-        seconds,
-        cpu_pct: cpu as f64 / clock_ticks() / seconds * 100.0,
+        tokens_per_s: served.tokens_per_s,
+        cpu_pct: cpu / seconds * 100.0,
         rss_kib,
         peak_kib,
     })
@@ -139,43 +132,4 @@ impl Drop for Session {
             .args(["kill-session", "-t", &self.0])
             .status();
     }
-}
-
-/// utime + stime, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) start at ")".
-    let rest = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
-}
-
-/// (VmRSS, VmHWM) in KiB.
-fn rss_kib(pid: u32) -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((field("VmRSS:"), field("VmHWM:")))
-}
-
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
-}
-
-/// "requests: N ok, 0 failed in T s (R req/s, X output tokens/s), W workers"
-fn tokens_per_s(bench_stdout: &str) -> Result<f64> {
-    bench_stdout
-        .lines()
-        .filter(|l| l.contains(" output tokens/s"))
-        .find_map(|l| {
-            let before = l.split(" output tokens/s").next()?;
-            before.rsplit(", ").next()?.trim().parse().ok()
-        })
-        .with_context(|| format!("no tokens/s in the bench's output: {bench_stdout}"))
 }
