@@ -444,19 +444,25 @@ fn findings_between_makings_follow_their_requests_as_the_window_slides() {
             .collect()
     };
     let before = &top.state;
-    let cited: Vec<Vec<RowKey>> = before
-        .shown
-        .diagnoses
-        .iter()
-        .map(|d| keys(before, &d.evidence.request_ids))
-        .collect();
-    let stalled: Vec<RowKey> = before
-        .shown
-        .rows
-        .iter()
-        .filter(|r| r.stalled)
-        .map(|r| r.key.clone())
-        .collect();
+    let stalled_keys = |state: &State| -> Vec<RowKey> {
+        state
+            .shown
+            .rows
+            .iter()
+            .filter(|r| r.stalled)
+            .map(|r| r.key.clone())
+            .collect()
+    };
+    let cited_keys = |state: &State| -> Vec<Vec<RowKey>> {
+        state
+            .shown
+            .diagnoses
+            .iter()
+            .map(|d| keys(state, &d.evidence.request_ids))
+            .collect()
+    };
+    let cited = cited_keys(before);
+    let stalled = stalled_keys(before);
     assert!(!stalled.is_empty(), "the fixture has stalled requests");
     let (rows, end) = (before.shown.rows.len(), before.shown.clock_ns);
     // The oldest requests leave the window; the findings are not made again.
@@ -468,12 +474,7 @@ fn findings_between_makings_follow_their_requests_as_the_window_slides() {
         after.shown.rows.len() < rows,
         "older requests left the window"
     );
-    let now: Vec<Vec<RowKey>> = after
-        .shown
-        .diagnoses
-        .iter()
-        .map(|d| keys(after, &d.evidence.request_ids))
-        .collect();
+    let now = cited_keys(after);
     let still = |k: &RowKey| after.shown.rows.iter().any(|r| &r.key == k);
     let kept: Vec<Vec<RowKey>> = cited
         .iter()
@@ -483,13 +484,7 @@ fn findings_between_makings_follow_their_requests_as_the_window_slides() {
         now, kept,
         "each diagnosis cites the same requests, renumbered, less those gone"
     );
-    let stalled_now: Vec<RowKey> = after
-        .shown
-        .rows
-        .iter()
-        .filter(|r| r.stalled)
-        .map(|r| r.key.clone())
-        .collect();
+    let stalled_now = stalled_keys(after);
     let stalled_kept: Vec<RowKey> = stalled.into_iter().filter(|k| still(k)).collect();
     assert_eq!(
         stalled_now, stalled_kept,
