@@ -4,8 +4,10 @@
 //! A decode gap that spans a step with prefill work is blamed on the requests
 //! whose prefill was running then.
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 
 use serde::Serialize;
 
@@ -321,6 +323,7 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
         steps,
         started: &started,
         ended_in: &ended_in,
+        waiting: Default::default(),
     };
     for (i, w) in windows.iter().enumerate() {
         if let Some(w) = w {
@@ -337,7 +340,13 @@ struct Joined<'a> {
     steps: &'a [GpuStep],
     started: &'a [Option<usize>],
     ended_in: &'a [Option<usize>],
+    /// `waiting` per (engine, step start, step end), what it depends on: a prefill step
+    /// falls in the gaps of every request decoding beside it, each of which asked.
+    waiting: RefCell<HashMap<StepKey, Rc<[usize]>>>,
 }
+
+/// A step as `Joined::waiting` sees it: engine pid, start, end.
+type StepKey = (u32, u64, u64);
 
 impl Joined<'_> {
     /// Request `i`'s queue, prefill and decode steps, and the gaps other prompts stalled.
@@ -402,11 +411,10 @@ impl Joined<'_> {
             let Some(longest) = within.iter().max_by_key(|s| s.end_ns - s.start_ns) else {
                 continue;
             };
-            let mut culprits: Vec<usize> = within
-                .iter()
-                .flat_map(|s| self.waiting(w.pid, s))
-                .filter(|&j| j != i)
-                .collect();
+            let mut culprits: Vec<usize> = Vec::new();
+            for s in &within {
+                culprits.extend(self.waiting(w.pid, s).iter().filter(|&&j| j != i));
+            }
             culprits.sort_unstable();
             culprits.dedup();
             if !culprits.is_empty() {
@@ -424,8 +432,13 @@ impl Joined<'_> {
 
     /// Requests of engine `pid` that had arrived by step `s` and got their first token
     /// after it.
-    fn waiting(&self, pid: u32, s: &GpuStep) -> Vec<usize> {
-        self.windows
+    fn waiting(&self, pid: u32, s: &GpuStep) -> Rc<[usize]> {
+        let key = (pid, s.start_ns, s.end_ns);
+        if let Some(known) = self.waiting.borrow().get(&key) {
+            return known.clone();
+        }
+        let found: Rc<[usize]> = self
+            .windows
             .iter()
             .enumerate()
             .filter_map(|(i, w)| {
@@ -433,7 +446,9 @@ impl Joined<'_> {
                     .filter(|w| w.pid == pid && w.arrived <= s.start_ns && w.first >= s.end_ns)
                     .map(|_| i)
             })
-            .collect()
+            .collect();
+        self.waiting.borrow_mut().insert(key, found.clone());
+        found
     }
 }
 
