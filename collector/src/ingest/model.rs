@@ -5,7 +5,7 @@
 //!
 //! No payload bytes live here: socket payload prefixes are reduced at decode
 //! time to a [`Sniff`] (HTTP start line and allow-listed headers, TLS record
-//! headers, or a fingerprint), so request bodies, completions, Authorization
+//! headers, SSE events and hashes of bodies), so request bodies, completions, Authorization
 //! and Cookie values never leave the process.
 
 /// One kernel event, decoded and redacted.
@@ -263,7 +263,9 @@ pub struct SockIo {
 /// in one direction (see protocol::stream), with nothing private kept.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Sniff {
-    /// 64-bit FNV-1a of the captured prefix: matches a chunk across hops without keeping it.
+    /// 64-bit FNV-1a of the captured prefix, in recordings written before be611d6; 0 since
+    /// (no reader joins by it: SSE events, bodies and prefixes carry their own prints, and
+    /// hashing every captured byte was 8% of the recorder's CPU).
     #[prost(fixed64, tag = "1")]
     pub fingerprint: u64,
     /// An HTTP head that completed in this I/O, or the TLS record headers in it.
