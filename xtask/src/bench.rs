@@ -527,7 +527,7 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
     let _ = engine.wait();
-    let report = scaling::timed_report(bin, out);
+    let report = scaling::timed_report(bin, out, Stdio::null());
     let _ = std::fs::remove_file(out);
     let (took, max_rss_kib) = report?;
     println!(
@@ -641,6 +641,10 @@ impl Recorder {
         Ok(Recorder(child, err))
     }
 
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// SIGINT; returns the rest of its stderr once it has exited.
     pub(crate) fn stop_output(mut self) -> Result<String> {
         // SAFETY: kill(2) on our own child.
@@ -654,18 +658,7 @@ impl Recorder {
     /// SIGINT, then parse "submitted S, delivered D, dropped X" from its last line.
     fn stop(self) -> Result<Summary> {
         let rest = self.stop_output()?;
-        let num = |key: &str| -> u64 {
-            rest.split(key)
-                .nth(1)
-                .and_then(|s| {
-                    s.trim_start()
-                        .split(|c: char| !c.is_ascii_digit())
-                        .next()?
-                        .parse()
-                        .ok()
-                })
-                .unwrap_or(0)
-        };
+        let num = |key: &str| child::number_after(&rest, key).unwrap_or(0);
         Ok(Summary {
             delivered: num("delivered"),
             dropped: num("dropped"),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::child::{cpu_seconds, rss_kib, Chain, Guard};
+use super::child::{cpu_seconds, number_before, rss_kib, Chain, Guard};
 
 const LOAD_SECONDS: u64 = 30;
 
@@ -89,7 +89,7 @@ pub(super) fn run(bin: &Path) -> Result<()> {
             let with = bench(&lab, &url, load)?.tokens_per_s;
             let cpu = (cpu_seconds(child.pid())? - cpu_before) / started.elapsed().as_secs_f64();
             let (rss, peak) = rss_kib(child.pid())?;
-            child.finish();
+            drop(child);
             let size = match tool {
                 Tool::Record(path) => {
                     let s = recording_size(bin, path);
@@ -116,7 +116,7 @@ pub(super) fn run(bin: &Path) -> Result<()> {
 }
 
 /// What stays attached while the load runs.
-pub(super) enum Tool<'a> {
+enum Tool<'a> {
     Agent,
     /// `record -o` this file (SIGTERM seals it).
     Record(&'a Path),
@@ -143,35 +143,34 @@ fn recording_size(bin: &Path, path: &Path) -> Result<String> {
     ))
 }
 
-/// What `tokenscope report FILE` counts in its first line.
 pub(super) struct ReportCounts {
     pub(super) requests: f64,
     pub(super) tokens: f64,
     pub(super) events: f64,
 }
 
+/// What `tokenscope report FILE` counts in its first line (the text report: xtask parses
+/// no JSON).
 pub(super) fn report_counts(bin: &Path, path: &Path) -> Result<ReportCounts> {
     let out = Command::new(bin)
         .arg("report")
         .arg(path)
         .output()
         .context("tokenscope report")?;
+    if !out.status.success() {
+        bail!(
+            "tokenscope report {} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
     // "tokenscope report: N requests (...), T tokens; E events, ..."
     let text = String::from_utf8_lossy(&out.stdout);
     let first = text.lines().next().unwrap_or_default();
-    let number_before = |what: &str| -> Option<f64> {
-        first
-            .split(what)
-            .next()?
-            .rsplit([' ', ',', ';', ':'])
-            .find(|w| !w.is_empty())?
-            .parse()
-            .ok()
-    };
     match (
-        number_before(" requests"),
-        number_before(" tokens;"),
-        number_before(" events,"),
+        number_before(first, " requests"),
+        number_before(first, " tokens;"),
+        number_before(first, " events,"),
     ) {
         (Some(requests), Some(tokens), Some(events)) => Ok(ReportCounts {
             requests,
@@ -182,15 +181,12 @@ pub(super) fn report_counts(bin: &Path, path: &Path) -> Result<ReportCounts> {
     }
 }
 
-/// `tokenscope agent` or `record` attached to the lab's ports; what it writes to stderr
-/// is kept (the record's final counters).
-pub(super) struct AgentChild {
-    guard: Guard,
-    drain: std::thread::JoinHandle<String>,
-}
+/// `tokenscope agent` or `record` attached to the lab's ports, stopped when dropped
+/// (SIGTERM seals a recording).
+struct AgentChild(Guard);
 
 impl AgentChild {
-    pub(super) fn start(bin: &Path, tool: &Tool, engine: u16, proxy: u16) -> Result<AgentChild> {
+    fn start(bin: &Path, tool: &Tool, engine: u16, proxy: u16) -> Result<AgentChild> {
         let mut command = Command::new(bin);
         let marker = match tool {
             Tool::Agent => {
@@ -222,22 +218,12 @@ impl AgentChild {
             }
         }
         // Keep draining its stderr so it never blocks on a full pipe.
-        let drain = std::thread::spawn(move || {
-            lines
-                .map_while(|l| l.ok())
-                .fold(String::new(), |all, l| all + &l + "\n")
-        });
-        Ok(AgentChild { guard, drain })
+        std::thread::spawn(move || lines.for_each(drop));
+        Ok(AgentChild(guard))
     }
 
-    pub(super) fn pid(&self) -> u32 {
-        self.guard.0.id()
-    }
-
-    /// Stops it (SIGTERM seals a recording); what it wrote to stderr after attaching.
-    pub(super) fn finish(self) -> String {
-        drop(self.guard);
-        self.drain.join().unwrap_or_default()
+    fn pid(&self) -> u32 {
+        self.0 .0.id()
     }
 }
 

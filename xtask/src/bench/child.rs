@@ -149,3 +149,24 @@ pub(super) fn load(lab: &Path, url: &str, duration: Duration, args: &[&str]) -> 
         })
         .with_context(|| format!("no tokens/s in the bench's output: {text}"))
 }
+
+/// The number just before `what` in `text` ("..., 12 tokens;" -> 12 for " tokens;").
+pub(super) fn number_before(text: &str, what: &str) -> Option<f64> {
+    text.split(what)
+        .next()?
+        .rsplit([' ', ',', ';', ':', '('])
+        .find(|w| !w.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// The number just after the first `key` in `text` ("dropped 3, ..." -> 3 for "dropped").
+pub(super) fn number_after(text: &str, key: &str) -> Option<u64> {
+    text.split(key)
+        .nth(1)?
+        .trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}

@@ -90,7 +90,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
         let replica = dir.join(format!("x{factor}.tsrec"));
         let events = replicate(bin, &original, factor, &replica)?;
         let mut runs = (0..ROUNDS)
-            .map(|_| timed_report(bin, &replica))
+            .map(|_| timed_report(bin, &replica, Stdio::null()))
             .collect::<Result<Vec<_>>>()?;
         runs.sort();
         let wall = runs[ROUNDS / 2].0;
@@ -107,6 +107,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
                         trace.as_os_str(),
                     ],
                     Stdio::null(),
+                    Stdio::null(),
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -114,7 +115,8 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
         exports.sort();
         let export_wall = exports[ROUNDS / 2].0;
         let export_rss_kib = exports.iter().map(|r| r.1).max().unwrap_or(0);
-        let requests = request_count(bin, &replica)?;
+        // A second, untimed run: the text report's first line (xtask parses no JSON).
+        let requests = super::agent::report_counts(bin, &replica)?.requests as u64;
         let _ = std::fs::remove_file(&replica);
         match rows.first() {
             None => ensure!(requests > 0, "{FIXTURE} reported no requests: nothing to scale"),
@@ -184,27 +186,29 @@ fn replicate(bin: &Path, input: &Path, factor: u32, output: &Path) -> Result<u64
         .with_context(|| format!("no event count in {:?}", said.trim()))
 }
 
-/// Wall time and peak RSS (KiB) of `tokenscope report --json FILE > /dev/null`.
-pub(super) fn timed_report(bin: &Path, recording: &Path) -> Result<(Duration, i64)> {
+/// Wall time and peak RSS (KiB) of `tokenscope report --json FILE > stdout`.
+pub(super) fn timed_report(bin: &Path, recording: &Path, stdout: Stdio) -> Result<(Duration, i64)> {
     timed(
         bin,
         &["report".as_ref(), recording.as_os_str(), "--json".as_ref()],
+        stdout,
         Stdio::inherit(),
     )
 }
 
-/// Wall time and peak RSS (KiB) of `tokenscope ARGS > /dev/null` (`stderr`: where its
-/// summary line goes). wait4, not getrusage(RUSAGE_CHILDREN): that is the largest child
-/// so far, not this one.
+/// Wall time and peak RSS (KiB) of `tokenscope ARGS` (`stdout`, `stderr`: where its
+/// output and its summary line go). wait4, not getrusage(RUSAGE_CHILDREN): that is the
+/// largest child so far, not this one.
 pub(super) fn timed(
     bin: &Path,
     args: &[&std::ffi::OsStr],
+    stdout: Stdio,
     stderr: Stdio,
 ) -> Result<(Duration, i64)> {
     let start = Instant::now();
     let child = Command::new(bin)
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(stderr)
         .spawn()
         .context("start tokenscope")?;
@@ -226,32 +230,4 @@ pub(super) fn timed(
             .join(" ")
     );
     Ok((wall, usage.ru_maxrss))
-}
-
-/// Requests in the report, from the first line of the text report ("tokenscope
-/// report: N requests (...)"), in a second, untimed run: xtask parses no JSON.
-fn request_count(bin: &Path, recording: &Path) -> Result<u64> {
-    let out = Command::new(bin)
-        .arg("report")
-        .arg(recording)
-        .stderr(Stdio::inherit())
-        .output()
-        .context("start tokenscope report")?;
-    ensure!(
-        out.status.success(),
-        "tokenscope report {} failed with {}",
-        recording.display(),
-        out.status
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .next()
-        .and_then(|l| l.strip_prefix("tokenscope report: "))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .with_context(|| {
-            format!(
-                "no request count in the report's first line: {:?}",
-                text.lines().next()
-            )
-        })
 }

@@ -7,7 +7,8 @@
 //!   alternate without/with (the order flips each round, so drift cancels); ratio of the
 //!   sums.
 //! - `record`'s CPU (utime + stime from /proc over its rounds) per 1k tokens/s served,
-//!   its peak RSS (VmHWM), and the last round's recording: bytes per token.
+//!   its RSS while recording (VmRSS) and its peak (VmHWM, at probe load), drops, and the
+//!   last round's recording: bytes per token.
 //! - On that recording: `report --json` (events/s, peak RSS, bytes of JSON per request)
 //!   and `export` (events/s, bytes of trace per token event, peak RSS).
 //! - `tokenscope top` live on the same load (in a tmux pane, see `top`): CPU and RSS.
@@ -23,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::agent::{report_counts, AgentChild, Tool};
-use super::child::{cpu_seconds, load, rss_kib, Chain, Served};
+use super::agent::report_counts;
+use super::child::{cpu_seconds, load, number_before, rss_kib, Chain, Served};
+use super::Recorder;
 
 const LOAD_SECONDS: u64 = 20;
 const ROUNDS: usize = 3;
@@ -116,13 +118,11 @@ impl Lab {
     /// What `streams` closed-loop streams served over LOAD_SECONDS.
     fn serve(&self, streams: u32) -> Result<Served> {
         let streams = streams.to_string();
-        let mut args = vec!["--concurrency", &streams];
-        args.extend_from_slice(LOAD);
         load(
             &self.lab,
             &self.url,
             Duration::from_secs(LOAD_SECONDS),
-            &args,
+            &load_args(&streams),
         )
     }
 
@@ -136,6 +136,13 @@ impl Lab {
         );
         Ok(served.tokens_per_s)
     }
+}
+
+/// The lab bench's arguments past --url and --duration: `streams` workers, the LOAD.
+fn load_args(streams: &str) -> Vec<&str> {
+    let mut args = vec!["--concurrency", streams];
+    args.extend_from_slice(LOAD);
+    args
 }
 
 /// A load run with `record` attached.
@@ -152,27 +159,27 @@ struct Recorded {
 }
 
 fn recorded(bin: &Path, lab: &Lab, streams: u32, out: &Path) -> Result<Recorded> {
-    let child = AgentChild::start(bin, &Tool::Record(out), lab.ports[0], lab.ports[1])?;
+    let ports = lab.ports.map(|p| p.to_string());
+    let child = Recorder::spawn(
+        bin,
+        &[
+            "--nvml".as_ref(),
+            "off".as_ref(),
+            "--port".as_ref(),
+            ports[0].as_ref(),
+            "--port".as_ref(),
+            ports[1].as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+    )?;
     let before = cpu_seconds(child.pid())?;
     let started = Instant::now();
     let served = lab.serve(streams)?;
     let wall = started.elapsed();
     let cpu = cpu_seconds(child.pid())? - before;
     let (rss, peak) = rss_kib(child.pid())?;
-    let said = child.finish();
-    // "tokenscope: wrote FILE: N events (submitted S, delivered D, dropped X, ...)"
-    let counter = |key: &str| -> Option<u64> {
-        said.rsplit(key)
-            .next()?
-            .trim_start()
-            .split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    };
-    let (Some(delivered), Some(dropped)) = (counter("delivered "), counter("dropped ")) else {
-        anyhow::bail!("no final counters from tokenscope record: {}", said.trim());
-    };
+    let summary = child.stop()?;
     Ok(Recorded {
         tokens_per_s: served.tokens_per_s,
         failed: served.failed,
@@ -180,8 +187,8 @@ fn recorded(bin: &Path, lab: &Lab, streams: u32, out: &Path) -> Result<Recorded>
         wall,
         rss_kib: rss,
         peak_rss_kib: peak,
-        dropped,
-        delivered,
+        dropped: summary.dropped,
+        delivered: summary.delivered,
     })
 }
 
@@ -279,14 +286,11 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     ));
     files(bin, &recording, &mut rows)?;
     println!("table: `tokenscope top` live on the same load...");
-    let streams = STREAMS.to_string();
-    let mut args = vec!["--concurrency", &streams];
-    args.extend_from_slice(LOAD);
     let top = super::top::measure(
         bin,
         &lab.url,
         &lab.ports,
-        &args,
+        &load_args(&STREAMS.to_string()),
         Duration::from_secs(LOAD_SECONDS),
     )?;
     let per_1k = top.cpu_pct / (top.tokens_per_s / 1000.0);
@@ -354,7 +358,12 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<()> {
         "<= 48 B per token",
         Some(per_token <= 48.0),
     ));
-    let (took, rss) = median_of_three(|| super::scaling::timed_report(bin, recording))?;
+    // Each timed run writes its output here: the JSON's size and the export's summary
+    // line are read from the last one, not from another run.
+    let output = recording.with_extension("out");
+    let to_output = || -> Result<Stdio> { Ok(std::fs::File::create(&output)?.into()) };
+    let (took, rss) =
+        median_of_three(|| super::scaling::timed_report(bin, recording, to_output()?))?;
     let rate = counts.events / took.as_secs_f64();
     rows.push(Row::new(
         "`report` replay",
@@ -368,15 +377,7 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<()> {
         ">= 3 M events/s on one core",
         Some(rate >= 3e6),
     ));
-    let json = Command::new(bin)
-        .arg("report")
-        .arg(recording)
-        .arg("--json")
-        .stderr(Stdio::null())
-        .output()
-        .context("tokenscope report --json")?;
-    anyhow::ensure!(json.status.success(), "tokenscope report --json failed");
-    let per_request = json.stdout.len() as f64 / counts.requests;
+    let per_request = std::fs::metadata(&output)?.len() as f64 / counts.requests;
     rows.push(Row::new(
         "`report --json`",
         format!(
@@ -397,30 +398,17 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<()> {
                 trace.as_os_str(),
             ],
             Stdio::null(),
+            to_output()?,
         )
     })?;
-    let said = Command::new(bin)
-        .arg("export")
-        .arg(recording)
-        .arg("-o")
-        .arg(&trace)
-        .output()
-        .context("tokenscope export")?;
-    let said = String::from_utf8_lossy(&said.stderr);
     let _ = std::fs::remove_file(&trace);
+    let said = std::fs::read_to_string(&output)?;
+    let _ = std::fs::remove_file(&output);
     // "FILE: N requests, T token events (B B each), ...; P packets, B bytes, ..."
-    let number_before = |what: &str| -> Option<f64> {
-        said.split(what)
-            .next()?
-            .rsplit([' ', ',', ';', '('])
-            .find(|w| !w.is_empty())?
-            .parse()
-            .ok()
-    };
     let (Some(tokens), Some(instant), Some(trace_bytes)) = (
-        number_before(" token events"),
-        number_before(" B each)"),
-        number_before(" bytes,"),
+        number_before(&said, " token events"),
+        number_before(&said, " B each)"),
+        number_before(&said, " bytes,"),
     ) else {
         anyhow::bail!(
             "no token event or byte count from tokenscope export: {}",
