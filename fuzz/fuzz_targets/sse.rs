@@ -1,6 +1,7 @@
 //! Server-sent events and NDJSON splitting (`protocol::sse`), which hands each event
 //! to the API shape classifier. The events must not depend on where the stream was
-//! cut; bytes gone uncaptured drop the event in progress.
+//! cut (nor on whether whole events are read in place or byte by byte); bytes gone
+//! uncaptured drop the event in progress.
 #![no_main]
 
 use collector::ingest::model::SseEvent;
@@ -43,5 +44,13 @@ fuzz_target!(|data: &[u8]| {
             events,
             "the same events whatever the cuts"
         );
+        // One byte at a time never has a whole event in hand: the byte-wise path
+        // alone, against the in-place reading of whole events above.
+        let mut bytewise = splitter();
+        let one_by_one: Vec<SseEvent> = whole
+            .iter()
+            .flat_map(|b| bytewise.feed(std::slice::from_ref(b)))
+            .collect();
+        assert_eq!(one_by_one, events, "byte by byte as in pieces");
     }
 });

@@ -409,6 +409,38 @@ impl Lane {
     }
 }
 
+/// The first record format whose SSE event and token text prints are XXH3-64; those
+/// before hold FNV-1a (`protocol::print`).
+pub const XXH3_PRINTS_SINCE: u32 = 4;
+
+/// Refuses to join recordings whose prints were made by different hashes: a hop on one
+/// host would never match its other end on the next (same events, other numbers).
+fn same_prints(paths: &[PathBuf], headers: &[FileHeader]) -> Result<(), RecordError> {
+    let xxh3 = |h: &FileHeader| h.format_version >= XXH3_PRINTS_SINCE;
+    let Some(first) = headers.first() else {
+        return Ok(());
+    };
+    let Some(i) = headers.iter().position(|h| xxh3(h) != xxh3(first)) else {
+        return Ok(());
+    };
+    let (old, new) = if xxh3(first) { (i, 0) } else { (0, i) };
+    let err = std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "recorded by an older tokenscope (format {}, whose SSE prints are FNV-1a) and \
+             cannot be joined with {} (format {}, XXH3): the hops between hosts would not \
+             match; record every host with the same tokenscope, or replay each alone",
+            headers[old].format_version,
+            paths[new].display(),
+            headers[new].format_version
+        ),
+    );
+    Err(RecordError::Io {
+        path: paths[old].clone(),
+        err,
+    })
+}
+
 /// Recordings of several hosts as one source of events on the first one's clock, in
 /// time order across recordings (within each, as recorded).
 pub struct Joined {
@@ -431,6 +463,7 @@ impl Joined {
             headers.push(header);
             all_ends.push(e);
         }
+        same_prints(paths, &headers)?;
         let aligned = align(&headers, &all_ends);
         let mut lanes = Vec::new();
         let mut hosts = Vec::new();

@@ -106,7 +106,7 @@ fn chunk_step<'a>(
 ) -> Result<(usize, bool), FramingError> {
     match state {
         Chunk::Size(line) => {
-            let Some(nl) = rest.iter().position(|b| *b == b'\n') else {
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
                 line.extend_from_slice(rest);
                 return if line.len() > MAX_SIZE_LINE {
                     Err(FramingError)
@@ -114,8 +114,13 @@ fn chunk_step<'a>(
                     Ok((rest.len(), false))
                 };
             };
-            line.extend_from_slice(&rest[..nl]);
-            let size = parse_chunk_size(line)?;
+            // A size line within one piece (nearly all) is read in place.
+            let size = if line.is_empty() {
+                parse_chunk_size(&rest[..nl])?
+            } else {
+                line.extend_from_slice(&rest[..nl]);
+                parse_chunk_size(line)?
+            };
             *state = if size == 0 {
                 Chunk::Trailer(0)
             } else {

@@ -190,7 +190,7 @@ impl BodyContent {
                         break;
                     }
                     let events = past_gap(&mut self.gap, gz.get_ref());
-                    out.sse.extend(splitter.feed(events));
+                    splitter.feed_into(events, &mut out.sse);
                     gz.get_mut().clear();
                 }
                 if splitter.take_cut() {
@@ -202,8 +202,7 @@ impl BodyContent {
                 }
             }
             (Some(splitter), None) => {
-                out.sse
-                    .extend(splitter.feed(past_gap(&mut self.gap, content)));
+                splitter.feed_into(past_gap(&mut self.gap, content), &mut out.sse);
                 if splitter.take_cut() {
                     out.hit(Limit::SseEvent);
                 }

@@ -4,11 +4,10 @@
 //! [`crate::ingest::model::Sniff`] here and dropped: nothing after this point
 //! can leak it.
 
-use std::collections::HashMap;
-
 use super::limits::{Limit, MAX_TRACKED_STREAMS as MAX_STREAMS};
 use super::stream::StreamParser;
 use crate::ingest::decode::{decode_record, DecodeError};
+use crate::ingest::fast_hash::FastMap;
 use crate::ingest::model::{event::Body, Direction, Event, TcpState};
 
 type StreamKey = (u64, i32, bool);
@@ -17,8 +16,10 @@ type StreamKey = (u64, i32, bool);
 #[derive(Default)]
 pub struct Decoder {
     /// By socket, direction, and whether the bytes are TLS plaintext (the
-    /// application's view of a TLS connection is a stream of its own).
-    streams: HashMap<StreamKey, (StreamParser, u64)>,
+    /// application's view of a TLS connection is a stream of its own). Every I/O
+    /// looks its stream up: the parsers are boxed so that a probe of the table reads
+    /// small slots, not parsers.
+    streams: FastMap<StreamKey, (Box<StreamParser>, u64)>,
     tick: u64,
 }
 

@@ -90,12 +90,12 @@ impl Loose {
     }
 }
 
-/// A token's text hashed; 0 for none.
+/// A token's text hashed; 0 for none (and never for some).
 fn text_print(text: &str) -> u64 {
     if text.is_empty() {
         0
     } else {
-        super::fingerprint(text.as_bytes())
+        super::print(text.as_bytes()).max(1)
     }
 }
 

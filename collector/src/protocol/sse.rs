@@ -3,7 +3,7 @@
 //! here: a fingerprint of its data and its verdict by `shape` (a token, of which API,
 //! choice and kind; the end; anything else).
 
-use super::fingerprint;
+use super::print;
 use super::limits::MAX_SSE_EVENT as MAX_EVENT;
 use super::shape::{self, Verdict};
 use crate::ingest::model::{SseEvent, SseKind};
@@ -31,13 +31,29 @@ impl SseSplitter {
     /// Feeds body bytes; returns the events that ended inside them.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let mut done = Vec::new();
+        self.feed_into(bytes, &mut done);
+        done
+    }
+
+    /// [`SseSplitter::feed`] appending to `done`, whose room the caller keeps.
+    pub fn feed_into(&mut self, bytes: &[u8], done: &mut Vec<SseEvent>) {
         let mut rest = bytes;
         while let Some((&b, after)) = rest.split_first() {
+            // An event that begins and ends inside these bytes (nearly all do) is read
+            // where it lies.
+            if self.at_line_start && self.event.is_empty() && self.overflow == 0 {
+                if let Some((event, used)) = whole_event(rest, self.ndjson) {
+                    if self.ndjson {
+                        verdicts(event, done);
+                    } else {
+                        finish(event, &mut self.data, done);
+                    }
+                    rest = &rest[used..];
+                    continue;
+                }
+            }
             // A run of bytes inside a line is kept as it is (most of a body is).
-            let run = rest
-                .iter()
-                .position(|&c| c == b'\n' || c == b'\r')
-                .unwrap_or(rest.len());
+            let run = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
             if run > 0 {
                 let keep = run.min(MAX_EVENT.saturating_sub(self.event.len()));
                 self.event.extend_from_slice(&rest[..keep]);
@@ -57,9 +73,9 @@ impl SseSplitter {
                 self.cut |= self.overflow > 0;
                 if !self.event.is_empty() || self.overflow > 0 {
                     if self.ndjson {
-                        done.extend(verdicts(&self.event));
+                        verdicts(&self.event, done);
                     } else {
-                        done.extend(finish(&self.event, &mut self.data));
+                        finish(&self.event, &mut self.data, done);
                     }
                 }
                 self.event.clear();
@@ -74,7 +90,6 @@ impl SseSplitter {
             }
             self.at_line_start = true;
         }
-        done
     }
 
     /// Whether an event longer than MAX_EVENT ended since the last call
@@ -110,23 +125,45 @@ impl SseSplitter {
     }
 }
 
-/// An event's lines -> its data (the `data:` lines joined by LF) -> what it is. One
-/// `data:` line (what every streaming API sends) is read in place; several are joined
-/// in `joined`.
-fn finish(event: &[u8], joined: &mut Vec<u8>) -> Vec<SseEvent> {
+/// The event at the start of `bytes` when all of it is there, with the bytes it takes
+/// (its blank line, or its line end for NDJSON): not empty, no longer than MAX_EVENT,
+/// LF line ends only (anything else is left to the byte-wise path).
+fn whole_event(bytes: &[u8], ndjson: bool) -> Option<(&[u8], usize)> {
+    let (len, used) = if ndjson {
+        let end = memchr::memchr(b'\n', bytes)?;
+        (end, end + 1)
+    } else {
+        let end = memchr::memmem::find(bytes, b"\n\n")?;
+        (end, end + 2)
+    };
+    let event = &bytes[..len];
+    (len > 0 && len <= MAX_EVENT && memchr::memchr(b'\r', event).is_none())
+        .then_some((event, used))
+}
+
+/// An event's lines -> its data (the `data:` lines joined by LF) -> what it is, onto
+/// `done`. One `data:` line (what every streaming API sends) is read in place; several
+/// are joined in `joined`.
+fn finish(event: &[u8], joined: &mut Vec<u8>, done: &mut Vec<SseEvent>) {
+    if memchr::memchr(b'\n', event).is_none() {
+        if let Some(data) = event.strip_prefix(b"data:") {
+            return verdicts(data.strip_prefix(b" ").unwrap_or(data), done);
+        }
+    }
     let mut lines = event
         .split(|b| *b == b'\n')
         .filter_map(|line| line.strip_prefix(b"data:"))
         .map(|rest| rest.strip_prefix(b" ").unwrap_or(rest));
     let Some(first) = lines.next() else {
-        return vec![SseEvent {
-            fingerprint: fingerprint(&[]),
+        done.push(SseEvent {
+            fingerprint: print(&[]),
             kind: SseKind::Other as i32,
             ..Default::default()
-        }];
+        });
+        return;
     };
     let Some(second) = lines.next() else {
-        return verdicts(first);
+        return verdicts(first, done);
     };
     joined.clear();
     joined.extend_from_slice(first);
@@ -134,12 +171,12 @@ fn finish(event: &[u8], joined: &mut Vec<u8>) -> Vec<SseEvent> {
         joined.push(b'\n');
         joined.extend_from_slice(line);
     }
-    verdicts(joined)
+    verdicts(joined, done)
 }
 
-/// One event's data -> its verdicts, each carrying the data's fingerprint.
-fn verdicts(data: &[u8]) -> Vec<SseEvent> {
-    let print = fingerprint(data);
+/// One event's data -> its verdicts onto `done`, each carrying the data's print.
+fn verdicts(data: &[u8], done: &mut Vec<SseEvent>) {
+    let print = print(data);
     let event = |v: Verdict| SseEvent {
         fingerprint: print,
         kind: v.kind as i32,
@@ -149,13 +186,13 @@ fn verdicts(data: &[u8]) -> Vec<SseEvent> {
         text_print: v.text,
     };
     if let Some(v) = memo::get(print, data.len()) {
-        return vec![event(v)];
+        return done.push(event(v));
     }
     let found = shape::classify(data);
     if let [v] = found.as_slice() {
         memo::put(print, data.len(), *v);
     }
-    found.into_iter().map(event).collect()
+    done.extend(found.into_iter().map(event));
 }
 
 /// Recent single verdicts by their event's fingerprint and length. An event crosses
@@ -226,11 +263,11 @@ data: [DONE]\n\n";
     fn data_lines_join_with_a_line_feed_and_long_events_are_cut() {
         let ev = SseSplitter::new().feed(b"event: x\r\ndata: a\r\ndata:b\r\n\r\n");
         assert_eq!(ev.len(), 1, "one event");
-        assert_eq!(ev[0].fingerprint, fingerprint(b"a\nb"), "data lines joined");
+        assert_eq!(ev[0].fingerprint, print(b"a\nb"), "data lines joined");
         let ev = SseSplitter::new().feed(b"id: 1\n\n");
         assert_eq!(
             (kinds(&ev), ev[0].fingerprint),
-            (vec![SseKind::Other], fingerprint(b"")),
+            (vec![SseKind::Other], print(b"")),
             "an event without data"
         );
         let mut long = b"data: ".to_vec();
