@@ -135,11 +135,22 @@ fn recordings_whose_prints_differ_are_not_joined() {
     let old = header(XXH3_PRINTS_SINCE - 1);
     assert!(same_prints(&paths, &[new.clone(), new.clone(), new.clone()]).is_ok());
     assert!(same_prints(&paths, &[old.clone(), old.clone()]).is_ok());
-    for headers in [[new.clone(), new.clone(), old.clone()], [old.clone(), new.clone(), new]] {
-        let err = same_prints(&paths, &headers).expect_err("mixed prints").to_string();
-        let old_path = if headers[0].format_version < XXH3_PRINTS_SINCE { "a" } else { "c" };
+    for headers in [
+        [new.clone(), new.clone(), old.clone()],
+        [old.clone(), new.clone(), new],
+    ] {
+        let err = same_prints(&paths, &headers)
+            .expect_err("mixed prints")
+            .to_string();
+        let old_path = if headers[0].format_version < XXH3_PRINTS_SINCE {
+            "a"
+        } else {
+            "c"
+        };
         assert!(
-            err.starts_with(&format!("{old_path}.tsrec: recorded by an older tokenscope")),
+            err.starts_with(&format!(
+                "{old_path}.tsrec: recorded by an older tokenscope"
+            )),
             "names the older recording first: {err}"
         );
         assert!(err.contains("format 4, XXH3"), "{err}");

@@ -3,8 +3,8 @@
 //! here: a fingerprint of its data and its verdict by `shape` (a token, of which API,
 //! choice and kind; the end; anything else).
 
-use super::print;
 use super::limits::MAX_SSE_EVENT as MAX_EVENT;
+use super::print;
 use super::shape::{self, Verdict};
 use crate::ingest::model::{SseEvent, SseKind};
 
@@ -137,8 +137,7 @@ fn whole_event(bytes: &[u8], ndjson: bool) -> Option<(&[u8], usize)> {
         (end, end + 2)
     };
     let event = &bytes[..len];
-    (len > 0 && len <= MAX_EVENT && memchr::memchr(b'\r', event).is_none())
-        .then_some((event, used))
+    (len > 0 && len <= MAX_EVENT && memchr::memchr(b'\r', event).is_none()).then_some((event, used))
 }
 
 /// An event's lines -> its data (the `data:` lines joined by LF) -> what it is, onto
