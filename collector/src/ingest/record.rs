@@ -3,10 +3,11 @@
 //!
 //! Layout: an 8-byte magic, then a fixed 4 KiB header region holding a
 //! little-endian u32 length and a [`FileHeader`] (prost), then frames, each a
-//! varint length and an [`EventBatch`] (prost): in format 3 with timestamps as
-//! deltas and repeated comms left out, through one zstd stream per file flushed at
-//! each frame (see `frame`); zstd per frame in format 2, plain in format 1, both
-//! still read. The header is written first with
+//! varint length and an [`EventBatch`] (prost): in format 4 with timestamps as
+//! deltas, repeated comms left out and sockets seen before written as references to a
+//! per-file table, through one zstd stream per file flushed at each frame (see
+//! `frame`); format 3 without the table, zstd per frame in format 2, plain in format
+//! 1, all still read. The header is written first with
 //! `complete = false` and rewritten in place when the recording ends, with the
 //! final counters; a file cut off by a crash still reads up to its last whole
 //! frame and says it is incomplete.
@@ -23,9 +24,11 @@ mod batch;
 mod frame;
 
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
-/// 3: delta timestamps, elided comms, one zstd stream across frames. 2: each frame
-/// zstd on its own. 1: plain. All three are read.
-pub const FORMAT_VERSION: u32 = 3;
+/// 4: format 3, and sockets seen before left out or referred to in a per-file table;
+/// SSE prints are XXH3-64 (`ingest::hosts::XXH3_PRINTS_SINCE`). 3: delta timestamps,
+/// elided comms, one zstd stream across frames. 2: each frame zstd on its own. 1:
+/// plain. All four are read.
+pub const FORMAT_VERSION: u32 = 4;
 /// Magic + header region; frames start here.
 pub const HEADER_REGION: u64 = 4096;
 const MAX_FRAME: u64 = 64 << 20;
@@ -145,14 +148,14 @@ pub fn decode_batch(plain: &[u8]) -> Result<EventBatch, prost::DecodeError> {
 pub struct EventBatch {
     #[prost(message, repeated, tag = "1")]
     pub events: Vec<Event>,
-    /// Format 3: the events' timestamps, each a zigzag delta from the one before, as a
-    /// column of their own (packed varints compress better together than spread among
-    /// the events); the events' own `ts_ns` is then 0 and takes no bytes.
+    /// Formats 3 and 4: the events' timestamps, each a zigzag delta from the one before,
+    /// as a column of their own (packed varints compress better together than spread
+    /// among the events); the events' own `ts_ns` is then 0 and takes no bytes.
     #[prost(uint64, repeated, tag = "2")]
     pub ts_deltas: Vec<u64>,
-    /// Format 3: the sniffs' hashes (fingerprints, SSE prints, body and prefix prints,
-    /// in `frame::each_print`'s order), a column of their own: random bytes among the
-    /// events would break the matches zstd finds in what repeats.
+    /// Formats 3 and 4: the sniffs' hashes (fingerprints, SSE prints, body and prefix
+    /// prints, in `frame::each_print`'s order), a column of their own: random bytes
+    /// among the events would break the matches zstd finds in what repeats.
     #[prost(fixed64, repeated, tag = "3")]
     pub prints: Vec<u64>,
 }
@@ -209,14 +212,24 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 impl RecordWriter {
-    pub fn create(path: &Path, mut header: FileHeader) -> Result<Self, RecordError> {
+    pub fn create(path: &Path, header: FileHeader) -> Result<Self, RecordError> {
+        RecordWriter::create_format(path, header, FORMAT_VERSION)
+    }
+
+    /// A writer of `version` (3 or 4): older than the current one only for the tests
+    /// that check such files still read.
+    fn create_format(
+        path: &Path,
+        mut header: FileHeader,
+        version: u32,
+    ) -> Result<Self, RecordError> {
         let io_err = |source| RecordError::Io {
             path: path.to_path_buf(),
             err: source,
         };
         let file = create_private(path).map_err(io_err)?;
-        let encoder = frame::Encoder::new().map_err(io_err)?;
-        header.format_version = FORMAT_VERSION;
+        let encoder = frame::Encoder::for_format(version, frame::ZSTD_LEVEL).map_err(io_err)?;
+        header.format_version = version;
         header.complete = false;
         let mut w = RecordWriter {
             path: path.to_path_buf(),
@@ -360,7 +373,7 @@ pub struct RecordReader {
     /// Set when the file ended inside a frame of a recording that never completed.
     pub cut_off_at: Option<u64>,
     decoding: frame::Decoding,
-    /// A corrupt frame's offset: in format 3 the frames after it cannot be decoded.
+    /// A corrupt frame's offset: from format 3 on the frames after it cannot be decoded.
     failed_at: Option<u64>,
 }
 

@@ -3,7 +3,9 @@
 //! any event this reading does not take as it is (a field of an unexpected wire type,
 //! a comm that is not UTF-8, a field it does not know), goes to prost's own decoding of
 //! that event, so the result and every error are prost's. About half of a replay was
-//! prost walking these events through its generic merge loop.
+//! prost walking these events through its generic merge loop. Format 4's socket
+//! references are ordinary `Sock` messages here (`frame` resolves them after), so this
+//! reading is the same for every format.
 
 use prost::encoding::{DecodeContext, WireType};
 use prost::{DecodeError, Message};

@@ -1,5 +1,8 @@
 //! How a frame's events become bytes, per format.
 //!
+//! Format 4: format 3, and an event's socket seen before in the file left out or
+//! written as a reference to a per-file table (see `SockTable`).
+//!
 //! Format 3: the events' timestamps as zigzag deltas from the previous event of the
 //! frame and the sniffs' hashes, each in a column of their own (`EventBatch::ts_deltas`,
 //! `prints`), and a comm left out when the thread's previous event in the frame had the
@@ -21,10 +24,10 @@ use zstd::zstd_safe::DParameter;
 use super::{EventBatch, MAX_FRAME};
 use crate::ingest::fast_hash::FastMap;
 use crate::ingest::model::event::Body;
-use crate::ingest::model::{Event, Sniff, SockIo};
+use crate::ingest::model::{Event, Sniff, Sock, SockIo};
 
 /// zstd's level for frames: its default, cheap next to the events' own cost.
-const ZSTD_LEVEL: i32 = 3;
+pub(super) const ZSTD_LEVEL: i32 = 3;
 /// The stream's window (1 MiB): a second or more of events at a few thousand tokens
 /// per second, enough to reach the frames just before; it bounds the recorder's and
 /// each reader's memory, and readers refuse a stream that asks for more.
@@ -32,8 +35,10 @@ const WINDOW_LOG: u32 = 20;
 /// Marks a stored comm that is written out although it may look elided (an empty
 /// comm, or one that begins with this byte): the reader drops one.
 const COMM_ESCAPE: char = '\0';
+/// Format 4: the sockets a file's table holds at most (see `SockTable`).
+pub(super) const SOCK_SLOTS: u32 = 4096;
 
-/// Format 3's writing side: one per file.
+/// The writing side of formats 3 and 4: one per file.
 pub(super) struct Encoder {
     zstd: zstd::stream::write::Encoder<'static, Vec<u8>>,
     plain: Vec<u8>,
@@ -42,14 +47,13 @@ pub(super) struct Encoder {
     elide: Vec<bool>,
     ts_deltas: Vec<u64>,
     prints: Vec<u64>,
+    /// Format 4's table (None: format 3).
+    socks: Option<SockTable>,
 }
 
 impl Encoder {
-    pub(super) fn new() -> io::Result<Encoder> {
-        Encoder::with_level(ZSTD_LEVEL)
-    }
-
-    pub(super) fn with_level(level: i32) -> io::Result<Encoder> {
+    /// `version` 3 or 4 (3 for tests that check older files still read).
+    pub(super) fn for_format(version: u32, level: i32) -> io::Result<Encoder> {
         let mut zstd = zstd::stream::write::Encoder::new(Vec::new(), level)?;
         zstd.window_log(WINDOW_LOG)?;
         Ok(Encoder {
@@ -59,6 +63,7 @@ impl Encoder {
             elide: Vec::new(),
             ts_deltas: Vec::new(),
             prints: Vec::new(),
+            socks: (version >= 4).then(SockTable::default),
         })
     }
 
@@ -117,7 +122,164 @@ impl Encoder {
             } else if e.comm.is_empty() || e.comm.starts_with(COMM_ESCAPE) {
                 e.comm.insert(0, COMM_ESCAPE);
             }
+            if let (Some(table), Some((sock, fd))) = (&mut self.socks, sock_of(e)) {
+                table.pack(sock, fd);
+            }
         }
+    }
+}
+
+/// Format 4: a file's sockets, so that an event's socket seen before is not written
+/// again (the 8-byte kernel address and the 4-tuple were 1.7 B of a socket I/O's
+/// 12 B after zstd). A socket is written one of three ways:
+/// - left out (`None`), on a socket I/O whose socket is the one its process's fd had
+///   last (nearly every I/O): the reader takes that one;
+/// - `Sock { skaddr: slot }` and nothing else, when the table holds it: a reference;
+/// - whole, with `SOCK_WHOLE` before its source address (first sight, or the kernel
+///   reused the address for a new connection); an I/O with no socket at all is
+///   `SOCK_NONE` alone.
+///
+/// So a written socket with no source address is always a reference, and every event,
+/// an empty or partial socket's included, reads back exactly. Both sides place each
+/// socket written whole the same way, so the reader's slots are the writer's without
+/// the slot being written: an address keeps its slot (a reused address's new socket
+/// replaces the old one), a new address takes the next slot of a ring of `SOCK_SLOTS`,
+/// evicting the address that held it. The fds' last slots are forgotten all at once
+/// when `FD_KEYS` of them are known. Memory stays bounded (a few hundred KiB each
+/// side) however many connections a file sees; what was evicted or forgotten is
+/// written whole or by slot once more.
+#[derive(Default)]
+pub(super) struct SockTable {
+    slots: Vec<Sock>,
+    slot_of: FastMap<u64, u32>,
+    /// The ring's next slot for a new address.
+    next: u32,
+    /// (pid, fd) -> the slot of its socket in its last I/O.
+    slot_of_fd: FastMap<FdKey, u32>,
+}
+
+/// A socket I/O's process and fd: what an I/O whose socket is left out is read by.
+type FdKey = (u32, i32);
+
+/// Format 4: the (pid, fd) pairs whose last socket `SockTable` keeps at most.
+pub(super) const FD_KEYS: usize = 4096;
+/// Format 4: leads the source address of a socket written whole (see `SockTable`).
+const SOCK_WHOLE: u8 = 0;
+/// Format 4: the whole source address of a socket that stands for an I/O's `None`.
+const SOCK_NONE: u8 = 1;
+
+impl SockTable {
+    /// Writing: `sock` left out, a reference or whole (see the type's note); `fd` is the
+    /// I/O's (pid, fd), None for the other kinds.
+    fn pack(&mut self, sock: &mut Option<Sock>, fd: Option<FdKey>) {
+        let Some(s) = sock else {
+            if fd.is_some() {
+                *sock = Some(Sock {
+                    saddr: vec![SOCK_NONE],
+                    ..Sock::default()
+                });
+            }
+            return;
+        };
+        let held = self.slot_of.get(&s.skaddr).copied();
+        let slot = match held {
+            Some(slot) if self.slots[slot as usize] == *s => {
+                let implied = fd.is_some_and(|k| self.slot_of_fd.get(&k) == Some(&slot));
+                *sock = (!implied).then(|| Sock {
+                    skaddr: u64::from(slot),
+                    ..Sock::default()
+                });
+                slot
+            }
+            _ => {
+                let slot = self.place(s.clone());
+                s.saddr.insert(0, SOCK_WHOLE);
+                slot
+            }
+        };
+        if let Some(k) = fd {
+            self.remember(k, slot);
+        }
+    }
+
+    /// Reading: undoes `pack`.
+    fn unpack(&mut self, sock: &mut Option<Sock>, fd: Option<FdKey>) -> Result<(), String> {
+        let slot = match sock {
+            None => {
+                let Some(k) = fd else { return Ok(()) };
+                let slot = *self
+                    .slot_of_fd
+                    .get(&k)
+                    .ok_or_else(|| format!("no socket before on fd {} of pid {}", k.1, k.0))?;
+                *sock = Some(self.slots[slot as usize].clone());
+                slot
+            }
+            Some(s) => match s.saddr.first() {
+                Some(&SOCK_WHOLE) => {
+                    s.saddr.remove(0);
+                    self.place(s.clone())
+                }
+                Some(&SOCK_NONE) if s.saddr.len() == 1 && fd.is_some() => {
+                    *sock = None;
+                    return Ok(());
+                }
+                Some(b) => return Err(format!("a socket written whole marked {b}")),
+                None if s.sport != 0 || !s.daddr.is_empty() || s.dport != 0 => {
+                    return Err("a socket reference with an address".into())
+                }
+                None => {
+                    let slot = s.skaddr;
+                    let held = usize::try_from(slot).ok().and_then(|i| self.slots.get(i));
+                    *s = held
+                        .ok_or_else(|| format!("a reference to socket slot {slot}, never filled"))?
+                        .clone();
+                    slot as u32
+                }
+            },
+        };
+        if let Some(k) = fd {
+            self.remember(k, slot);
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, sock: Sock) -> u32 {
+        let slot = match self.slot_of.get(&sock.skaddr) {
+            Some(&slot) => slot,
+            None => {
+                let slot = self.next;
+                self.next = (self.next + 1) % SOCK_SLOTS;
+                if let Some(old) = self.slots.get(slot as usize) {
+                    self.slot_of.remove(&old.skaddr);
+                }
+                self.slot_of.insert(sock.skaddr, slot);
+                slot
+            }
+        };
+        match self.slots.get_mut(slot as usize) {
+            Some(held) => *held = sock,
+            None => self.slots.push(sock),
+        }
+        slot
+    }
+
+    fn remember(&mut self, fd: FdKey, slot: u32) {
+        if self.slot_of_fd.len() >= FD_KEYS && !self.slot_of_fd.contains_key(&fd) {
+            self.slot_of_fd.clear();
+        }
+        self.slot_of_fd.insert(fd, slot);
+    }
+}
+
+/// The socket of an event of a kind that has one, and for a socket I/O its (pid, fd).
+fn sock_of(e: &mut Event) -> Option<(&mut Option<Sock>, Option<FdKey>)> {
+    let pid = e.pid;
+    match e.body.as_mut()? {
+        Body::Io(s) => Some((&mut s.sock, Some((pid, s.fd)))),
+        Body::State(s) => Some((&mut s.sock, None)),
+        Body::Accept(s) => Some((&mut s.sock, None)),
+        Body::Retransmit(s) => Some((&mut s.sock, None)),
+        Body::Cuda(_) | Body::Nvml(_) | Body::Gpu(_) | Body::Ring(_) => None,
     }
 }
 
@@ -130,6 +292,8 @@ pub(super) enum Decoding {
         last_of_tid: FastMap<u32, usize>,
         /// The frame being read, unpacked (its room kept for the next).
         plain: Vec<u8>,
+        /// Format 4's table (None: format 3).
+        socks: Option<Box<SockTable>>,
     },
 }
 
@@ -145,6 +309,7 @@ impl Decoding {
                     zstd: Box::new(zstd),
                     last_of_tid: FastMap::default(),
                     plain: Vec::new(),
+                    socks: (version >= 4).then(Box::default),
                 }
             }
         })
@@ -167,8 +332,11 @@ impl Decoding {
             }
         };
         let mut batch = decoded.map_err(|e| e.to_string())?;
-        if let Decoding::Stream { last_of_tid, .. } = self {
-            unpack_events(&mut batch, last_of_tid)?;
+        if let Decoding::Stream {
+            last_of_tid, socks, ..
+        } = self
+        {
+            unpack_events(&mut batch, last_of_tid, socks.as_deref_mut())?;
         }
         Ok(batch.events)
     }
@@ -178,6 +346,7 @@ impl Decoding {
 fn unpack_events(
     batch: &mut EventBatch,
     last_of_tid: &mut FastMap<u32, usize>,
+    mut socks: Option<&mut SockTable>,
 ) -> Result<(), String> {
     let events = &mut batch.events;
     if batch.ts_deltas.len() != events.len() {
@@ -208,6 +377,9 @@ fn unpack_events(
             events[i].comm.remove(0);
         }
         last_of_tid.insert(tid, i);
+        if let (Some(table), Some((sock, fd))) = (&mut socks, sock_of(&mut events[i])) {
+            table.unpack(sock, fd)?;
+        }
     }
     if short || prints.next().is_some() {
         let n = batch.prints.len();
