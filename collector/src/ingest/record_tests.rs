@@ -462,6 +462,13 @@ fn awkward_socket_events() -> Vec<Event> {
             }),
         ));
         push(io_event(0, 7, 5, None));
+        let long = Sock {
+            saddr: vec![2; 40],
+            ..tcp(0xffff_8000, 40_000)
+        };
+        push(io_event(0, 7, 3, Some(long.clone())));
+        push(io_event(0, 7, 3, Some(long)));
+        push(io_event(0, 7, 3, Some(tcp(0xffff_8000, 40_000))));
         // The kernel reuses the address for a new connection on the same fd.
         push(io_event(0, 7, 3, Some(tcp(0xffff_8000, 40_001 + round))));
         push(io_event(0, 7, 3, Some(tcp(0xffff_8000, 40_001 + round))));
@@ -591,6 +598,18 @@ fn broken_socket_references_are_errors() {
         (
             io_event(0, 7, 3, Some(tcp(1, 2))),
             "a socket written whole marked 10",
+        ),
+        (
+            io_event(
+                0,
+                7,
+                3,
+                Some(Sock {
+                    saddr: vec![0; 18],
+                    ..tcp(1, 2)
+                }),
+            ),
+            "a socket address of 17 bytes in the table",
         ),
     ];
     for (e, want) in cases {

@@ -136,8 +136,8 @@ impl Encoder {
 ///   last (nearly every I/O): the reader takes that one;
 /// - `Sock { skaddr: slot }` and nothing else, when the table holds it: a reference;
 /// - whole, with `SOCK_WHOLE` before its source address (first sight, or the kernel
-///   reused the address for a new connection); an I/O with no socket at all is
-///   `SOCK_NONE` alone.
+///   reused the address for a new connection), or `SOCK_ALONE` for one the table does
+///   not keep; an I/O with no socket at all is `SOCK_NONE` alone.
 ///
 /// So a written socket with no source address is always a reference, and every event,
 /// an empty or partial socket's included, reads back exactly. Both sides place each
@@ -145,9 +145,9 @@ impl Encoder {
 /// the slot being written: an address keeps its slot (a reused address's new socket
 /// replaces the old one), a new address takes the next slot of a ring of `SOCK_SLOTS`,
 /// evicting the address that held it. The fds' last slots are forgotten all at once
-/// when `FD_KEYS` of them are known. Memory stays bounded (a few hundred KiB each
-/// side) however many connections a file sees; what was evicted or forgotten is
-/// written whole or by slot once more.
+/// when `FD_KEYS` of them are known, and addresses longer than `MAX_ADDR` are never
+/// kept. Memory stays bounded (a few hundred KiB each side) however many connections
+/// a file sees; what was evicted or forgotten is written whole or by slot once more.
 #[derive(Default)]
 pub(super) struct SockTable {
     slots: Vec<Sock>,
@@ -167,6 +167,12 @@ pub(super) const FD_KEYS: usize = 4096;
 const SOCK_WHOLE: u8 = 0;
 /// Format 4: the whole source address of a socket that stands for an I/O's `None`.
 const SOCK_NONE: u8 = 1;
+/// Format 4: leads the source address of a socket written whole and kept out of the
+/// table, one with an address longer than `MAX_ADDR` (never from the kernel).
+const SOCK_ALONE: u8 = 2;
+/// The longest address the table keeps (IPv6): with `SOCK_SLOTS` it bounds a reader's
+/// memory whatever a file holds.
+const MAX_ADDR: usize = 16;
 
 impl SockTable {
     /// Writing: `sock` left out, a reference or whole (see the type's note); `fd` is the
@@ -181,6 +187,10 @@ impl SockTable {
             }
             return;
         };
+        if s.saddr.len() > MAX_ADDR || s.daddr.len() > MAX_ADDR {
+            s.saddr.insert(0, SOCK_ALONE);
+            return;
+        }
         let held = self.slot_of.get(&s.skaddr).copied();
         let slot = match held {
             Some(slot) if self.slots[slot as usize] == *s => {
@@ -217,7 +227,15 @@ impl SockTable {
             Some(s) => match s.saddr.first() {
                 Some(&SOCK_WHOLE) => {
                     s.saddr.remove(0);
+                    let longest = s.saddr.len().max(s.daddr.len());
+                    if longest > MAX_ADDR {
+                        return Err(format!("a socket address of {longest} bytes in the table"));
+                    }
                     self.place(s.clone())
+                }
+                Some(&SOCK_ALONE) => {
+                    s.saddr.remove(0);
+                    return Ok(());
                 }
                 Some(&SOCK_NONE) if s.saddr.len() == 1 && fd.is_some() => {
                     *sock = None;
