@@ -144,6 +144,22 @@ pub fn decode_batch(plain: &[u8]) -> Result<EventBatch, prost::DecodeError> {
     batch::decode(plain)
 }
 
+/// Frames of events as a recording of the current format packs and reads them (zstd
+/// and CRC aside): for the fuzz target `record_batch`, which checks that every event
+/// comes back exactly.
+#[doc(hidden)]
+pub fn repack_frames(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String> {
+    frame::repack(frames)
+}
+
+/// Batches' plain bytes unpacked in turn as the current format's frames: for the fuzz
+/// target `record_batch` (what a crafted frame gives the reader: an error or events,
+/// never a panic).
+#[doc(hidden)]
+pub fn unpack_batches(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> {
+    frame::unpack_plain(plains)
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct EventBatch {
     #[prost(message, repeated, tag = "1")]

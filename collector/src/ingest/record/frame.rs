@@ -42,13 +42,9 @@ pub(super) const SOCK_SLOTS: u32 = 4096;
 pub(super) struct Encoder {
     zstd: zstd::stream::write::Encoder<'static, Vec<u8>>,
     plain: Vec<u8>,
-    /// Thread id -> its previous event's index in the frame being packed.
-    last_of_tid: HashMap<u32, usize>,
-    elide: Vec<bool>,
+    packer: Packer,
     ts_deltas: Vec<u64>,
     prints: Vec<u64>,
-    /// Format 4's table (None: format 3).
-    socks: Option<SockTable>,
 }
 
 impl Encoder {
@@ -59,11 +55,9 @@ impl Encoder {
         Ok(Encoder {
             zstd,
             plain: Vec::new(),
-            last_of_tid: HashMap::new(),
-            elide: Vec::new(),
+            packer: Packer::for_format(version),
             ts_deltas: Vec::new(),
             prints: Vec::new(),
-            socks: (version >= 4).then(SockTable::default),
         })
     }
 
@@ -80,7 +74,7 @@ impl Encoder {
             ts_deltas: std::mem::take(&mut self.ts_deltas),
             prints: std::mem::take(&mut self.prints),
         };
-        self.pack(&mut batch);
+        self.packer.pack(&mut batch);
         self.plain.clear();
         batch
             .encode(&mut self.plain)
@@ -95,6 +89,26 @@ impl Encoder {
         self.ts_deltas = batch.ts_deltas;
         self.prints = batch.prints;
         Ok(batch.events)
+    }
+}
+
+/// A frame's events packed into their batch (what `unpack_events` undoes), with what
+/// it keeps between frames.
+struct Packer {
+    /// Thread id -> its previous event's index in the frame being packed.
+    last_of_tid: HashMap<u32, usize>,
+    elide: Vec<bool>,
+    /// Format 4's table (None: format 3).
+    socks: Option<SockTable>,
+}
+
+impl Packer {
+    fn for_format(version: u32) -> Packer {
+        Packer {
+            last_of_tid: HashMap::new(),
+            elide: Vec::new(),
+            socks: (version >= 4).then(SockTable::default),
+        }
     }
 
     fn pack(&mut self, batch: &mut EventBatch) {
@@ -127,6 +141,45 @@ impl Encoder {
             }
         }
     }
+}
+
+/// Frames through the current format's packing, protobuf and the reader's own
+/// decoding and unpacking, without zstd and CRC (format 3's, unchanged): what a
+/// recording of these frames reads back as, for the fuzz target `record_batch`.
+pub(super) fn repack(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String> {
+    let mut packer = Packer::for_format(super::FORMAT_VERSION);
+    let mut last_of_tid = FastMap::default();
+    let mut socks = SockTable::default();
+    frames
+        .into_iter()
+        .map(|events| {
+            let mut batch = EventBatch {
+                events,
+                ..EventBatch::default()
+            };
+            packer.pack(&mut batch);
+            let mut batch =
+                super::batch::decode(&batch.encode_to_vec()).map_err(|e| e.to_string())?;
+            unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks))?;
+            Ok(batch.events)
+        })
+        .collect()
+}
+
+/// Batches as a format 4 frame holds them once out of zstd, unpacked in turn: for the
+/// fuzz target `record_batch` (what a crafted frame that passes its CRC gives the
+/// reader; an error, never a panic).
+pub(super) fn unpack_plain(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> {
+    let mut last_of_tid = FastMap::default();
+    let mut socks = SockTable::default();
+    plains
+        .iter()
+        .map(|plain| {
+            let mut batch = super::batch::decode(plain).map_err(|e| e.to_string())?;
+            unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks))?;
+            Ok(batch.events)
+        })
+        .collect()
 }
 
 /// Format 4: a file's sockets, so that an event's socket seen before is not written
