@@ -497,6 +497,7 @@ fn base_header(cfg: &ProbeConfig) -> FileHeader {
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         net_namespace: net_namespace().unwrap_or(0),
+        prints: crate::ingest::record::PRINTS.into(),
         ..Default::default()
     }
 }

@@ -409,30 +409,38 @@ impl Lane {
     }
 }
 
-/// The first record format whose SSE event and token text prints are XXH3-64; those
-/// before hold FNV-1a (`protocol::print`).
-pub const XXH3_PRINTS_SINCE: u32 = 4;
+/// What a recording's SSE prints are (`FileHeader::prints`; empty: FNV-1a).
+fn prints(h: &FileHeader) -> &str {
+    if h.prints.is_empty() {
+        "fnv-1a"
+    } else {
+        &h.prints
+    }
+}
 
 /// Refuses to join recordings whose prints were made by different hashes: a hop on one
 /// host would never match its other end on the next (same events, other numbers).
 fn same_prints(paths: &[PathBuf], headers: &[FileHeader]) -> Result<(), RecordError> {
-    let xxh3 = |h: &FileHeader| h.format_version >= XXH3_PRINTS_SINCE;
     let Some(first) = headers.first() else {
         return Ok(());
     };
-    let Some(i) = headers.iter().position(|h| xxh3(h) != xxh3(first)) else {
+    let Some(i) = headers.iter().position(|h| prints(h) != prints(first)) else {
         return Ok(());
     };
-    let (old, new) = if xxh3(first) { (i, 0) } else { (0, i) };
+    // The older one (FNV-1a) named first, the file to blame.
+    let (old, new) = if first.prints.is_empty() {
+        (0, i)
+    } else {
+        (i, 0)
+    };
     let err = std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
         format!(
-            "recorded by an older tokenscope (format {}, whose SSE prints are FNV-1a) and \
-             cannot be joined with {} (format {}, XXH3): the hops between hosts would not \
-             match; record every host with the same tokenscope, or replay each alone",
-            headers[old].format_version,
+            "its SSE prints are {} and those of {} are {}: the hops between hosts would \
+             not match; record every host with the same tokenscope, or replay each alone",
+            prints(&headers[old]),
             paths[new].display(),
-            headers[new].format_version
+            prints(&headers[new])
         ),
     );
     Err(RecordError::Io {

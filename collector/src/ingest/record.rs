@@ -24,8 +24,10 @@ mod batch;
 mod frame;
 
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
-/// 4: format 3, and sockets seen before left out or referred to in a per-file table;
-/// SSE prints are XXH3-64 (`ingest::hosts::XXH3_PRINTS_SINCE`). 3: delta timestamps,
+/// What `protocol::print` is, as recordings name it (`FileHeader::prints`).
+pub const PRINTS: &str = "xxh3-64";
+/// 4: format 3, and sockets seen before left out or referred to in a per-file table
+/// (the recorder's SSE prints became XXH3-64 with it: `FileHeader::prints`). 3: delta timestamps,
 /// elided comms, one zstd stream across frames. 2: each frame zstd on its own. 1:
 /// plain. All four are read.
 pub const FORMAT_VERSION: u32 = 4;
@@ -108,6 +110,12 @@ pub struct FileHeader {
     /// start pair, how the two clocks drifted over the recording.
     #[prost(uint64, tag = "25")]
     pub end_realtime_ns: u64,
+    /// The hash of the SSE events' data and token texts in the events
+    /// ([`PRINTS`], "xxh3-64", from the recorder of format 4 on); empty:
+    /// FNV-1a (older recorders, and copies of their recordings). Prints of two hashes
+    /// never match, so recordings of both are not joined.
+    #[prost(string, tag = "26")]
+    pub prints: String,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]

@@ -20,9 +20,9 @@ pub use decoder::Decoder;
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// An SSE event's data or a token's text hashed: XXH3-64 (seed 0), specified and
-/// stable across runs and builds (record files keep it; recordings of format 3 and
-/// before hold FNV-1a here, see `ingest::hosts`). Every hop of an event is hashed, so
-/// it must be cheap: XXH3 reads 8+ bytes a step where FNV-1a reads one.
+/// stable across runs and builds (record files keep it; older recorders wrote FNV-1a
+/// here, see `ingest::record::PRINTS`). Every hop of an event is hashed, so it must be
+/// cheap: XXH3 reads 8+ bytes a step where FNV-1a reads one.
 pub fn print(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
