@@ -390,7 +390,8 @@ fn hold_finding(
 /// (Nagle) for the ACK of the previous small segment, which the peer delays.
 pub(super) fn nagle(input: &Input) -> Option<Finding> {
     let reqs = input.requests;
-    let readers = Readers::of(reqs);
+    // Built at the first candidate: most runs hold none, and the table is every token.
+    let mut readers: Option<Readers> = None;
     let mut stalled_reader = 0;
     let (mut all, mut held) = (Vec::new(), Vec::new());
     let mut itl = BTreeMap::new();
@@ -412,6 +413,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
                     && !lost.iter().any(|&t| t >= sent && t <= recv[k])
                 {
                     let reader = r.point(hop.to).map_or(0, |p| p.pid);
+                    let readers = readers.get_or_insert_with(|| Readers::of(reqs));
                     if readers.sat_on_other_data(reader, i, (sent, recv[k])) {
                         // The reader was late, not the segment: a busy event loop.
                         stalled_reader += 1;
