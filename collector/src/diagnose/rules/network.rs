@@ -2,7 +2,7 @@
 //! request (1), proxy buffering (2), compression buffering (3), Nagle / delayed ACK
 //! (7), retransmits (8), slow client (9).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::readers::{socket_hops, Readers};
 use super::{fig, fix, median, ms, Draft, MIN_EVIDENCE};
@@ -390,19 +390,16 @@ fn hold_finding(
 /// (Nagle) for the ACK of the previous small segment, which the peer delays.
 pub(super) fn nagle(input: &Input) -> Option<Finding> {
     let reqs = input.requests;
-    // Built at the first candidate: most runs hold none, and the table is every token.
-    let mut readers: Option<Readers> = None;
-    let mut stalled_reader = 0;
-    let (mut all, mut held) = (Vec::new(), Vec::new());
-    let mut itl = BTreeMap::new();
-    let mut weights = BTreeMap::new();
+    let mut all = Vec::new();
+    // Tokens held as Nagle holds them: (request, token, reader, sent, read, grew).
+    let mut candidates = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
         let lost = &r.retransmit_ns;
         for hop in socket_hops(r) {
-            let Some(recv) = r.point(hop.to).map(|p| &p.token_ns) else {
+            let Some(to) = r.point(hop.to) else {
                 continue;
             };
-            let d = &hop.delay_ns;
+            let (recv, d) = (&to.token_ns, &hop.delay_ns);
             all.extend(d.iter().copied());
             for k in 1..d.len().min(recv.len()) {
                 let gap = recv[k].saturating_sub(recv[k - 1]);
@@ -412,22 +409,36 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
                     && (NAGLE_NS.0..=NAGLE_NS.1).contains(&gap)
                     && !lost.iter().any(|&t| t >= sent && t <= recv[k])
                 {
-                    let reader = r.point(hop.to).map_or(0, |p| p.pid);
-                    let readers = readers.get_or_insert_with(|| Readers::of(reqs));
-                    if readers.sat_on_other_data(reader, i, (sent, recv[k])) {
-                        // The reader was late, not the segment: a busy event loop.
-                        stalled_reader += 1;
-                        continue;
-                    }
-                    held.push(grew);
-                    *weights.entry(i).or_insert(0) += grew;
-                    // The gap before this token grew by how much longer it was held.
-                    *itl.entry((i, k - 1)).or_insert(0) += grew as i64;
+                    candidates.push((i, k, to.pid, sent, recv[k], grew));
                 }
             }
         }
     }
-    if held.len() < 5 || held.len() * 100 < all.len() || median(&all) >= 5_000_000 {
+    // Held tokens are some of the candidates: too few of these cannot make a finding.
+    // Checked before the readers' table, which indexes every token of the window (25 MB
+    // for top's minute at 4k tokens/s), and then only for the readers of candidates.
+    let enough = |n: usize| n >= 5 && n * 100 >= all.len();
+    if !enough(candidates.len()) || median(&all) >= 5_000_000 {
+        return None;
+    }
+    let pids: HashSet<u32> = candidates.iter().map(|c| c.2).collect();
+    let readers = Readers::of(reqs, |pid| pids.contains(&pid));
+    let mut stalled_reader = 0;
+    let mut held = Vec::new();
+    let mut itl = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for (i, k, reader, sent, read, grew) in candidates {
+        if readers.sat_on_other_data(reader, i, (sent, read)) {
+            // The reader was late, not the segment: a busy event loop.
+            stalled_reader += 1;
+            continue;
+        }
+        held.push(grew);
+        *weights.entry(i).or_insert(0) += grew;
+        // The gap before this token grew by how much longer it was held.
+        *itl.entry((i, k - 1)).or_insert(0) += grew as i64;
+    }
+    if !enough(held.len()) {
         return None;
     }
     let finding = format!(

@@ -21,11 +21,14 @@ pub(super) struct Readers {
 type SoFar = (u64, (u64, usize), (u64, usize));
 
 impl Readers {
-    pub(super) fn of(reqs: &[Request]) -> Readers {
+    /// The tokens of the readers `wanted` picks.
+    pub(super) fn of(reqs: &[Request], wanted: impl Fn(u32) -> bool) -> Readers {
         let mut tokens: HashMap<u32, Vec<(u64, u64, usize)>> = HashMap::new();
         for (i, r) in reqs.iter().enumerate() {
             for hop in socket_hops(r) {
-                let Some(p) = r.point(hop.to) else { continue };
+                let Some(p) = r.point(hop.to).filter(|p| wanted(p.pid)) else {
+                    continue;
+                };
                 let v = tokens.entry(p.pid).or_default();
                 for (&read, &d) in p.token_ns.iter().zip(&hop.delay_ns) {
                     v.push((read.saturating_sub(d), read, i));
