@@ -11,7 +11,8 @@
 //!   last round's recording: bytes per token.
 //! - On that recording: `report --json` (events/s, peak RSS, bytes of JSON per request)
 //!   and `export` (events/s, bytes of trace per token event, peak RSS).
-//! - `tokenscope top` live on the same load (in a tmux pane, see `top`): CPU and RSS.
+//! - `tokenscope top` live on the same load (in a tmux pane, see `top`): CPU and RSS
+//!   once its 60 s window is full.
 //! - Scaling: 64, 256 and 1,000 streams with `record` attached: CPU per 1k tokens/s and
 //!   drops (default settings). Replay of a recording replicated 1x/10x/100x (`scaling`).
 //!
@@ -295,7 +296,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     )?;
     let per_1k = top.cpu_pct / (top.tokens_per_s / 1000.0);
     rows.push(Row::new(
-        "`top` live",
+        "`top` live (its 60 s window full)",
         format!(
             "{:.1}% of a core at {:.0} tok/s ({per_1k:.2}% per 1k tok/s), {:.0} MiB RSS at the end, {:.0} MiB peak",
             top.cpu_pct,

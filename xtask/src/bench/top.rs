@@ -2,6 +2,11 @@
 //! runs in a tmux pane (it needs a terminal) tracing the given ports, the lab's bench
 //! runs the load, and top's CPU (utime + stime from /proc/PID/stat, % of one core) and
 //! RSS (VmRSS at the end, VmHWM) are read over the bench's run.
+//! top keeps a window of history (60 s by default) and passes over all of it each
+//! second: until the window is full its memory and CPU only grow. The same load first
+//! runs for one window, unmeasured, so the figures are top's steady state, not its first
+//! seconds (measured from the start, a 20 s run showed 66 MiB where a minute's load
+//! reaches 116 MiB).
 
 use std::path::Path;
 use std::process::Command;
@@ -23,9 +28,12 @@ pub(super) struct TopCost {
     pub(super) peak_kib: u64,
 }
 
+/// top's default `--window`: the history it holds once it has run that long.
+const TOP_WINDOW: Duration = Duration::from_secs(60);
+
 /// Starts `tokenscope top` live on `ports` (GPU probes as top defaults them, NVML off),
-/// runs `tokenscope-lab bench --url URL --duration LOAD BENCH_ARGS`, and returns top's
-/// cost over the bench's run. Needs root (eBPF) and tmux.
+/// fills its window with the load, then runs `tokenscope-lab bench --url URL --duration
+/// LOAD BENCH_ARGS` and returns top's cost over that run. Needs root (eBPF) and tmux.
 pub(super) fn measure(
     bin: &Path,
     url: &str,
@@ -35,6 +43,12 @@ pub(super) fn measure(
 ) -> Result<TopCost> {
     let session = Session::start(bin, ports)?;
     let top = session.top_pid()?;
+    let warm = super::child::load(&super::lab(bin), url, TOP_WINDOW, bench_args)?;
+    anyhow::ensure!(
+        warm.failed == 0,
+        "{} of the warm-up load's requests failed with top attached",
+        warm.failed
+    );
     let before = cpu_seconds(top)?;
     let started = Instant::now();
     let served = super::child::load(&super::lab(bin), url, load, bench_args)?;
