@@ -570,5 +570,5 @@ fn read_varint(r: &mut impl Read) -> Result<(u64, u64), VarintError> {
 }
 
 #[cfg(test)]
-#[path = "record_tests.rs"]
+#[path = "record_tests/mod.rs"]
 mod tests;
