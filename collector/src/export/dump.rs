@@ -455,7 +455,7 @@ mod tests {
                 H2StreamSniff {
                     stream_id: 1,
                     sniff: Some(Sniff {
-                        kind: Some(sniff::Kind::HttpRequest(head)),
+                        kind: Some(sniff::Kind::HttpRequest(Box::new(head))),
                         message_start: true,
                         ..Default::default()
                     }),

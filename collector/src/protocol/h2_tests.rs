@@ -274,7 +274,7 @@ fn assert_private(sniffs: &[Sniff]) {
 
 fn request_head(sum: &Summary, stream: u32) -> HttpRequestHead {
     match sum.streams[&stream].heads.as_slice() {
-        [sniff::Kind::HttpRequest(h)] => h.clone(),
+        [sniff::Kind::HttpRequest(h)] => (**h).clone(),
         other => panic!("stream {stream}: {other:?}"),
     }
 }
@@ -499,7 +499,7 @@ fn joined_mid_connection_resolves_only_entries_inserted_after_the_join() {
     );
 
     let head = |id: u32| match sum.streams[&id].heads.as_slice() {
-        [sniff::Kind::HttpResponse(h)] => h.clone(),
+        [sniff::Kind::HttpResponse(h)] => (**h).clone(),
         other => panic!("{other:?}"),
     };
     let (h9, h11) = (head(9), head(11));

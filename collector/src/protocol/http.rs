@@ -172,7 +172,7 @@ pub fn h2_head(fields: &[(Vec<u8>, Vec<u8>)], complete: bool) -> Option<sniff::K
             None => (target, false),
         };
         let method_ok = !method.is_empty() && method.len() <= MAX_METHOD_LEN;
-        return Some(sniff::Kind::HttpRequest(HttpRequestHead {
+        return Some(sniff::Kind::HttpRequest(Box::new(HttpRequestHead {
             method: if method_ok {
                 text(method)
             } else {
@@ -183,16 +183,16 @@ pub fn h2_head(fields: &[(Vec<u8>, Vec<u8>)], complete: bool) -> Option<sniff::K
             version: "HTTP/2".into(),
             headers,
             complete,
-        }));
+        })));
     }
     let status = pseudo(b":status")?;
     let status = std::str::from_utf8(status).ok()?.parse().ok()?;
-    Some(sniff::Kind::HttpResponse(HttpResponseHead {
+    Some(sniff::Kind::HttpResponse(Box::new(HttpResponseHead {
         version: "HTTP/2".into(),
         status,
         headers,
         complete,
-    }))
+    })))
 }
 
 fn is_token_char(b: &u8) -> bool {

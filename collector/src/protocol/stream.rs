@@ -189,7 +189,7 @@ impl StreamParser {
             let length =
                 http::header(&req.headers, "content-length").and_then(|v| v.parse::<u64>().ok());
             let chunked = is_chunked(&req.headers);
-            out.kind = Some(sniff::Kind::HttpRequest(req));
+            out.kind = Some(sniff::Kind::HttpRequest(Box::new(req)));
             let reader = match (chunked, length) {
                 (true, _) => Some(BodyReader::Chunked(Chunk::Size(Vec::new()))),
                 (false, Some(n)) if n > 0 => Some(BodyReader::Length(n)),
@@ -211,7 +211,7 @@ impl StreamParser {
             };
             let (content, compressed) = BodyContent::response(&resp.headers);
             out.compressed |= compressed && reader.is_some();
-            out.kind = Some(sniff::Kind::HttpResponse(resp));
+            out.kind = Some(sniff::Kind::HttpResponse(Box::new(resp)));
             reader.map(|reader| BodyState { reader, content })
         } else {
             out.unparsed = true;
