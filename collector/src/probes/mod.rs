@@ -144,6 +144,17 @@ pub struct Probes {
     tracefs: Option<preflight::Tracefs>,
 }
 
+/// aya's loader parses the kernel's BTF (19 MB of heap for a 5.5 MB vmlinux) to
+/// relocate the probes; once they are loaded that room is free, but glibc keeps what
+/// is not at the heap's top mapped. Returned at once, before the ring is mapped.
+fn give_back_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; no pointer changes.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         let object = probe_ebpf::object().ok_or(ProbeError::NotBuilt)?;
@@ -249,6 +260,10 @@ impl Probes {
             .map_max_entries(probe_ebpf::MAP_IO_SCRATCH, possible_cpus()?)
             .load(object)
             .map_err(|e| ProbeError::Load(error_chain(&e)))?;
+        // The parsed kernel BTF goes with the loader: freed before the ring buffer's
+        // 2 x ring_bytes are mapped below, not on top of them.
+        drop(loader);
+        give_back_freed_memory();
 
         if !cfg.pids.is_empty() {
             let map = ebpf
