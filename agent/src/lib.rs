@@ -269,7 +269,7 @@ impl Agent<'_> {
         let steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
         let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
         let found = diagnose::diagnose(&diagnose::Input {
-            requests: &requests,
+            requests: requests.iter().collect(),
             steps: &steps,
             nvml: &nvml,
         });

@@ -244,15 +244,11 @@ impl Analysis {
             .collect();
         let requests: Vec<Arc<Request>> = held.into_iter().map(|(r, _)| r).collect();
         if self.findings.due(wall_ns) {
-            let mut numbered: Vec<Request> = requests.iter().map(|r| Request::clone(r)).collect();
-            for (i, r) in numbered.iter_mut().enumerate() {
-                r.id = i;
-                r.events_dropped |= self.dropped;
-            }
             let mut steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
             steps.sort_by_key(|s| s.start_ns);
             let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
-            self.findings.make(numbered, &mut steps, &nvml, wall_ns);
+            self.findings
+                .make(&requests, &mut steps, &nvml, self.dropped, wall_ns);
         }
         let position: HashMap<&RowKey, usize> =
             rows.iter().enumerate().map(|(i, r)| (&r.key, i)).collect();

@@ -3,7 +3,7 @@
 //! 60 s window, 0.3-1.2 s each). Made at most once a second and no more often than
 //! `COST_FACTOR` times their own last cost, so they take at most 1/COST_FACTOR of a
 //! core whatever the load. Between makings each pass shows the last one's, its request
-//! ids (positions then) renumbered to the pass's positions by request key; a request
+//! ids (the pipeline's) numbered as the pass's positions by request key; a request
 //! newer than the last making gets its share at the next.
 
 use std::collections::HashMap;
@@ -57,11 +57,11 @@ impl Share {
     }
 }
 
-/// One making: request ids in it are positions among `keys`.
+/// One making: request ids in it are the pipeline's (`Request::id`).
 #[derive(Debug, Default)]
 pub struct Made {
-    /// Id (position at the making) -> request.
-    keys: Vec<RowKey>,
+    /// Id -> request.
+    keys: HashMap<usize, RowKey>,
     shares: HashMap<RowKey, Share>,
     /// Largest saving first.
     diagnoses: Vec<Diagnosis>,
@@ -99,25 +99,47 @@ impl Findings {
         self.made_wall_ns = None;
     }
 
-    /// Joins `steps` to `requests` (ids are positions) and runs the rules. The one
-    /// clock read in the analysis: its cost sets when the next making is due.
+    /// Joins `steps` to `requests` and runs the rules. The one clock read in the
+    /// analysis: its cost sets when the next making is due. The rules read the window's
+    /// requests where they are; only GPU attribution (which sets each request's share)
+    /// and a lossy recording (which marks each) make them work on copies.
     pub fn make(
         &mut self,
-        mut requests: Vec<Request>,
+        requests: &[Arc<Request>],
         steps: &mut [GpuStep],
         nvml: &[(u64, NvmlSample)],
+        dropped: bool,
         wall_ns: u64,
     ) {
         let started = std::time::Instant::now();
-        attribution::attribute(&mut requests, steps);
-        let diagnoses = diagnose::diagnose(&diagnose::Input {
-            requests: &requests,
-            steps,
-            nvml,
-        });
-        let keys = requests.iter().map(RowKey::of).collect();
-        let shares = requests
+        let mut copies: Option<Vec<Request>> = None;
+        if !steps.is_empty() || dropped {
+            let mut owned: Vec<Request> = requests.iter().map(|r| Request::clone(r)).collect();
+            for r in &mut owned {
+                r.events_dropped |= dropped;
+            }
+            attribution::attribute(&mut owned, steps);
+            copies = Some(owned);
+        }
+        let (diagnoses, keys) = {
+            let input = diagnose::Input {
+                requests: match &copies {
+                    Some(owned) => owned.iter().collect(),
+                    None => requests.iter().map(|r| &**r).collect(),
+                },
+                steps,
+                nvml,
+            };
+            let keys = input
+                .requests
+                .iter()
+                .map(|r| (r.id, RowKey::of(r)))
+                .collect();
+            (diagnose::diagnose(&input), keys)
+        };
+        let shares = copies
             .into_iter()
+            .flatten()
             .filter_map(|r| Some((RowKey::of(&r), Share::of(r.gpu?))))
             .collect();
         self.made = Arc::new(Made {
@@ -136,7 +158,7 @@ impl Findings {
                 .made
                 .keys
                 .iter()
-                .map(|k| position.get(k).copied())
+                .filter_map(|(&id, k)| Some((id, *position.get(k)?)))
                 .collect(),
             made: Arc::clone(&self.made),
         }
@@ -147,13 +169,15 @@ impl Findings {
 #[derive(Clone, Debug, Default)]
 pub struct Shown {
     made: Arc<Made>,
-    /// Id at the making -> position in this pass (None: gone from the window).
-    now: Vec<Option<usize>>,
+    /// Id at the making -> position in this pass (absent: gone from the window).
+    now: HashMap<usize, usize>,
 }
 
 impl Shown {
     fn renumber(&self, ids: &[usize]) -> Vec<usize> {
-        ids.iter().filter_map(|&id| *self.now.get(id)?).collect()
+        ids.iter()
+            .filter_map(|id| self.now.get(id).copied())
+            .collect()
     }
 
     /// Some of the request's decode gaps waited on other requests' prefill.

@@ -30,7 +30,9 @@ pub use what_if::{Selection, WhatIf};
 
 /// What the rules read.
 pub struct Input<'a> {
-    pub requests: &'a [Request],
+    /// Borrowed one by one, so that a caller holding them apart (top's window shares each
+    /// request with its screen) need not copy them into one slice.
+    pub requests: Vec<&'a Request>,
     pub steps: &'a [GpuStep],
     /// NVML samples with their time (CLOCK_MONOTONIC ns).
     pub nvml: &'a [(u64, NvmlSample)],
@@ -42,7 +44,7 @@ pub struct Input<'a> {
 impl<'a> Input<'a> {
     pub fn new(timeline: &'a crate::stitch::Timeline, nvml: &'a [(u64, NvmlSample)]) -> Self {
         Input {
-            requests: &timeline.requests,
+            requests: timeline.requests.iter().collect(),
             steps: &timeline.steps,
             nvml,
         }
@@ -190,7 +192,7 @@ impl Finding {
 /// All diagnoses for a timeline, the largest saving first.
 pub fn diagnose(input: &Input) -> Vec<Diagnosis> {
     let findings = rules::run(input);
-    let mut out = share_savings(input.requests, findings);
+    let mut out = share_savings(&input.requests, findings);
     out.sort_by_key(|d| {
         (
             std::cmp::Reverse(d.saving.ttft_p95_ns.unwrap_or(0) + d.saving.itl_p99_ns.unwrap_or(0)),
@@ -325,7 +327,7 @@ fn shapley<K: Ord>(
     out
 }
 
-fn share_savings(requests: &[Request], findings: Vec<Finding>) -> Vec<Diagnosis> {
+fn share_savings(requests: &[&Request], findings: Vec<Finding>) -> Vec<Diagnosis> {
     // TTFT: one sample per request that has one.
     let ttft: Vec<(usize, u64)> = requests
         .iter()

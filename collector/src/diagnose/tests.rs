@@ -46,7 +46,7 @@ fn shares_add_up_to_the_joint_saving_and_alone_is_each_fix_by_itself() {
     let all = |ms: u64| -> Vec<(usize, u64)> { (0..20).map(|i| (i, ms * MS)).collect() };
     // Independent causes: 600 + 300 ms of every request's 1000 ms.
     let out = share_savings(
-        &reqs,
+        &refs(&reqs),
         vec![finding(2, &all(600), &[]), finding(4, &all(300), &[])],
     );
     let saving = |d: &Diagnosis| {
@@ -60,13 +60,16 @@ fn shares_add_up_to_the_joint_saving_and_alone_is_each_fix_by_itself() {
     // Overlapping causes: each alone would free 800 ms, together they cannot free more
     // than the whole 1000 ms; the joint saving is shared, and the shares add up to it.
     let out = share_savings(
-        &reqs,
+        &refs(&reqs),
         vec![finding(2, &all(800), &[]), finding(3, &all(800), &[])],
     );
     assert_eq!(saving(&out[0]), (500 * MS, 800 * MS));
     assert_eq!(saving(&out[1]), (500 * MS, 800 * MS));
     // A rule with no TTFT removal claims no TTFT saving.
-    let out = share_savings(&reqs, vec![finding(5, &[], &[((0, 0), 10 * MS as i64)])]);
+    let out = share_savings(
+        &refs(&reqs),
+        vec![finding(5, &[], &[((0, 0), 10 * MS as i64)])],
+    );
     assert_eq!(out[0].saving.ttft_p95_ns, None);
 }
 
@@ -77,7 +80,7 @@ fn a_fix_that_costs_ttft_claims_none_and_shrinks_the_others_joint_saving() {
     // Rule 2 frees 600 ms of every request; rule 5 adds 200 ms back to every one.
     let mut chunked = finding(5, &[], &[]);
     chunked.ttft_added = all(200).into_iter().collect();
-    let out = share_savings(&reqs, vec![finding(2, &all(600), &[]), chunked]);
+    let out = share_savings(&refs(&reqs), vec![finding(2, &all(600), &[]), chunked]);
     assert_eq!(out[1].saving.ttft_p95_ns, Some(0), "a cost is no saving");
     assert_eq!(out[1].saving.ttft_p95_alone_ns, Some(0));
     // Joint: 1000 -> 600 ms, 400 ms in all. Rule 2's share is its mean marginal saving,
@@ -101,7 +104,7 @@ fn itl_savings_come_from_the_gaps_a_rule_shortens() {
         })
         .collect();
     let stalls: Vec<((usize, usize), i64)> = (0..3).map(|i| ((i, 5), 480 * MS as i64)).collect();
-    let out = share_savings(&reqs, vec![finding(5, &[], &stalls)]);
+    let out = share_savings(&refs(&reqs), vec![finding(5, &[], &stalls)]);
     // p99 of 200 gaps: rank 197.01 of the sorted gaps, i.e. a 500 ms gap; after: 20 ms.
     assert_eq!(out[0].saving.itl_p99_ns, Some(480 * MS));
     assert_eq!(out[0].saving.itl_p99_alone_ns, Some(480 * MS));
@@ -116,7 +119,7 @@ fn a_prompt_shares_the_whole_kib_an_earlier_prompt_sent() {
     reqs[1].body_bytes = Some(4608);
     reqs[2].prefix_prints = vec![7, 8];
     reqs[2].body_bytes = Some(2048);
-    let f = rules::shared_fractions(&reqs);
+    let f = rules::shared_fractions(&refs(&reqs));
     assert_eq!(f[0], Some(0.0), "the first prompt shares nothing");
     assert!((f[1].unwrap() - 3072.0 / 4608.0).abs() < 1e-9);
     assert_eq!(f[2], Some(0.0));
@@ -129,7 +132,7 @@ fn the_slo_gate_lists_violations_with_the_diagnoses_that_help_most() {
         .collect();
     let all = |ms: u64| -> Vec<(usize, u64)> { (0..20).map(|i| (i, ms * MS)).collect() };
     let diagnoses = share_savings(
-        &reqs,
+        &refs(&reqs),
         vec![finding(1, &all(10), &[]), finding(2, &all(300), &[])],
     );
     let slos: Vec<Slo> = ["ttft_p95=300ms", "itl_p99=50ms", "ttft_p50=500ms"]
@@ -163,4 +166,9 @@ fn the_linear_time_percentile_matches_the_reports() {
         assert_eq!(p99(&v), s.p99_ns, "p99 of {n}");
     }
     assert_eq!(p95(&[]), 0);
+}
+
+/// The requests as `Input` holds them.
+fn refs(requests: &[Request]) -> Vec<&Request> {
+    requests.iter().collect()
 }

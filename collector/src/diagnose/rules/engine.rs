@@ -15,7 +15,7 @@ const QUEUE_NS: u64 = 50_000_000;
 
 /// A request's prompt: how much of it an earlier request already sent (whole KiB of
 /// shared prefix over its body length).
-pub(in crate::diagnose) fn shared_fractions(reqs: &[Request]) -> Vec<Option<f64>> {
+pub(in crate::diagnose) fn shared_fractions(reqs: &[&Request]) -> Vec<Option<f64>> {
     let mut order: Vec<usize> = (0..reqs.len()).collect();
     order.sort_by_key(|&i| reqs[i].first_byte_ns);
     let mut seen: HashSet<u64> = HashSet::new();
@@ -72,7 +72,7 @@ fn prefill_share_permille(input: &Input, r: &Request) -> Option<u64> {
 /// per KiB as new ones (or, with no new ones to compare, over 50 ms): no prefix cache.
 pub(super) fn no_prefix_cache(input: &Input) -> Option<(Finding, BTreeMap<usize, u64>)> {
     let e = Repeats::gather(input)?;
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let weights: BTreeMap<usize, u64> = e
         .sharing
         .iter()
@@ -80,7 +80,7 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<(Finding, BTreeMap<usize,
             let wait = reqs[i]
                 .stages
                 .upstream_wait_ns
-                .or(prefill_cost(&reqs[i]))
+                .or(prefill_cost(reqs[i]))
                 .unwrap_or(0);
             (i, (wait as f64 * e.fractions[i].unwrap_or(0.0)) as u64)
         })
@@ -129,7 +129,7 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<(Finding, BTreeMap<usize,
 /// of the other prompts' prefill steps that stalled its stream before that: a prefix
 /// cache shortens those steps, and the held response is released that much earlier.
 fn with_held_stalls(
-    reqs: &[Request],
+    reqs: &[&Request],
     e: &Repeats,
     own: &BTreeMap<usize, u64>,
 ) -> BTreeMap<usize, u64> {
@@ -191,18 +191,18 @@ impl Repeats {
     /// None unless enough requests repeat a prefix, their prefill is no cheaper per KiB
     /// than new prompts' (or long outright), and prefill matters to their TTFT.
     fn gather(input: &Input) -> Option<Repeats> {
-        let reqs = input.requests;
+        let reqs = &input.requests[..];
         let fractions = shared_fractions(reqs);
         let printed = fractions.iter().filter(|f| f.is_some()).count();
         let per_kib = |i: usize| -> Option<u64> {
             let kib = reqs[i].body_bytes? as f64 / 1024.0;
-            Some((prefill_cost(&reqs[i])? as f64 / kib.max(1.0)) as u64)
+            Some((prefill_cost(reqs[i])? as f64 / kib.max(1.0)) as u64)
         };
         let (mut sharing, mut fresh) = (Vec::new(), Vec::new());
         for (i, f) in fractions.iter().enumerate() {
             match f {
-                Some(f) if *f >= 0.25 && prefill_cost(&reqs[i]).is_some() => sharing.push(i),
-                Some(_) if prefill_cost(&reqs[i]).is_some() => fresh.push(i),
+                Some(f) if *f >= 0.25 && prefill_cost(reqs[i]).is_some() => sharing.push(i),
+                Some(_) if prefill_cost(reqs[i]).is_some() => fresh.push(i),
                 _ => {}
             }
         }
@@ -211,7 +211,7 @@ impl Repeats {
         }
         let cost: Vec<u64> = sharing
             .iter()
-            .filter_map(|&i| prefill_cost(&reqs[i]))
+            .filter_map(|&i| prefill_cost(reqs[i]))
             .collect();
         let sharing_kib: Vec<u64> = sharing.iter().filter_map(|&i| per_kib(i)).collect();
         let fresh_kib: Vec<u64> = fresh.iter().filter_map(|&i| per_kib(i)).collect();
@@ -225,7 +225,7 @@ impl Repeats {
         // rest of TTFT, such as a proxy's hold, is other rules' business).
         let prefill_share: Vec<u64> = sharing
             .iter()
-            .filter_map(|&i| prefill_share_permille(input, &reqs[i]))
+            .filter_map(|&i| prefill_share_permille(input, reqs[i]))
             .collect();
         let matters = if prefill_share.is_empty() {
             let waits: Vec<u64> = sharing
@@ -314,7 +314,7 @@ fn decode_step_medians(input: &Input) -> HashMap<u32, u64> {
 /// Rule 5: decode gaps that span another request's whole-prompt prefill step (one many
 /// decode steps long). Removes each such gap down to one decode step.
 pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> Option<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let decode = decode_step_medians(input);
     let mut itl = BTreeMap::new();
     let mut weights = BTreeMap::new();
@@ -427,7 +427,7 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
 /// Rule 6: requests wait for their first step while the engine's steps run back to
 /// back. Queueing a prefix cache would remove (rule 4) is not counted here.
 pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> Option<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let mut by_pid: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
     for s in input.steps {
         by_pid

@@ -28,7 +28,7 @@ pub(super) fn gpu_throttled(input: &Input) -> Option<Finding> {
     };
     let mut d = Draft {
         rule: 10,
-        requests: input.requests,
+        requests: &input.requests,
         weights: &weights,
         finding: seen.finding(),
         figures: vec![

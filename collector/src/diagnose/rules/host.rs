@@ -84,7 +84,7 @@ pub(super) fn host_bound_decode(input: &Input) -> Option<Finding> {
         .map_or("engine", |s| s.comm.as_str());
     let mut d = Draft {
         rule: 11,
-        requests: input.requests,
+        requests: &input.requests,
         weights: &weights,
         finding: format!(
             "between decode steps the GPU waits for the host {:.0}% of the time ({} ms p50 per \
@@ -173,7 +173,7 @@ struct Streaming {
 impl Streaming {
     fn of(input: &Input) -> Streaming {
         let mut by_pid: HashMap<u32, (Vec<u64>, Vec<u64>)> = HashMap::new();
-        for r in input.requests {
+        for r in &input.requests {
             let Some(p) = r.point(PointKind::EngineWrite) else {
                 continue;
             };
@@ -255,7 +255,7 @@ mod tests {
 
     fn run(steps: &[GpuStep], requests: &[Request]) -> Option<Finding> {
         host_bound_decode(&Input {
-            requests,
+            requests: requests.iter().collect(),
             steps,
             nvml: &[],
         })

@@ -115,7 +115,7 @@ fn rule_meta(n: u8) -> (&'static str, &'static str) {
 struct Draft<'a> {
     /// The rule's number in `RULES`.
     rule: u8,
-    requests: &'a [Request],
+    requests: &'a [&'a Request],
     /// Index into `requests` -> how much that request shows the rule.
     weights: &'a BTreeMap<usize, u64>,
     finding: String,
@@ -172,7 +172,7 @@ impl Draft<'_> {
 }
 
 /// The routes (host + path) the evidence requests went to, most frequent first.
-fn scope(requests: &[Request], ids: impl Iterator<Item = usize>) -> String {
+fn scope(requests: &[&Request], ids: impl Iterator<Item = usize>) -> String {
     let mut routes: BTreeMap<String, usize> = BTreeMap::new();
     for i in ids {
         *routes.entry(requests[i].route()).or_default() += 1;

@@ -41,7 +41,7 @@ fn held_stream() -> (Vec<u64>, Request) {
 
 fn input(requests: &[Request]) -> Input<'_> {
     Input {
-        requests,
+        requests: requests.iter().collect(),
         steps: &[],
         nvml: &[],
     }
@@ -60,7 +60,7 @@ fn held_segments_are_nagle_unless_the_reader_sat_on_another_streams_data() {
     let b = stream(1, &waiting, &vec![42 * MS; waiting.len()]);
     let busy = [a.clone(), b];
     assert!(nagle(&input(&busy)).is_none(), "a busy reader is not Nagle");
-    let readers = Readers::of(&busy, |_| true);
+    let readers = Readers::of(&input(&busy).requests, |_| true);
     let (from, to) = (sent[8], sent[8] + 40 * MS);
     assert!(readers.sat_on_other_data(7, 0, (from, to)));
     assert!(
@@ -72,7 +72,7 @@ fn held_segments_are_nagle_unless_the_reader_sat_on_another_streams_data() {
         "another reader"
     );
     // The table holds only the readers asked for (nagle asks for its candidates').
-    let others = Readers::of(&busy, |pid| pid != 7);
+    let others = Readers::of(&input(&busy).requests, |pid| pid != 7);
     assert!(
         !others.sat_on_other_data(7, 0, (from, to)),
         "reader 7 left out"

@@ -20,7 +20,7 @@ const NAGLE_GREW_NS: u64 = 5_000_000;
 /// Rule 1: most requests pay a TCP (and TLS) handshake because connections carry one
 /// request each. Removes each such request's handshakes.
 pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let paid: Vec<usize> = (0..reqs.len())
         .filter(|&i| reqs[i].new_connection && !reqs[i].points.is_empty())
         .collect();
@@ -31,7 +31,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
         return None;
     }
     let handshake = |r: &Request| r.stages.connect_ns.unwrap_or(0) + r.stages.tls_ns.unwrap_or(0);
-    let ttft: BTreeMap<usize, u64> = paid.iter().map(|&i| (i, handshake(&reqs[i]))).collect();
+    let ttft: BTreeMap<usize, u64> = paid.iter().map(|&i| (i, handshake(reqs[i]))).collect();
     let hs: Vec<u64> = ttft.values().copied().collect();
     let tls: Vec<u64> = paid.iter().filter_map(|&i| reqs[i].stages.tls_ns).collect();
     let share = paid.len() as f64 / reqs.len() as f64;
@@ -102,7 +102,7 @@ pub(super) fn new_connection_per_request(input: &Input) -> Option<Finding> {
 
 /// Of the requests that opened their connection (`paid`), how many connections were used
 /// once and replaced.
-fn used_once(reqs: &[Request], paid: &[usize]) -> usize {
+fn used_once(reqs: &[&Request], paid: &[usize]) -> usize {
     // Used once: it carried this request only, was closed within a second of the
     // response, and the same client (address) then opened another connection to the same
     // server. A kept-alive connection that saw no second request stays open, and one
@@ -119,7 +119,7 @@ fn used_once(reqs: &[Request], paid: &[usize]) -> usize {
     let mut opened: HashMap<(String, Option<String>), Vec<u64>> = HashMap::new();
     for &i in paid {
         opened
-            .entry((client_ip(&reqs[i]), reqs[i].host.clone()))
+            .entry((client_ip(reqs[i]), reqs[i].host.clone()))
             .or_default()
             .push(reqs[i].start_ns);
     }
@@ -132,7 +132,7 @@ fn used_once(reqs: &[Request], paid: &[usize]) -> usize {
             .is_some_and(|starts| starts.iter().any(|&s| s >= close))
     };
     paid.iter()
-        .filter(|&&i| reqs[i].connection_requests <= 1 && reconnected(&reqs[i]))
+        .filter(|&&i| reqs[i].connection_requests <= 1 && reconnected(reqs[i]))
         .count()
 }
 
@@ -156,7 +156,7 @@ struct Pass {
     itl_excess: BTreeMap<usize, i64>,
 }
 
-fn passes(reqs: &[Request]) -> Vec<Pass> {
+fn passes(reqs: &[&Request]) -> Vec<Pass> {
     let mut out = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
         for w in r.points.windows(2) {
@@ -206,7 +206,7 @@ fn passes(reqs: &[Request]) -> Vec<Pass> {
 /// compresses each event as it arrives (a flush per read), so rule 2's fix removes the
 /// compressed responses' whole hold too, and rule 3's fix then has nothing left.
 pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let all = passes(reqs);
     // Per proxy process and route: one nginx serves many locations, each with its own
     // buffering and gzip settings; mixed behaviour is never averaged away.
@@ -300,7 +300,7 @@ fn batching(v: &[&Pass]) -> f64 {
 
 fn hold_finding(
     n: u8,
-    reqs: &[Request],
+    reqs: &[&Request],
     evidence: &[&Pass],
     ttft: BTreeMap<usize, u64>,
     itl: BTreeMap<(usize, usize), i64>,
@@ -389,7 +389,7 @@ fn hold_finding(
 /// 40 ms at least) after that one, with no retransmit meanwhile: a small write waiting
 /// (Nagle) for the ACK of the previous small segment, which the peer delays.
 pub(super) fn nagle(input: &Input) -> Option<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let mut all = Vec::new();
     // Tokens held as Nagle holds them: (request, token, reader, sent, read, grew).
     let mut candidates = Vec::new();
@@ -480,10 +480,10 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
 
 /// Rule 8: TCP retransmits on a request's connections inside its long token gaps.
 pub(super) fn retransmits(input: &Input) -> Option<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let all_gaps: Vec<u64> = reqs
         .iter()
-        .filter_map(ttft_point)
+        .filter_map(|r| ttft_point(r))
         .flat_map(|p| p.itl_ns())
         .collect();
     let typical = median(&all_gaps);
@@ -546,7 +546,7 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
 /// stream: the client reads slower than tokens come, the socket buffers fill, and the
 /// sender's writes wait.
 pub(super) fn slow_client(input: &Input) -> Option<Finding> {
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     let mut itl = BTreeMap::new();
     let mut weights = BTreeMap::new();
     let mut lags = Vec::new();

@@ -33,7 +33,7 @@ pub(super) fn kv_preemption(input: &Input) -> Option<Finding> {
     }
     // Each engine's token gaps, for its typical one.
     let mut gaps: HashMap<u32, Vec<u64>> = HashMap::new();
-    for r in input.requests {
+    for r in &input.requests {
         let Some(p) = r.point(PointKind::EngineWrite) else {
             continue;
         };
@@ -99,7 +99,7 @@ pub(super) fn kv_preemption(input: &Input) -> Option<Finding> {
     let recompute: Vec<u64> = stalls.iter().map(|s| s.prefill_ns).collect();
     let d = Draft {
         rule: 12,
-        requests: input.requests,
+        requests: &input.requests,
         weights: &weights,
         finding: format!(
             "{} requests stopped mid-stream {} times ({} ms p50) while the engine kept \
@@ -216,7 +216,7 @@ mod tests {
 
     fn run(steps: &[GpuStep], requests: &[Request]) -> Option<Finding> {
         kv_preemption(&Input {
-            requests,
+            requests: requests.iter().collect(),
             steps,
             nvml: &[],
         })

@@ -22,7 +22,7 @@ type SoFar = (u64, (u64, usize), (u64, usize));
 
 impl Readers {
     /// The tokens of the readers `wanted` picks.
-    pub(super) fn of(reqs: &[Request], wanted: impl Fn(u32) -> bool) -> Readers {
+    pub(super) fn of(reqs: &[&Request], wanted: impl Fn(u32) -> bool) -> Readers {
         let mut tokens: HashMap<u32, Vec<(u64, u64, usize)>> = HashMap::new();
         for (i, r) in reqs.iter().enumerate() {
             for hop in socket_hops(r) {

@@ -55,7 +55,7 @@ pub(super) fn slot_saturation(input: &Input) -> Option<Finding> {
         .values()
         .filter_map(|streams| waiting(streams))
         .max_by_key(|(_, w)| w.values().sum::<u64>())?;
-    let reqs = input.requests;
+    let reqs = &input.requests[..];
     if waits.len() < MIN_EVIDENCE || waits.len() * 10 < reqs.len() {
         return None;
     }

@@ -139,7 +139,7 @@ impl Windows {
         let mut nvml = std::mem::take(&mut self.nvml);
         self.nvml = nvml.split_off(nvml.partition_point(|(ts, _)| before(*ts)));
         let diagnoses = diagnose::diagnose(&diagnose::Input {
-            requests: &requests,
+            requests: requests.iter().collect(),
             steps: self.cutter.steps(),
             nvml: &nvml,
         });

@@ -227,7 +227,7 @@ impl Builder {
         let nvml: Vec<_> = self.nvml.drain(..keep).collect();
         if !requests.is_empty() {
             let input = diagnose::Input {
-                requests: &requests,
+                requests: requests.iter().collect(),
                 steps: self.cutter.steps(),
                 nvml: &nvml,
             };
