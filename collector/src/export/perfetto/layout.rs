@@ -150,6 +150,11 @@ impl Op {
         }
     }
 
+    /// The flow id, if the op is on a flow.
+    fn flow_id(&self) -> Option<u64> {
+        (self.tag >> 2 != 0).then_some(self.aux)
+    }
+
     pub(crate) fn flow(&self) -> Flow {
         match self.tag >> 2 {
             1 => Flow::Step(self.aux),
@@ -200,6 +205,9 @@ struct Item {
 struct Builder {
     plan: Plan,
     uuids: Uuids,
+    /// Flow ids handed out in this window (1, 2, ...), renumbered for the wire by
+    /// `number_flows`.
+    flows_handed: u64,
     name_ids: HashMap<String, u32>,
     processes: BTreeMap<u32, u64>,
 }
@@ -220,6 +228,7 @@ pub(crate) fn plan(trace: &Trace, uuids: &mut Uuids) -> Plan {
     b.derived_counters(&trace.counters);
     // Stable: each track's events were pushed in begin/end order.
     b.plan.ops.sort_by_key(|op| op.ts);
+    b.number_flows();
     *uuids = b.uuids;
     b.plan
 }
@@ -242,6 +251,7 @@ impl Builder {
                 diagnoses: 0,
             },
             uuids: Uuids::default(),
+            flows_handed: 0,
             name_ids: HashMap::new(),
             processes: BTreeMap::new(),
         }
@@ -267,9 +277,37 @@ fn fnv(seed: u64, bytes: &[u8]) -> u64 {
 pub(crate) struct Uuids {
     last: u64,
     stable: HashMap<u64, u64>,
-    /// The last flow id handed out: flows are numbered from 1 across the export, so a
-    /// token's flow id is a varint of 3-4 bytes (see wire.rs).
-    last_flow: u64,
+    flows: FlowIds,
+}
+
+/// Flow ids as written, shared by the export's windows. Trace processor reads packets
+/// sorted by time (TraceSorter) and frees a flow id once an event ends its flow
+/// (`terminating_flow_ids`: FlowTracker::End with close_flow, from
+/// TrackEventEventImporter::MaybeParseTrackEventFlows); the next event to name the id
+/// begins a new flow. So a flow takes the smallest id whose last flow ended before it
+/// starts: ids stay as few as the flows in flight at once, a one-byte varint while
+/// they are under 128 (a token's flow id costs 2 B where numbering every flow of the
+/// export cost 4). Windows overlap in time, hence the end times kept per id.
+#[derive(Default)]
+struct FlowIds {
+    /// By id - 1: when the last flow on that id ends.
+    ends: Vec<u64>,
+}
+
+impl FlowIds {
+    /// An id for a flow from `start` to `end`. Linear in the ids in use, which are
+    /// the flows in flight at once (tokens between the engine and the client).
+    fn take(&mut self, start: u64, end: u64) -> u64 {
+        let i = match self.ends.iter().position(|&e| e < start) {
+            Some(i) => i,
+            None => {
+                self.ends.push(0);
+                self.ends.len() - 1
+            }
+        };
+        self.ends[i] = end;
+        i as u64 + 1
+    }
 }
 
 const PROCESS_UUID: u64 = 1 << 62;
@@ -279,13 +317,6 @@ impl Uuids {
         self.last += 1;
         assert!(self.last < PROCESS_UUID, "fewer than 2^62 tracks");
         self.last
-    }
-
-    /// `n` new flow ids; the first of them (the rest follow it).
-    pub(crate) fn flows(&mut self, n: usize) -> u64 {
-        let first = self.last_flow + 1;
-        self.last_flow += n as u64;
-        first
     }
 
     fn stable(&mut self, hash: u64) -> u64 {
@@ -299,6 +330,38 @@ impl Uuids {
 }
 
 impl Builder {
+    /// `n` new flow ids of this window; the first of them (the rest follow it).
+    fn flows(&mut self, n: usize) -> u64 {
+        let first = self.flows_handed + 1;
+        self.flows_handed += n as u64;
+        first
+    }
+
+    /// Renumbers the window's flows (ops in time order) with the export's `FlowIds`,
+    /// each from its first event to its last.
+    fn number_flows(&mut self) {
+        let n = self.flows_handed as usize;
+        if n == 0 {
+            return;
+        }
+        let mut ends = vec![0; n];
+        for op in &self.plan.ops {
+            if let Some(id) = op.flow_id() {
+                ends[id as usize - 1] = op.ts;
+            }
+        }
+        let mut wire = vec![0; n];
+        for op in &mut self.plan.ops {
+            if let Some(id) = op.flow_id() {
+                let k = id as usize - 1;
+                if wire[k] == 0 {
+                    wire[k] = self.uuids.flows.take(op.ts, ends[k]);
+                }
+                op.aux = wire[k];
+            }
+        }
+    }
+
     /// A new track; returns its handle (index + 1) for `nest`, `counter` and child tracks.
     /// The same parent, kind and name in a later window is the same track (same uuid).
     fn track(&mut self, parent: Option<u64>, name: String, kind: TrackKind) -> u64 {

@@ -27,8 +27,8 @@ const TRACK_UUID: u32 = 11;
 const DOUBLE_COUNTER_VALUE: u32 = 44;
 /// The varint twins of `flow_ids` (47) and `terminating_flow_ids` (48): deprecated in
 /// track_event.proto, but trace processor reads either the same way (one flow id space),
-/// and a small id costs 3-4 bytes as a varint where fixed64 costs 8. Every token event
-/// carries one (see `layout::Uuids::flows`: ids numbered from 1 across an export).
+/// and a small id costs a byte or two as a varint where fixed64 costs 8. Every token
+/// event carries one (see `layout::FlowIds`: an id is reused once its flow has ended).
 const FLOW_IDS_OLD: u32 = 36;
 const TERMINATING_FLOW_IDS_OLD: u32 = 42;
 
