@@ -179,6 +179,8 @@ def main(path):
         elif e.type == TE.TYPE_COUNTER:
             if track not in counter_tracks:
                 fail(f"packet {i}: a counter value on a slice track")
+            if e.HasField("counter_value") == e.HasField("double_counter_value"):
+                fail(f"packet {i}: a counter event without one value")
         else:
             fail(f"packet {i}: track event without a type")
         # The exporter writes the varint twins (flow_ids_old, terminating_flow_ids_old):

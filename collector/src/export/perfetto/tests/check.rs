@@ -109,6 +109,15 @@ pub(super) fn on_monotonic(trace: &Trace) -> Result<Trace, String> {
     Ok(out)
 }
 
+/// A counter event's value, an integer (`counter_value`) or not.
+pub(super) fn counter_value(e: &perfetto_protos::track_event::TrackEvent) -> f64 {
+    if e.has_counter_value() {
+        e.counter_value() as f64
+    } else {
+        e.double_counter_value()
+    }
+}
+
 /// Checks every invariant; the first broken one is the error.
 pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
     let first = trace.packet.first().ok_or("no packets")?;
@@ -266,6 +275,9 @@ pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
             Type::TYPE_COUNTER => {
                 if !counter_tracks.contains(&track) {
                     return Err(format!("packet {i}: counter value on a slice track"));
+                }
+                if e.has_counter_value() == e.has_double_counter_value() {
+                    return Err(format!("packet {i}: a counter event without one value"));
                 }
             }
             Type::TYPE_UNSPECIFIED => return Err(format!("packet {i}: event without a type")),
