@@ -287,7 +287,10 @@ pub(crate) struct Uuids {
 /// begins a new flow. So a flow takes the smallest id whose last flow ended before it
 /// starts: ids stay as few as the flows in flight at once, a one-byte varint while
 /// they are under 128 (a token's flow id costs 2 B where numbering every flow of the
-/// export cost 4). Windows overlap in time, hence the end times kept per id.
+/// export cost 4). Windows overlap in time, hence the end times kept per id. The
+/// `flow` table's `trace_id` is then the reused id, shared by flows apart in time: the
+/// UI (FlowManager) and `directly_connected_flow` follow a flow by its edges
+/// (`slice_out`, `slice_in`), which stay each token's own.
 #[derive(Default)]
 struct FlowIds {
     /// By id - 1: when the last flow on that id ends.
