@@ -226,11 +226,46 @@ pub(crate) fn plan(trace: &Trace, uuids: &mut Uuids) -> Plan {
     b.cupti(&trace.cupti);
     b.nvml(&trace.nvml);
     b.derived_counters(&trace.counters);
-    // Stable: each track's events were pushed in begin/end order.
-    b.plan.ops.sort_by_key(|op| op.ts);
+    sort_by_time(&mut b.plan.ops);
     b.number_flows();
     *uuids = b.uuids;
     b.plan
+}
+
+/// Orders ops by time, keeping their order among equal times (each track's events
+/// were pushed in begin/end order). An unstable sort of unique (time, index) keys,
+/// then the ops moved in place cycle by cycle: a quarter fewer instructions than a
+/// stable sort of the 32-byte ops, and half its scratch memory.
+fn sort_by_time(ops: &mut [Op]) {
+    assert!(
+        u32::try_from(ops.len()).is_ok(),
+        "fewer than 2^32 events a window"
+    );
+    let mut keys: Vec<u128> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| u128::from(op.ts) << 32 | i as u128)
+        .collect();
+    keys.sort_unstable();
+    // keys[j] names the op that goes to j; a key set to j itself marks j done.
+    let from = |k: u128| k as u32 as usize;
+    for start in 0..ops.len() {
+        if from(keys[start]) == start {
+            continue;
+        }
+        let first = ops[start];
+        let mut j = start;
+        loop {
+            let i = from(keys[j]);
+            keys[j] = j as u128;
+            if i == start {
+                ops[j] = first;
+                break;
+            }
+            ops[j] = ops[i];
+            j = i;
+        }
+    }
 }
 
 impl Builder {
@@ -561,6 +596,28 @@ mod tests {
             (120, "E", String::new()),
         ];
         assert_eq!(got, want, "nested, cut at 100, siblings after the end");
+    }
+
+    #[test]
+    fn ops_sort_by_time_keeping_their_order_at_equal_times() {
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut ops: Vec<Op> = (0..5_000)
+            .map(|k| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Few distinct times: many ties. The name records the push order.
+                Op::new(rng % 300, 1, OpKind::Instant, k, 0, Flow::None, 0)
+            })
+            .collect();
+        let mut want = ops.clone();
+        want.sort_by_key(|op| op.ts);
+        sort_by_time(&mut ops);
+        let key = |ops: &[Op]| ops.iter().map(|op| (op.ts, op.name)).collect::<Vec<_>>();
+        assert!(
+            key(&ops) == key(&want),
+            "as a stable sort by time orders them"
+        );
     }
 
     #[test]
