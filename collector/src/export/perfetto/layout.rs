@@ -209,6 +209,8 @@ struct Builder {
     /// `number_flows`.
     flows_handed: u64,
     name_ids: HashMap<String, u32>,
+    /// The name `name` gave last.
+    last_name: u32,
     processes: BTreeMap<u32, u64>,
 }
 
@@ -288,6 +290,7 @@ impl Builder {
             uuids: Uuids::default(),
             flows_handed: 0,
             name_ids: HashMap::new(),
+            last_name: 0,
             processes: BTreeMap::new(),
         }
     }
@@ -460,12 +463,21 @@ impl Builder {
     }
 
     fn name(&mut self, s: &str) -> u32 {
-        if let Some(&i) = self.name_ids.get(s) {
-            return i;
+        // A point's tokens ask for one name in a run: no hashing for those.
+        let last = self.last_name;
+        if self.plan.names.get(last as usize).is_some_and(|n| n == s) {
+            return last;
         }
-        let i = self.plan.names.len() as u32;
-        self.plan.names.push(s.to_string());
-        self.name_ids.insert(s.to_string(), i);
+        let i = match self.name_ids.get(s) {
+            Some(&i) => i,
+            None => {
+                let i = self.plan.names.len() as u32;
+                self.plan.names.push(s.to_string());
+                self.name_ids.insert(s.to_string(), i);
+                i
+            }
+        };
+        self.last_name = i;
         i
     }
 
