@@ -4,12 +4,14 @@ packet clears incremental state, packets timed on MONOTONIC or on the sequence's
 incremental clock (each timestamp the distance from the sequence's previous one on
 that clock, the first from a snapshot that ties it to MONOTONIC; such packets need
 the sequence's state), a track described again only as it was, interned ids defined
-once and before use, timestamps never going back per sequence (or per track), begin/end balanced and nested per
-track, every flow started and ended; and the diagnoses: a slice per diagnosis on
-a row of the top-level "tokenscope diagnoses" track, named after its row, with
-its finding, scope, fix and cited request ids, each cited request's track
-holding an instant that cites it. Prints the counts it saw as JSON (and the sum of
-the token instants' times, mod 2^64); exits 1 with the first broken invariant.
+once and before use, timestamps never going back per sequence (or per track),
+begin/end balanced and nested per track, every flow started and ended (flow ids
+followed as trace processor follows them: an id is free again once its flow ends)
+and passing each track once; and the diagnoses: a slice per diagnosis on a row of
+the top-level "tokenscope diagnoses" track, named after its row, with its finding,
+scope, fix and cited request ids, each cited request's track holding an instant that
+cites it. Prints the counts it saw as JSON (and the sum of the token instants'
+times, mod 2^64); exits 1 with the first broken invariant.
 
 usage: perfetto_check.py TRACE
 """
@@ -49,7 +51,7 @@ def main(path):
     tracks, parents, counter_tracks = {}, {}, set()
     diagnoses, cites = [], {}
     open_slices = {}
-    flow_start, flow_end = {}, {}
+    flow_events = []  # (time, packet, track, flow id, whether it ends there)
     token_ns_sum = 0
     counts = dict(request_tracks=0, token_instants=0, gpu_steps=0, flows=0,
                   kernels=0, counter_tracks=0, diagnoses=0, diagnosis_cites=0,
@@ -177,34 +179,51 @@ def main(path):
         elif e.type == TE.TYPE_COUNTER:
             if track not in counter_tracks:
                 fail(f"packet {i}: a counter value on a slice track")
+            if e.HasField("counter_value") == e.HasField("double_counter_value"):
+                fail(f"packet {i}: a counter event without one value")
         else:
             fail(f"packet {i}: track event without a type")
         # The exporter writes the varint twins (flow_ids_old, terminating_flow_ids_old):
         # trace processor reads both forms as one flow id space.
         for f in list(e.flow_ids) + list(e.flow_ids_old):
-            flow_start.setdefault(f, ts)
+            flow_events.append((ts, i, track, f, False))
         for f in list(e.terminating_flow_ids) + list(e.terminating_flow_ids_old):
-            if f in flow_end:
-                fail(f"flow {f} ends twice")
-            flow_end[f] = ts
+            flow_events.append((ts, i, track, f, True))
     for track, stack in open_slices.items():
         if stack:
             fail(f"track {tracks[track]!r}: {len(stack)} slices never end")
-    for f, start in flow_start.items():
-        if f not in flow_end:
-            fail(f"flow {f} starts but never ends")
-        if flow_end[f] < start:
-            fail(f"flow {f} ends before it starts")
-    for f in flow_end:
-        if f not in flow_start:
-            fail(f"flow {f} ends without a start")
-    counts["flows"] = len(flow_start)
+    counts["flows"] = follow_flows(flow_events)
     # The token instants' times on MONOTONIC, summed (mod 2^64): the recorded ones'.
     counts["token_ns_sum"] = token_ns_sum % (1 << 64)
     check_diagnoses(diagnoses, cites, tracks)
     counts["diagnoses"] = len(diagnoses)
     counts["diagnosis_cites"] = sum(len(v) for v in cites.values())
     print(json.dumps(counts))
+
+
+def follow_flows(events):
+    """Follows the flows as trace processor does (TrackEventEventImporter::
+    MaybeParseTrackEventFlows over packets sorted by time, ties in file order): an id
+    not in flight begins a flow, one in flight steps it, a terminating id ends it and
+    frees the id for a later flow. Each flow must end, and pass each track once (two
+    flows in flight on one id would merge into one that does not). Returns how many
+    flows there are."""
+    in_flight = {}  # flow id -> the tracks its flow has passed
+    n = 0
+    for _, i, track, f, ends in sorted(events, key=lambda e: (e[0], e[1])):
+        if f not in in_flight:
+            if ends:
+                fail(f"packet {i}: flow {f} ends without a start")
+            in_flight[f] = set()
+            n += 1
+        if track in in_flight[f]:
+            fail(f"packet {i}: flow {f} passes a track twice")
+        in_flight[f].add(track)
+        if ends:
+            del in_flight[f]
+    for f in in_flight:
+        fail(f"flow {f} starts but never ends")
+    return n
 
 
 def annotations(e, arg_names, seq):

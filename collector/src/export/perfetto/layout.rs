@@ -9,12 +9,14 @@ use std::collections::{BTreeMap, HashMap};
 mod connections;
 mod counters;
 mod diagnoses;
+mod flows;
 mod gpu;
 mod requests;
 mod trace;
 
 pub(crate) use counters::Running;
 pub(crate) use diagnoses::Cites;
+use flows::FlowIds;
 pub(crate) use trace::{Conn, Trace};
 
 /// Interned categories, by index (iid = index + 1).
@@ -150,6 +152,11 @@ impl Op {
         }
     }
 
+    /// The flow id, if the op is on a flow.
+    fn flow_id(&self) -> Option<u64> {
+        (self.tag >> 2 != 0).then_some(self.aux)
+    }
+
     pub(crate) fn flow(&self) -> Flow {
         match self.tag >> 2 {
             1 => Flow::Step(self.aux),
@@ -200,7 +207,12 @@ struct Item {
 struct Builder {
     plan: Plan,
     uuids: Uuids,
+    /// Flow ids handed out in this window (1, 2, ...), renumbered for the wire by
+    /// `number_flows`.
+    flows_handed: u64,
     name_ids: HashMap<String, u32>,
+    /// The name `name` gave last.
+    last_name: u32,
     processes: BTreeMap<u32, u64>,
 }
 
@@ -218,10 +230,46 @@ pub(crate) fn plan(trace: &Trace, uuids: &mut Uuids) -> Plan {
     b.cupti(&trace.cupti);
     b.nvml(&trace.nvml);
     b.derived_counters(&trace.counters);
-    // Stable: each track's events were pushed in begin/end order.
-    b.plan.ops.sort_by_key(|op| op.ts);
+    sort_by_time(&mut b.plan.ops);
+    b.number_flows();
     *uuids = b.uuids;
     b.plan
+}
+
+/// Orders ops by time, keeping their order among equal times (each track's events
+/// were pushed in begin/end order). An unstable sort of unique (time, index) keys,
+/// then the ops moved in place cycle by cycle: a quarter fewer instructions than a
+/// stable sort of the 32-byte ops, and half its scratch memory.
+fn sort_by_time(ops: &mut [Op]) {
+    assert!(
+        u32::try_from(ops.len()).is_ok(),
+        "fewer than 2^32 events a window"
+    );
+    let mut keys: Vec<u128> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| u128::from(op.ts) << 32 | i as u128)
+        .collect();
+    keys.sort_unstable();
+    // keys[j] names the op that goes to j; a key set to j itself marks j done.
+    let from = |k: u128| k as u32 as usize;
+    for start in 0..ops.len() {
+        if from(keys[start]) == start {
+            continue;
+        }
+        let first = ops[start];
+        let mut j = start;
+        loop {
+            let i = from(keys[j]);
+            keys[j] = j as u128;
+            if i == start {
+                ops[j] = first;
+                break;
+            }
+            ops[j] = ops[i];
+            j = i;
+        }
+    }
 }
 
 impl Builder {
@@ -242,7 +290,9 @@ impl Builder {
                 diagnoses: 0,
             },
             uuids: Uuids::default(),
+            flows_handed: 0,
             name_ids: HashMap::new(),
+            last_name: 0,
             processes: BTreeMap::new(),
         }
     }
@@ -267,9 +317,7 @@ fn fnv(seed: u64, bytes: &[u8]) -> u64 {
 pub(crate) struct Uuids {
     last: u64,
     stable: HashMap<u64, u64>,
-    /// The last flow id handed out: flows are numbered from 1 across the export, so a
-    /// token's flow id is a varint of 3-4 bytes (see wire.rs).
-    last_flow: u64,
+    flows: FlowIds,
 }
 
 const PROCESS_UUID: u64 = 1 << 62;
@@ -279,13 +327,6 @@ impl Uuids {
         self.last += 1;
         assert!(self.last < PROCESS_UUID, "fewer than 2^62 tracks");
         self.last
-    }
-
-    /// `n` new flow ids; the first of them (the rest follow it).
-    pub(crate) fn flows(&mut self, n: usize) -> u64 {
-        let first = self.last_flow + 1;
-        self.last_flow += n as u64;
-        first
     }
 
     fn stable(&mut self, hash: u64) -> u64 {
@@ -359,12 +400,21 @@ impl Builder {
     }
 
     fn name(&mut self, s: &str) -> u32 {
-        if let Some(&i) = self.name_ids.get(s) {
-            return i;
+        // A point's tokens ask for one name in a run: no hashing for those.
+        let last = self.last_name;
+        if self.plan.names.get(last as usize).is_some_and(|n| n == s) {
+            return last;
         }
-        let i = self.plan.names.len() as u32;
-        self.plan.names.push(s.to_string());
-        self.name_ids.insert(s.to_string(), i);
+        let i = match self.name_ids.get(s) {
+            Some(&i) => i,
+            None => {
+                let i = self.plan.names.len() as u32;
+                self.plan.names.push(s.to_string());
+                self.name_ids.insert(s.to_string(), i);
+                i
+            }
+        };
+        self.last_name = i;
         i
     }
 
@@ -495,6 +545,28 @@ mod tests {
             (120, "E", String::new()),
         ];
         assert_eq!(got, want, "nested, cut at 100, siblings after the end");
+    }
+
+    #[test]
+    fn ops_sort_by_time_keeping_their_order_at_equal_times() {
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut ops: Vec<Op> = (0..5_000)
+            .map(|k| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Few distinct times: many ties. The name records the push order.
+                Op::new(rng % 300, 1, OpKind::Instant, k, 0, Flow::None, 0)
+            })
+            .collect();
+        let mut want = ops.clone();
+        want.sort_by_key(|op| op.ts);
+        sort_by_time(&mut ops);
+        let key = |ops: &[Op]| ops.iter().map(|op| (op.ts, op.name)).collect::<Vec<_>>();
+        assert!(
+            key(&ops) == key(&want),
+            "as a stable sort by time orders them"
+        );
     }
 
     #[test]

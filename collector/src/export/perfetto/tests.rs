@@ -14,7 +14,7 @@ use crate::ingest::record::Counters;
 use crate::stitch::testnet::{proxied, Net, ENGINE, MS};
 
 mod check;
-use check::{check, on_monotonic, Counts};
+use check::{check, flows_across, on_monotonic, Counts};
 
 fn cuda(net: &mut Net, ts: u64, api: CudaApi, entry: bool) {
     let call = CudaCall {
@@ -227,6 +227,28 @@ fn the_checker_catches_each_broken_invariant() {
         "a timed packet that does not say it needs the sequence's state",
         &|t| t.packet[ends[0]].set_sequence_flags(0),
     );
+    let counter = good
+        .packet
+        .iter()
+        .position(|p| p.has_track_event() && p.track_event().type_() == Type::TYPE_COUNTER)
+        .expect("some counter");
+    broken("a counter event without a value", &|t| {
+        let e = t.packet[counter].mut_track_event();
+        e.clear_counter_value();
+        e.clear_double_counter_value();
+    });
+    let flow_start = good
+        .packet
+        .iter()
+        .position(|p| p.has_track_event() && !p.track_event().flow_ids_old.is_empty())
+        .expect("some flow");
+    broken("two flows in flight on one id", &|t| {
+        // The engine's next token on the same id, at the same time, before the first ends.
+        let mut again = t.packet[flow_start].clone();
+        again.interned_data.clear();
+        again.set_timestamp(0);
+        t.packet.insert(flow_start + 1, again);
+    });
     broken("a flow that never ends", &|t| {
         for p in t.packet.iter_mut().filter(|p| p.has_track_event()) {
             p.mut_track_event().terminating_flow_ids_old.clear();
@@ -274,9 +296,9 @@ fn token_times(trace: &Trace) -> BTreeMap<(usize, String), Vec<u64>> {
 /// A token event is what Perfetto's own writers make of an instant: the packet's
 /// framing (2 B), sequence id (2), flags (2), its distance in ns from the packet
 /// before (a varint, 3-4), the event's framing (2), type (2), interned name (2) and
-/// category (2), a small track uuid (2), and the fixed64 flow id linking the token
-/// across its points (10, on every token of this recording). Decoded, each keeps its
-/// recorded time to the nanosecond.
+/// category (2), a small track uuid (2-3), and the flow id linking the token across
+/// its points (2: a varint id, freed when its flow ends, on every token of this
+/// recording). Decoded, each keeps its recorded time to the nanosecond.
 #[test]
 fn token_events_cost_a_few_varints_and_keep_their_time_to_the_nanosecond() {
     let (header, events) = lab_recording();
@@ -344,15 +366,29 @@ fn token_events_cost_a_few_varints_and_keep_their_time_to_the_nanosecond() {
         summary.bytes
     );
     // Absolute timestamps (7-8 B), a hashed track uuid (9-10 B), a name not interned
-    // (7 B), a fixed64 flow id (10 B where the varint one is 4-5) or a debug annotation
-    // per token would each break this.
+    // (7 B), a fixed64 flow id (10 B where the varint one is 2), flow ids never reused
+    // (3 B from the 128th flow on) or a debug annotation per token would each break this.
     assert!(
-        per_token <= 25.0,
-        "a token event is at most 25 B on average: {per_token:.1}"
+        per_token <= 23.0,
+        "a token event is at most 23 B on average: {per_token:.1}"
     );
     assert!(
-        whole <= 40.0,
-        "the whole trace, GPU steps and counters included, is at most 40 B per token event: {whole:.1}"
+        whole <= 36.0,
+        "the whole trace, GPU steps and counters included, is at most 36 B per token event: {whole:.1}"
+    );
+    let flow_ids: std::collections::BTreeSet<u64> = trace
+        .packet
+        .iter()
+        .flat_map(|p| {
+            let e = p.track_event();
+            e.flow_ids_old.iter().chain(&e.terminating_flow_ids_old)
+        })
+        .copied()
+        .collect();
+    assert!(
+        counts.flows > 1_000 && flow_ids.last() < Some(&128),
+        "{} flows on ids freed as each ends, all one-byte varints: {flow_ids:?}",
+        counts.flows
     );
 }
 
@@ -503,6 +539,10 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
         summary.windows >= 4,
         "8 requests 310 ms apart span several 300 ms windows: {summary:?}"
     );
+    // Read as trace processor reads it, all windows sorted by time: flow ids freed in
+    // one window and taken in another never join two flows.
+    let flows = flows_across(&trace).unwrap_or_else(|e| panic!("across windows: {e}"));
+    assert_eq!(flows, whole.flows, "each flow once across the windows");
     let mut sequences: Vec<u32> = trace
         .packet
         .iter()
@@ -622,7 +662,7 @@ fn ring_buffer_drops_are_drawn_as_the_recorder_read_them() {
         .packet
         .iter()
         .filter(|p| p.has_track_event() && p.track_event().track_uuid() == uuid)
-        .map(|p| (p.timestamp(), p.track_event().double_counter_value()))
+        .map(|p| (p.timestamp(), check::counter_value(p.track_event())))
         .collect();
     let values: Vec<f64> = drops.iter().map(|d| d.1).collect();
     assert_eq!(

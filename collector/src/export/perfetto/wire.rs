@@ -24,13 +24,17 @@ const DEBUG_ANNOTATIONS: u32 = 4;
 const TYPE: u32 = 9;
 const NAME_IID: u32 = 10;
 const TRACK_UUID: u32 = 11;
+const COUNTER_VALUE: u32 = 30;
 const DOUBLE_COUNTER_VALUE: u32 = 44;
 /// The varint twins of `flow_ids` (47) and `terminating_flow_ids` (48): deprecated in
 /// track_event.proto, but trace processor reads either the same way (one flow id space),
-/// and a small id costs 3-4 bytes as a varint where fixed64 costs 8. Every token event
-/// carries one (see `layout::Uuids::flows`: ids numbered from 1 across an export).
+/// and a small id costs a byte or two as a varint where fixed64 costs 8. Every token
+/// event carries one (see `layout::FlowIds`: an id is reused once its flow has ended).
 const FLOW_IDS_OLD: u32 = 36;
 const TERMINATING_FLOW_IDS_OLD: u32 = 42;
+
+/// Up to here every integer is an f64 exactly.
+const MAX_EXACT: f64 = (1u64 << 53) as f64;
 
 const VARINT: u32 = 0;
 const FIXED64: u32 = 1;
@@ -75,8 +79,14 @@ impl Packets {
             uint(ev, NAME_IID, name);
         }
         uint(ev, TRACK_UUID, e.track_uuid);
-        if let Some(v) = e.counter {
-            fixed64(ev, DOUBLE_COUNTER_VALUE, v.to_bits());
+        match e.counter {
+            // Counts (requests in flight, tokens/s, drops) as a varint, 2-5 B where
+            // the double is 10: trace processor reads either (TrackEventTokenizer).
+            Some(v) if v.fract() == 0.0 && (0.0..MAX_EXACT).contains(&v) => {
+                uint(ev, COUNTER_VALUE, v as u64)
+            }
+            Some(v) => fixed64(ev, DOUBLE_COUNTER_VALUE, v.to_bits()),
+            None => {}
         }
         match e.flow {
             Some((id, false)) => uint(ev, FLOW_IDS_OLD, id),
@@ -209,5 +219,34 @@ mod tests {
         );
         assert_eq!(e.flow_ids_old, vec![42]);
         assert!(p.interned_data.is_none() && e.category_iids.is_empty());
+
+        let mut counter = |v: f64| {
+            let p = decode(&TrackEvent {
+                delta_ns: 0,
+                sequence: 1,
+                kind: Type::TYPE_COUNTER,
+                track_uuid: 1,
+                named: None,
+                counter: Some(v),
+                flow: None,
+                annotations: &[],
+                interned: None,
+            });
+            let e = p.track_event();
+            let int = e.has_counter_value().then(|| e.counter_value());
+            let double = e
+                .has_double_counter_value()
+                .then(|| e.double_counter_value());
+            (int, double)
+        };
+        assert_eq!(counter(3.0), (Some(3), None), "a count is a varint");
+        assert_eq!(counter(0.0), (Some(0), None));
+        for v in [-1.0, 0.5, MAX_EXACT, f64::NAN] {
+            let (int, double) = counter(v);
+            assert!(
+                int.is_none() && double.is_some_and(|d| d.to_bits() == v.to_bits()),
+                "{v} stays a double"
+            );
+        }
     }
 }

@@ -132,7 +132,8 @@ impl Builder {
             })
             .collect();
         self.plan.flows += forward.iter().filter(|f| **f).count();
-        let first_flow = self.uuids.flows(linked);
+        let first_flow = self.flows(linked);
+        let mut points = Vec::with_capacity(r.points.len());
         for (j, p) in r.points.iter().enumerate() {
             let name = format!("{} ({} {})", p.kind.label(), p.comm, p.pid);
             let t = self.track_once(Some(request_track), name, TrackKind::Plain);
@@ -152,6 +153,12 @@ impl Builder {
             for &ts in &p.record_ns {
                 items.push(self.instant(ts, "tls record", Cat::Token, Flow::None));
             }
+            points.push((t, items));
+        }
+        // Engine first: where a token is at two points at the same nanosecond, the
+        // (stable) sort by time keeps its flow's end last, as trace processor must
+        // read it to close the flow and free its id.
+        for (t, items) in points.into_iter().rev() {
             self.nest(t, items);
         }
     }

@@ -109,6 +109,15 @@ pub(super) fn on_monotonic(trace: &Trace) -> Result<Trace, String> {
     Ok(out)
 }
 
+/// A counter event's value, an integer (`counter_value`) or not.
+pub(super) fn counter_value(e: &perfetto_protos::track_event::TrackEvent) -> f64 {
+    if e.has_counter_value() {
+        e.counter_value() as f64
+    } else {
+        e.double_counter_value()
+    }
+}
+
 /// Checks every invariant; the first broken one is the error.
 pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
     let first = trace.packet.first().ok_or("no packets")?;
@@ -133,8 +142,6 @@ pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
     let mut counter_tracks: BTreeSet<u64> = BTreeSet::new();
     let mut open: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut track_ts: HashMap<u64, u64> = HashMap::new();
-    let mut flow_starts: HashMap<u64, u64> = HashMap::new();
-    let mut flow_ends: HashMap<u64, (u64, usize)> = HashMap::new();
     for (i, p) in trace.packet.iter().enumerate() {
         let seq = p.trusted_packet_sequence_id();
         if p.has_timestamp() {
@@ -269,19 +276,11 @@ pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
                 if !counter_tracks.contains(&track) {
                     return Err(format!("packet {i}: counter value on a slice track"));
                 }
+                if e.has_counter_value() == e.has_double_counter_value() {
+                    return Err(format!("packet {i}: a counter event without one value"));
+                }
             }
             Type::TYPE_UNSPECIFIED => return Err(format!("packet {i}: event without a type")),
-        }
-        for id in e.flow_ids.iter().chain(&e.flow_ids_old) {
-            flow_starts.entry(*id).or_insert(p.timestamp());
-        }
-        for id in e
-            .terminating_flow_ids
-            .iter()
-            .chain(&e.terminating_flow_ids_old)
-        {
-            let end = flow_ends.entry(*id).or_insert((p.timestamp(), 0));
-            end.1 += 1;
         }
     }
     for (track, stack) in &open {
@@ -289,17 +288,58 @@ pub(super) fn check(trace: &Trace) -> Result<Counts, String> {
             return Err(format!("track {track}: {} slices never end", stack.len()));
         }
     }
-    for (id, start) in &flow_starts {
-        let (end, n) = flow_ends
-            .get(id)
-            .ok_or(format!("flow {id} starts but never ends"))?;
-        if *n != 1 || end < start {
-            return Err(format!("flow {id} ends {n} times, or before it starts"));
+    c.flows = flows(trace)?;
+    Ok(c)
+}
+
+/// The flows of a trace of several sequences (windows), checked as `check` checks
+/// one's: how many there are.
+pub(super) fn flows_across(trace: &Trace) -> Result<usize, String> {
+    flows(&on_monotonic(trace)?)
+}
+
+/// Follows the flows of a trace on MONOTONIC as trace processor does (TrackEventEventImporter::
+/// MaybeParseTrackEventFlows over packets sorted by time, ties in file order): an id
+/// not in flight begins a flow, one in flight steps it, a terminating id ends it and
+/// frees the id for a later flow. Each flow must end, and pass each track once (two
+/// flows in flight on one id would merge into one that does not); returns how many
+/// there are.
+fn flows(trace: &Trace) -> Result<usize, String> {
+    // (time, packet, track, flow id, whether it ends there)
+    let mut events: Vec<(u64, usize, u64, u64, bool)> = Vec::new();
+    for (i, p) in trace.packet.iter().enumerate() {
+        let e = p.track_event();
+        let (ts, track) = (p.timestamp(), e.track_uuid());
+        for id in e.flow_ids.iter().chain(&e.flow_ids_old) {
+            events.push((ts, i, track, *id, false));
+        }
+        let ending = e.terminating_flow_ids.iter();
+        for id in ending.chain(&e.terminating_flow_ids_old) {
+            events.push((ts, i, track, *id, true));
         }
     }
-    if let Some(id) = flow_ends.keys().find(|id| !flow_starts.contains_key(id)) {
-        return Err(format!("flow {id} ends without a start"));
+    events.sort_unstable_by_key(|&(ts, i, ..)| (ts, i));
+    let mut in_flight: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut n = 0;
+    for (_, i, track, id, ends) in events {
+        let passed = match in_flight.get_mut(&id) {
+            Some(tracks) => tracks,
+            None if ends => return Err(format!("packet {i}: flow {id} ends without a start")),
+            None => {
+                n += 1;
+                in_flight.entry(id).or_default()
+            }
+        };
+        if passed.contains(&track) {
+            return Err(format!("packet {i}: flow {id} passes track {track} twice"));
+        }
+        passed.push(track);
+        if ends {
+            in_flight.remove(&id);
+        }
     }
-    c.flows = flow_starts.len();
-    Ok(c)
+    if let Some(id) = in_flight.keys().next() {
+        return Err(format!("flow {id} starts but never ends"));
+    }
+    Ok(n)
 }
