@@ -259,17 +259,22 @@ impl ConnTracker {
         {
             return; // listeners and request socks are not connections
         }
-        let id = match self.open.get(&skaddr) {
-            Some(&i) if !starts_new && self.conns.contains_key(&i) => i,
-            _ => {
+        // One lookup in `conns` for an event on an open connection (nearly all of them).
+        let open = match self.open.get(&skaddr) {
+            Some(i) if !starts_new => self.conns.get_mut(i),
+            _ => None,
+        };
+        let c = match open {
+            Some(c) => c,
+            None => {
                 let id = self.next_id;
                 self.next_id += 1;
-                self.conns.insert(id, Connection::new(id, ev, sock));
                 self.open.insert(skaddr, id);
-                id
+                self.conns
+                    .entry(id)
+                    .or_insert_with(|| Connection::new(id, ev, sock))
             }
         };
-        let c = self.conns.get_mut(&id).expect("inserted above");
         c.last_ns = ev.ts_ns;
         if c.pid == 0 && ev.pid != 0 {
             c.pid = ev.pid;
