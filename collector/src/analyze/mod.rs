@@ -52,10 +52,14 @@ pub fn summarize(samples: &[u64]) -> Option<Summary> {
 /// 0 when empty. Linear time: it selects rather than sorts (the diagnoses evaluate it
 /// once per subset of fixes).
 pub fn percentile(samples: &[u64], permille: usize) -> u64 {
-    if samples.is_empty() {
+    percentile_in_place(&mut samples.to_vec(), permille)
+}
+
+/// `percentile`, reordering `v` (its values stay the same) instead of copying it.
+pub fn percentile_in_place(v: &mut [u64], permille: usize) -> u64 {
+    if v.is_empty() {
         return 0;
     }
-    let mut v = samples.to_vec();
     let (lo, frac) = rank(v.len(), permille);
     let (_, &mut below, rest) = v.select_nth_unstable(lo);
     // The next rank up is the smallest of what selection left above.
