@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use test_support::agent::{sample_value, Agent, Prometheus};
-use test_support::{free_port, runtime};
+use test_support::{free_ports, runtime};
 use tokenscope_agent::metrics::TTFT_BUCKETS;
 use tokenscope_lab::demo::{self, DemoConfig, DemoObserver};
 use tokenscope_lab::scenario::Scenario;
@@ -175,7 +175,7 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
 #[test]
 fn prometheus_sees_the_benchs_ttft_p95_within_a_bucket_and_the_untuned_diagnoses_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ports = [free_port(), free_port()];
+    let ports: [u16; 2] = free_ports();
     let prom = Prometheus::start(dir.path(), &ports);
     let untuned = side(&prom, false, ports[0]);
     let tuned = side(&prom, true, ports[1]);

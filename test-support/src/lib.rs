@@ -23,8 +23,8 @@ pub mod wire;
 pub use bin::{demo_recording, demo_stdout, lab, lab_command, profiler};
 pub use events::{io_bytes, io_events, read_recording, transitions};
 pub use nginx::{
-    curl, engine_behind_nginx, engine_behind_nginx_with, free_port, lab_engine, runtime,
-    wait_for_port, Nginx,
+    curl, engine_behind_nginx, engine_behind_nginx_with, free_port, free_ports, lab_engine,
+    runtime, wait_for_port, Nginx,
 };
 pub use recorder::{wait_timeout, Recorder};
 pub use report::{

@@ -16,6 +16,14 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `N` distinct free ports: each is held until all are picked (ports picked one after
+/// another may repeat, since a port let go is free again at once).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: [TcpListener; N] =
+        std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").expect("bind"));
+    held.map(|l| l.local_addr().expect("addr").port())
+}
+
 /// Waits until something accepts connections on `port`.
 pub fn wait_for_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -60,7 +68,7 @@ impl Nginx {
     }
 
     fn try_start(dir: &Path, location_body: &str) -> Result<Nginx, String> {
-        let [http_port, https_port, h2_port, h2c_port] = std::array::from_fn(|_| free_port());
+        let [http_port, https_port, h2_port, h2c_port] = free_ports();
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
         let status = Command::new("openssl")
