@@ -24,6 +24,8 @@ pub const CFG_PAYLOAD_CAP: &str = "cfg_payload_cap";
 pub const CFG_IO_SOURCE: &str = "cfg_io_source";
 /// The one network namespace traced (its inode); 0: every one.
 pub const CFG_NETNS: &str = "cfg_netns";
+/// 1 when the TLS plaintext uprobes are attached (0: the socket layer skips their notes).
+pub const CFG_TLS: &str = "cfg_tls";
 
 /// Which concern a probe serves; the recording's header lists what was attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

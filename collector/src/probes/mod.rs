@@ -240,6 +240,7 @@ impl Probes {
         let n_ports = cfg.ports.len() as u32;
         let io_source = source.abi();
         let netns_inode = netns.unwrap_or(0);
+        let tls = u32::from(!cfg.libssl.is_empty());
         // A small ring must still wake its consumer before it fills.
         let wakeup_bytes = WAKEUP_BYTES.min(u64::from(cfg.ring_bytes) / 4);
 
@@ -256,6 +257,7 @@ impl Probes {
             .override_global(probe_ebpf::CFG_PAYLOAD_CAP, &cfg.payload_cap, true)
             .override_global(probe_ebpf::CFG_IO_SOURCE, &io_source, true)
             .override_global(probe_ebpf::CFG_NETNS, &netns_inode, true)
+            .override_global(probe_ebpf::CFG_TLS, &tls, true)
             .map_max_entries(probe_ebpf::MAP_EVENTS, cfg.ring_bytes)
             .map_max_entries(probe_ebpf::MAP_IO_SCRATCH, possible_cpus()?)
             .load(object)

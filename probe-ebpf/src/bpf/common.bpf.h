@@ -20,6 +20,10 @@ const volatile __u32 cfg_payload_cap = 16384;
 const volatile __u64 cfg_wakeup_bytes = 65536;
 /* Only this network namespace (its inode, as in /proc/PID/ns/net); 0: every one. */
 const volatile __u32 cfg_netns = 0;
+/* 1 when the TLS plaintext uprobes are attached: only they read what the socket
+ * layer notes for them (TLS_LAST_RECV, SSL_SOCK), so without them every traced
+ * receive skips a hash update and two reads of the socket. */
+const volatile __u32 cfg_tls = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

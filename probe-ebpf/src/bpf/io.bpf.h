@@ -192,20 +192,29 @@ static __always_inline void copy_payload(struct ts_io_event *ev, const struct io
 static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id, const struct io_args *a)
 {
 	__u32 tid = (__u32)id;
-	if (dir == TS_DIR_RECV)
-		tls_note_recv(tid, sk);
-	__u16 sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (!port_wanted(sport, dport) || !sock_netns_wanted(sk))
-		return 0;
-
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct io_scratch *s = bpf_map_lookup_elem(&IO_SCRATCH, &cpu);
 	if (!s)
 		return 0;
 	struct ts_io_event *ev = &s->ev;
+	if (cfg_tls) {
+		/* Read once for both: the TLS note wants every receive's socket. */
+		read_sock(&ev->sock, sk);
+		if (dir == TS_DIR_RECV)
+			tls_note_recv(tid, &ev->sock);
+		if (!port_wanted(ev->sock.sport, ev->sock.dport))
+			return 0;
+	} else {
+		/* The ports alone first: most of a host's TCP I/O stops here. */
+		__u16 sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (!port_wanted(sport, dport))
+			return 0;
+		read_sock(&ev->sock, sk);
+	}
+	if (!sock_netns_wanted(sk))
+		return 0;
 	fill_header(&ev->hdr, TS_EV_IO, 1);
-	read_sock(&ev->sock, sk);
 	ev->dir = dir;
 	ev->syscall = TS_SYS_NONE;
 	ev->fd = -1;

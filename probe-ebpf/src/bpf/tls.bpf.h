@@ -65,12 +65,13 @@ struct {
 } TLS_SCRATCH SEC(".maps");
 
 /* Called by the socket layer's probe for every TCP receive of a traced process,
- * before port filters (a tie to an unwanted socket must not fall back to a wanted one). */
-static __always_inline void tls_note_recv(__u32 tid, struct sock *sk)
+ * before port filters (a tie to an unwanted socket must not fall back to a wanted one),
+ * with the socket as the probe read it. */
+static __always_inline void tls_note_recv(__u32 tid, const struct ts_sock *sock)
 {
 	struct last_recv r = {};
 	r.ts_ns = bpf_ktime_get_ns();
-	read_sock(&r.sock, sk);
+	r.sock = *sock;
 	bpf_map_update_elem(&TLS_LAST_RECV, &tid, &r, BPF_ANY);
 }
 
@@ -78,6 +79,8 @@ static __always_inline void tls_note_recv(__u32 tid, struct sock *sk)
  * flight on this thread to the socket. */
 static __always_inline void tls_note_socket(__u32 tid, const struct ts_sock *sock)
 {
+	if (!cfg_tls)
+		return;
 	struct ssl_args *a = bpf_map_lookup_elem(&SSL_ARGS, &tid);
 	if (!a)
 		return;
