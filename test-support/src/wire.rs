@@ -353,13 +353,17 @@ mod tests {
     }
 
     /// Load only ever adds latency: the fastest round trip is the wire's own delay plus
-    /// its overhead, the median what a test using the wire sees. Single samples are not
-    /// judged: on 2 CPUs busy compiling, a non-preemptible kernel (PREEMPT_NONE) wakes
-    /// even a SCHED_FIFO thread a few milliseconds late now and then.
+    /// its overhead, the median what a test using the wire sees. A round trip crosses the
+    /// wire twice, each crossing allowed the 0.5 ms a single direction is (CI saw the
+    /// held leg's median at 5.37 ms and the free one's at 0.22 ms on a busy machine: a
+    /// 5.6 ms round trip). Never less than the delay. Single samples are not judged: on
+    /// 2 CPUs busy compiling, a non-preemptible kernel (PREEMPT_NONE) wakes even a
+    /// SCHED_FIFO thread a few milliseconds late now and then.
     fn assert_five_ms(who: &str, rtt: &Spread) {
+        let most = FIVE_MS + 2 * HALF_MS;
         assert!(
-            rtt.min().abs_diff(FIVE_MS) <= HALF_MS && rtt.median().abs_diff(FIVE_MS) <= HALF_MS,
-            "{who}'s fastest and median round trips are 5 ms +- 0.5: {:?}",
+            rtt.min() >= FIVE_MS && rtt.min() <= most && rtt.median() <= most,
+            "{who}'s fastest and median round trips are 5 ms, +1 at most (two crossings): {:?}",
             rtt.0
         );
     }
