@@ -49,7 +49,13 @@ pub(crate) fn run(what: Option<&str>) -> Result<()> {
             warn_other_recorders();
             return table::run(&bin);
         }
-        Some(other) => bail!("unknown bench '{other}' (known: table, scaling, agent)"),
+        Some("top") => {
+            crate::setup::run()?;
+            let bin = crate::build_binaries(true)?.join("tokenscope");
+            warn_other_recorders();
+            return table::run_top(&bin);
+        }
+        Some(other) => bail!("unknown bench '{other}' (known: table, top, scaling, agent)"),
     }
     crate::setup::run()?;
     let bin = crate::build_binaries(true)?.join("tokenscope");

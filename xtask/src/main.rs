@@ -30,7 +30,8 @@ tasks:
   bench   setup, then the cost table (record, report, export, top, 64/256/1000 streams,
           replay scaling; printed and written to BENCHMARKS.md), probe overhead and event
           throughput (same-run ratios), uprobe costs, the agent; `bench table`: the table
-          alone; `bench scaling`: replay of a recording replicated 1x, 10x, 100x alone;
+          alone; `bench top`: top's row alone (printed only); `bench scaling`: replay of a
+          recording replicated 1x, 10x, 100x alone;
           `bench agent`: tokenscope agent's and record's CPU and RSS under the lab's loads alone
   lint    cargo fmt --check and clippy with warnings denied (the fuzz crate too)
   fuzz    coverage-guided fuzzing of every parser and decoder (libFuzzer); `fuzz --help`

@@ -286,27 +286,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
         Some(dropped == 0),
     ));
     files(bin, &recording, &mut rows)?;
-    println!("table: `tokenscope top` live on the same load...");
-    let top = super::top::measure(
-        bin,
-        &lab.url,
-        &lab.ports,
-        &load_args(&STREAMS.to_string()),
-        Duration::from_secs(LOAD_SECONDS),
-    )?;
-    let per_1k = top.cpu_pct / (top.tokens_per_s / 1000.0);
-    rows.push(Row::new(
-        "`top` live (its 60 s window full)",
-        format!(
-            "{:.1}% of a core at {:.0} tok/s ({per_1k:.2}% per 1k tok/s), {:.0} MiB RSS at the end, {:.0} MiB peak",
-            top.cpu_pct,
-            top.tokens_per_s,
-            top.rss_kib as f64 / 1024.0,
-            top.peak_kib as f64 / 1024.0
-        ),
-        "<= 3% of a core, <= 64 MB",
-        Some(top.cpu_pct <= 3.0 && top.peak_kib * 1024 <= 64_000_000),
-    ));
+    rows.push(top_row(bin, &lab)?);
     drop(lab);
 
     let lab = Lab::start(bin)?;
@@ -341,6 +321,40 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     drop(lab);
     rows.extend(super::scaling::rows(bin)?);
     Ok(rows.0)
+}
+
+/// `tokenscope top` live on the lab's load, its window full (the `top` row).
+fn top_row(bin: &Path, lab: &Lab) -> Result<Row> {
+    println!("table: `tokenscope top` live on the same load...");
+    let top = super::top::measure(
+        bin,
+        &lab.url,
+        &lab.ports,
+        &load_args(&STREAMS.to_string()),
+        Duration::from_secs(LOAD_SECONDS),
+    )?;
+    let per_1k = top.cpu_pct / (top.tokens_per_s / 1000.0);
+    Ok(Row::new(
+        "`top` live (its 60 s window full)",
+        format!(
+            "{:.1}% of a core at {:.0} tok/s ({per_1k:.2}% per 1k tok/s), {:.0} MiB RSS at the end, {:.0} MiB peak",
+            top.cpu_pct,
+            top.tokens_per_s,
+            top.rss_kib as f64 / 1024.0,
+            top.peak_kib as f64 / 1024.0
+        ),
+        "<= 3% of a core, <= 64 MB",
+        Some(top.cpu_pct <= 3.0 && top.peak_kib * 1024 <= 64_000_000),
+    ))
+}
+
+/// The `top` row alone (`cargo xtask bench top`): printed, BENCHMARKS.md untouched.
+pub(super) fn run_top(bin: &Path) -> Result<()> {
+    let lab = Lab::start(bin)?;
+    lab.tokens_per_s(STREAMS)?;
+    let text = render(&[top_row(bin, &lab)?])?;
+    print!("{text}");
+    Ok(())
 }
 
 /// `report` and `export` on the load's recording, and its size.
