@@ -32,8 +32,12 @@ const SENDS: usize = 200_000;
 const ROUNDS: usize = 3;
 
 /// `what`: `None` for every measurement, `Some("scaling")` for replay scaling alone
-/// (no probes: it needs no privileges).
-pub(crate) fn run(what: Option<&str>) -> Result<()> {
+/// (no probes: it needs no privileges); `more`: what follows it (`bench top`: other
+/// binaries to measure beside this build's).
+pub(crate) fn run(what: Option<&str>, more: &[String]) -> Result<()> {
+    if what != Some("top") && !more.is_empty() {
+        bail!("unexpected arguments {more:?} (only `bench top` takes binaries)");
+    }
     match what {
         None => {}
         Some("scaling") => {
@@ -53,7 +57,8 @@ pub(crate) fn run(what: Option<&str>) -> Result<()> {
             crate::setup::run()?;
             let bin = crate::build_binaries(true)?.join("tokenscope");
             warn_other_recorders();
-            return table::run_top(&bin);
+            let others: Vec<PathBuf> = more.iter().map(PathBuf::from).collect();
+            return table::run_top(&bin, &others);
         }
         Some(other) => bail!("unknown bench '{other}' (known: table, top, scaling, agent)"),
     }

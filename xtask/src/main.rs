@@ -30,7 +30,8 @@ tasks:
   bench   setup, then the cost table (record, report, export, top, 64/256/1000 streams,
           replay scaling; printed and written to BENCHMARKS.md), probe overhead and event
           throughput (same-run ratios), uprobe costs, the agent; `bench table`: the table
-          alone; `bench top`: top's row alone (printed only); `bench scaling`: replay of a
+          alone; `bench top [BIN..]`: top's row alone (printed only), and each other tokenscope
+          binary's in turn on the same lab (before/after); `bench scaling`: replay of a
           recording replicated 1x, 10x, 100x alone;
           `bench agent`: tokenscope agent's and record's CPU and RSS under the lab's loads alone
   lint    cargo fmt --check and clippy with warnings denied (the fuzz crate too)
@@ -47,7 +48,10 @@ fn main() {
         "setup" => setup::run(),
         "test" => test(),
         "demo" => demo::run(),
-        "bench" => bench::run(std::env::args().nth(2).as_deref()),
+        "bench" => bench::run(
+            std::env::args().nth(2).as_deref(),
+            &std::env::args().skip(3).collect::<Vec<_>>(),
+        ),
         "lint" => lint(),
         "fixtures" => fixtures::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "fuzz" => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),

@@ -348,12 +348,24 @@ fn top_row(bin: &Path, lab: &Lab) -> Result<Row> {
     ))
 }
 
-/// The `top` row alone (`cargo xtask bench top`): printed, BENCHMARKS.md untouched.
-pub(super) fn run_top(bin: &Path) -> Result<()> {
+/// The `top` row alone (`cargo xtask bench top [BIN..]`): printed, BENCHMARKS.md
+/// untouched; with other binaries, each one's row after this build's on the same lab
+/// (a change's before and after in one run).
+pub(super) fn run_top(bin: &Path, others: &[PathBuf]) -> Result<()> {
+    for other in others {
+        anyhow::ensure!(other.is_file(), "{}: no such binary", other.display());
+    }
     let lab = Lab::start(bin)?;
     lab.tokens_per_s(STREAMS)?;
-    let text = render(&[top_row(bin, &lab)?])?;
-    print!("{text}");
+    let mut rows = Vec::new();
+    for b in std::iter::once(bin).chain(others.iter().map(PathBuf::as_path)) {
+        let mut row = top_row(b, &lab)?;
+        if !others.is_empty() {
+            row.what = format!("{} ({})", row.what, b.display());
+        }
+        rows.push(row);
+    }
+    print!("{}", render(&rows)?);
     Ok(())
 }
 
