@@ -67,6 +67,11 @@ pub trait RecordObserver {
     fn started(&mut self, probes: &Probes);
     /// Called per event (probes, NVML, CUPTI, ring readings), before it is written.
     fn event(&mut self, _event: &Event) {}
+    /// Called instead of `event` when nothing is written (`Output::Discard`): an
+    /// observer that keeps events takes this one rather than copying it.
+    fn take(&mut self, event: Event) {
+        self.event(&event);
+    }
     /// A line about an optional source (e.g. NVML on or off, and why).
     fn note(&mut self, _line: &str) {}
     /// The kernel's counters so far (read about every 200 ms): submitted, dropped.
@@ -385,12 +390,17 @@ fn write_ring_reading(
     )
 }
 
-/// Hands an event to the observer, then to the sink.
+/// Hands an event to the observer, then to the sink; to the observer alone (by value)
+/// when the sink writes nothing.
 fn emit(
     writer: &mut Sink,
     observer: &mut dyn RecordObserver,
     event: Event,
 ) -> Result<(), RecordError> {
+    if writer.discards() {
+        observer.take(event);
+        return writer.push_discarded();
+    }
     observer.event(&event);
     writer.push(event)
 }
@@ -446,9 +456,10 @@ fn drain_into(
     let mut result = Ok(());
     counters.delivered += probes.drain(|raw| match decoder.decode(raw) {
         Ok(ev) => {
-            observer.event(&ev);
             if result.is_ok() {
-                result = writer.push(ev);
+                result = emit(writer, observer, ev);
+            } else {
+                observer.event(&ev);
             }
         }
         Err(_) => counters.decode_errors += 1,

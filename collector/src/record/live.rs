@@ -61,6 +61,10 @@ impl RecordObserver for Observer {
         lock(&self.0.events).push(event.clone());
     }
 
+    fn take(&mut self, event: Event) {
+        lock(&self.0.events).push(event);
+    }
+
     fn note(&mut self, line: &str) {
         lock(&self.0.notes).push(line.to_string());
     }

@@ -107,6 +107,19 @@ impl Sink {
         }
     }
 
+    /// Nothing is kept (`Output::Discard`): events need not be handed over.
+    pub(crate) fn discards(&self) -> bool {
+        matches!(self.kind, Kind::Discard { .. })
+    }
+
+    /// Counts an event a discarding sink was not handed (see `discards`).
+    pub(crate) fn push_discarded(&mut self) -> Result<(), RecordError> {
+        if let Kind::Discard { written } = &mut self.kind {
+            *written += 1;
+        }
+        Ok(())
+    }
+
     /// Writes what is pending; a rotating sink also begins the next file when the
     /// current one is full or old (`counters`: the session's so far).
     pub(crate) fn flush(&mut self, counters: &Counters, now_ns: u64) -> Result<(), RecordError> {
