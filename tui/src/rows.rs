@@ -2,7 +2,7 @@
 //! row per request, ITL per route, TTFT over time, the GPU summary. Render
 //! reads these and computes nothing heavy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use collector::analyze::{percentile_in_place, summarize};
 use collector::ingest::model::NvmlSample;
@@ -155,15 +155,34 @@ pub struct RouteItl {
 }
 
 pub fn itl_by_route<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Vec<RouteItl> {
-    let mut by_route: BTreeMap<String, (usize, Vec<u64>)> = BTreeMap::new();
+    // Keyed by the route's parts as the requests hold them: no string built per
+    // request each pass, only per route at the end.
+    type Parts<'r> = (Option<&'r str>, &'r str);
+    let mut by_route: HashMap<Parts, (usize, Vec<u64>)> = HashMap::new();
     for r in requests {
-        let e = by_route.entry(r.route()).or_default();
+        let e = by_route
+            .entry((r.host.as_deref(), r.path.as_str()))
+            .or_default();
         e.0 += 1;
         if let Some(p) = r.first_point() {
-            e.1.extend(p.itl_ns());
+            p.itl_into(&mut e.1);
         }
     }
-    by_route
+    let mut routes: Vec<(String, (usize, Vec<u64>))> = by_route
+        .into_iter()
+        .map(|((host, path), v)| (format!("{}{path}", host.unwrap_or_default()), v))
+        .collect();
+    routes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    // Two pairs of parts can spell one route (`Request::route`): one row, as before.
+    routes.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 .0 += later.1 .0;
+            kept.1 .1.append(&mut later.1 .1);
+        }
+        same
+    });
+    routes
         .into_iter()
         .map(|(route, (requests, mut gaps))| {
             let mut histogram = [0u64; 9];
@@ -299,6 +318,39 @@ mod tests {
         assert!(row.matches("coal"), "flag name");
         assert!(!row.matches("stalled"), "a flag it does not have");
         assert_eq!(row.flags(), "··C·");
+    }
+
+    #[test]
+    fn routes_pool_their_requests_and_come_in_route_order() {
+        let at = |host: Option<&str>, path: &str, token_ns: Vec<u64>| {
+            let mut r = bare_request();
+            r.host = host.map(String::from);
+            r.path = path.into();
+            r.points[0].token_ns = token_ns;
+            r
+        };
+        let requests = [
+            at(Some("b.example"), "/v1/chat", vec![0, 10]),
+            at(None, "/v1/completions", vec![0, 20, 50]),
+            at(Some("b.example"), "/v1/chat", vec![0, 40]),
+            // Spelled by other parts, the same route as the first two.
+            at(None, "b.example/v1/chat", vec![0, 70]),
+        ];
+        let routes = itl_by_route(&requests);
+        let seen: Vec<(&str, usize, usize)> = routes
+            .iter()
+            .map(|r| (r.route.as_str(), r.requests, r.gaps))
+            .collect();
+        assert_eq!(
+            seen,
+            [("/v1/completions", 1, 2), ("b.example/v1/chat", 3, 3)],
+            "sorted by route, each route's requests and gaps pooled"
+        );
+        let pooled = summarize(&[10, 40, 70]).expect("samples");
+        assert_eq!(
+            (routes[1].p50_ns, routes[1].p99_ns),
+            (Some(pooled.p50_ns), Some(pooled.p99_ns))
+        );
     }
 
     pub(crate) fn bare_request() -> Request {

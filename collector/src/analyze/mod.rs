@@ -156,7 +156,7 @@ impl StatsBuilder {
             if let Some(t) = p.ttft_ns {
                 self.ttft.entry(key).or_default().push(t);
             }
-            self.itl.entry(key).or_default().extend(p.itl_ns());
+            p.itl_into(self.itl.entry(key).or_default());
             self.record_gap
                 .entry(key)
                 .or_default()

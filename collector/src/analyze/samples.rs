@@ -26,6 +26,14 @@ pub struct Samples {
     max: u64,
 }
 
+impl Extend<u64> for Samples {
+    fn extend<I: IntoIterator<Item = u64>>(&mut self, values: I) {
+        for v in values {
+            self.push(v);
+        }
+    }
+}
+
 impl Samples {
     pub fn push(&mut self, v: u64) {
         self.count += 1;
@@ -52,12 +60,6 @@ impl Samples {
         }
         self.pages[page].get_or_insert_with(|| vec![0; PER_OCTAVE as usize].into_boxed_slice())
             [at] += 1;
-    }
-
-    pub fn extend(&mut self, values: impl IntoIterator<Item = u64>) {
-        for v in values {
-            self.push(v);
-        }
     }
 
     pub fn len(&self) -> usize {

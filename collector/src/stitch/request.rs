@@ -69,21 +69,26 @@ impl Point {
     /// Inter-token gaps, in token order: between consecutive tokens of the same choice
     /// (never from one choice's token to another's).
     pub fn itl_ns(&self) -> Vec<u64> {
+        let mut gaps = Vec::with_capacity(self.token_ns.len());
+        self.itl_into(&mut gaps);
+        gaps
+    }
+
+    /// `itl_ns` appended to `gaps` (pooling many points' gaps without a vector each).
+    pub fn itl_into(&self, gaps: &mut impl Extend<u64>) {
         if self.token_choice.is_empty() {
-            return self.token_ns.windows(2).map(|w| w[1] - w[0]).collect();
+            return gaps.extend(self.token_ns.windows(2).map(|w| w[1] - w[0]));
         }
         let mut last: Vec<(u32, u64)> = Vec::new();
-        let mut gaps = Vec::with_capacity(self.token_ns.len());
         for (&t, &c) in self.token_ns.iter().zip(&self.token_choice) {
             match last.iter_mut().find(|(choice, _)| *choice == c) {
                 Some((_, prev)) => {
-                    gaps.push(t.saturating_sub(*prev));
+                    gaps.extend(Some(t.saturating_sub(*prev)));
                     *prev = t;
                 }
                 None => last.push((c, t)),
             }
         }
-        gaps
     }
 
     /// The tokens of the first token's choice (all of them with one choice).
