@@ -328,6 +328,7 @@ fn top_row(bin: &Path, lab: &Lab) -> Result<Row> {
     println!("table: `tokenscope top` live on the same load...");
     let top = super::top::measure(
         bin,
+        &lab.lab,
         &lab.url,
         &lab.ports,
         &load_args(&STREAMS.to_string()),

@@ -31,11 +31,12 @@ pub(super) struct TopCost {
 /// top's default `--window`: the history it holds once it has run that long.
 const TOP_WINDOW: Duration = Duration::from_secs(60);
 
-/// Starts `tokenscope top` live on `ports` (GPU probes as top defaults them, NVML off),
-/// fills its window with the load, then runs `tokenscope-lab bench --url URL --duration
-/// LOAD BENCH_ARGS` and returns top's cost over that run. Needs root (eBPF) and tmux.
+/// Starts `tokenscope top` (`bin`) live on `ports` (GPU probes as top defaults them, NVML
+/// off), fills its window with the load, then runs `LAB bench --url URL --duration LOAD
+/// BENCH_ARGS` and returns top's cost over that run. Needs root (eBPF) and tmux.
 pub(super) fn measure(
     bin: &Path,
+    lab: &Path,
     url: &str,
     ports: &[u16],
     bench_args: &[&str],
@@ -43,7 +44,7 @@ pub(super) fn measure(
 ) -> Result<TopCost> {
     let session = Session::start(bin, ports)?;
     let top = session.top_pid()?;
-    let warm = super::child::load(&super::lab(bin), url, TOP_WINDOW, bench_args)?;
+    let warm = super::child::load(lab, url, TOP_WINDOW, bench_args)?;
     anyhow::ensure!(
         warm.failed == 0,
         "{} of the warm-up load's requests failed with top attached",
@@ -51,7 +52,7 @@ pub(super) fn measure(
     );
     let before = cpu_seconds(top)?;
     let started = Instant::now();
-    let served = super::child::load(&super::lab(bin), url, load, bench_args)?;
+    let served = super::child::load(lab, url, load, bench_args)?;
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(top)? - before;
     let (rss_kib, peak_kib) = rss_kib(top)?;
