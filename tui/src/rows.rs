@@ -3,22 +3,24 @@
 //! reads these and computes nothing heavy.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use collector::analyze::{percentile_in_place, summarize};
 use collector::ingest::model::NvmlSample;
 use collector::stitch::{PointKind, Request};
 
 /// Identifies a request across passes (request ids are positions, which move).
+/// Rows are copied out of the window every pass: their text is shared, not copied.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RowKey {
-    pub client_addr: String,
+    pub client_addr: Arc<str>,
     pub first_byte_ns: u64,
 }
 
 impl RowKey {
     pub fn of(r: &Request) -> RowKey {
         RowKey {
-            client_addr: r.client_addr.clone(),
+            client_addr: r.client_addr.as_str().into(),
             first_byte_ns: r.first_byte_ns,
         }
     }
@@ -31,11 +33,11 @@ pub struct Row {
     /// Index into `State::requests`.
     pub index: usize,
     pub start_ns: u64,
-    pub route: String,
+    pub route: Arc<str>,
     /// The streaming API (`openai-chat`, `anthropic`, ...; see `Request::api`).
     pub api: Option<&'static str>,
     /// `addr comm` of the client end.
-    pub client: String,
+    pub client: Arc<str>,
     pub status: Option<u32>,
     /// TTFT at the first point (the client's read when the client is traced).
     pub ttft_first_ns: Option<u64>,
@@ -71,9 +73,9 @@ impl Row {
             key: RowKey::of(r),
             index,
             start_ns: r.start_ns,
-            route: r.route(),
+            route: r.route().into(),
             api: r.api,
-            client: format!("{} {}", r.client_addr, r.client_comm),
+            client: format!("{} {}", r.client_addr, r.client_comm).into(),
             status: r.status,
             ttft_first_ns: first.and_then(|p| p.ttft_ns),
             ttft_engine_ns: r.point(PointKind::EngineWrite).and_then(|p| p.ttft_ns),

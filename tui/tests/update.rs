@@ -118,8 +118,8 @@ fn selection_moves_clamps_and_opens_the_selected_request() {
     assert_eq!(state.view, View::Detail);
     let r = state.selected_request().expect("request");
     assert_eq!(
-        (r.client_addr.clone(), r.first_byte_ns),
-        (row.key.client_addr.clone(), row.key.first_byte_ns),
+        (r.client_addr.as_str(), r.first_byte_ns),
+        (&*row.key.client_addr, row.key.first_byte_ns),
         "the detail shows the selected row's request"
     );
     update(&mut state, Action::Back);
