@@ -75,15 +75,7 @@ pub struct Connection {
     /// TLS connections: every socket I/O with its stream offset, so the other end's
     /// plaintext can be mapped onto this end's reads and writes (see stitch::wire).
     pub wire: super::wire::Wire,
-    /// SSE events of the last response that ended here: the next exchange's room for
-    /// its own (a keep-alive connection's responses are alike; grown one doubling at
-    /// a time, a 64-token stream's events were copied six times).
-    sse_hint: usize,
 }
-
-/// The most SSE events an exchange makes room for before its first (`sse_hint`): a
-/// long stream before it does not make every later exchange hold as much.
-const SSE_HINT_MAX: usize = 1024;
 
 /// A token (or other SSE event) as it crossed one end of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -367,7 +359,6 @@ impl Connection {
             h2_unknown_headers: 0,
             h2_attached_mid: 0,
             wire: Default::default(),
-            sse_hint: 0,
         }
     }
 
@@ -476,7 +467,6 @@ impl Connection {
             if sn.message_start {
                 self.exchanges.push(Exchange {
                     request_start_ns: ev.ts_ns,
-                    sse: Vec::with_capacity(self.sse_hint.min(SSE_HINT_MAX)),
                     ..Default::default()
                 });
             }
@@ -495,9 +485,6 @@ impl Connection {
         {
             // Responses answer requests in order: the oldest exchange still waiting.
             x.response_io(ev.ts_ns, sn);
-            if x.response_end_ns.is_some() {
-                self.sse_hint = x.sse.len();
-            }
         }
     }
 
