@@ -399,7 +399,8 @@ fn emit(
 ) -> Result<(), RecordError> {
     if writer.discards() {
         observer.take(event);
-        return writer.push_discarded();
+        writer.count_discarded();
+        return Ok(());
     }
     observer.event(&event);
     writer.push(event)

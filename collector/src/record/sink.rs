@@ -113,11 +113,10 @@ impl Sink {
     }
 
     /// Counts an event a discarding sink was not handed (see `discards`).
-    pub(crate) fn push_discarded(&mut self) -> Result<(), RecordError> {
+    pub(crate) fn count_discarded(&mut self) {
         if let Kind::Discard { written } = &mut self.kind {
             *written += 1;
         }
-        Ok(())
     }
 
     /// Writes what is pending; a rotating sink also begins the next file when the
