@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use collector::analyze::{percentile_in_place, summarize};
 use collector::ingest::model::NvmlSample;
+use collector::stitch::request::route;
 use collector::stitch::{PointKind, Request};
 
 /// Identifies a request across passes (request ids are positions, which move).
@@ -170,20 +171,13 @@ pub fn itl_by_route<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Vec<
             p.itl_into(&mut e.1);
         }
     }
-    let mut routes: Vec<(String, (usize, Vec<u64>))> = by_route
-        .into_iter()
-        .map(|((host, path), v)| (format!("{}{path}", host.unwrap_or_default()), v))
-        .collect();
-    routes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    // Two pairs of parts can spell one route (`Request::route`): one row, as before.
-    routes.dedup_by(|later, kept| {
-        let same = later.0 == kept.0;
-        if same {
-            kept.1 .0 += later.1 .0;
-            kept.1 .1.append(&mut later.1 .1);
-        }
-        same
-    });
+    // Named in route order; two pairs of parts that spell one route make one row.
+    let mut routes: BTreeMap<String, (usize, Vec<u64>)> = BTreeMap::new();
+    for ((host, path), (requests, mut gaps)) in by_route {
+        let e = routes.entry(route(host, path)).or_default();
+        e.0 += requests;
+        e.1.append(&mut gaps);
+    }
     routes
         .into_iter()
         .map(|(route, (requests, mut gaps))| {
