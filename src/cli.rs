@@ -123,6 +123,7 @@ Examples:
   tokenscope export run.tsrec -o run.pftrace
   tokenscope export day.tsrec -o day.pftrace --window 5m   # fewer, longer windows
   tokenscope export gateway.tsrec gpu.tsrec -o joined.pftrace   # two hosts, one timeline
+  tokenscope export run.tsrec -o run.pftrace --uncompressed   # no compressed_packets
 
 Open https://ui.perfetto.dev and drop the file on it (it stays in the browser). Tracks: a
 process per traced process; under it a track per request (stages nested: connect, tls,
@@ -204,6 +205,12 @@ struct ExportArgs {
     /// it). Request ids run across windows; diagnoses are each window's.
     #[arg(long, value_parser = collector::duration::parse, default_value = "60s", value_name = "D")]
     window: Duration,
+    /// Write every packet at the top level of the file instead of in deflated bundles
+    /// (TracePacket.compressed_packets, which ui.perfetto.dev, trace processor and its
+    /// Python bindings expand): about four times the bytes, for readers that decode the
+    /// protobuf themselves.
+    #[arg(long)]
+    uncompressed: bool,
 }
 
 #[derive(Args, Debug)]
@@ -253,7 +260,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             })
         }
-        Command::Export(args) => export(&args.files, &args.output, args.window),
+        Command::Export(args) => export(&args),
         Command::Diff(args) => diff(&args),
         Command::Top(args) => tokenscope_tui::run_top(args).map(|()| ExitCode::SUCCESS),
         Command::Agent(args) => crate::agent_cli::agent(args),
@@ -325,11 +332,12 @@ fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         eprintln!("tokenscope: warning: {} events were dropped (ring buffer full); try a larger --ring-size", c.dropped);
     }
     if perfetto {
-        export(
-            std::slice::from_ref(&recording),
-            &args.output,
-            Duration::from_secs(60),
-        )?;
+        export(&ExportArgs {
+            files: vec![recording.clone()],
+            output: args.output.clone(),
+            window: Duration::from_secs(60),
+            uncompressed: false,
+        })?;
     }
     if args.report {
         report(&ReportArgs {
@@ -437,22 +445,27 @@ fn open_recordings(
     }
 }
 
-fn export(
-    files: &[PathBuf],
-    output: &std::path::Path,
-    window: Duration,
-) -> anyhow::Result<ExitCode> {
-    use collector::export::perfetto::{write_trace_streamed, PerfettoError, Windowing};
-    let (mut reader, hosts) = open_recordings(files)?;
+fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
+    use collector::export::perfetto::{
+        write_trace_streamed, Compression, PerfettoError, Windowing,
+    };
+    let output = &args.output;
+    let (mut reader, hosts) = open_recordings(&args.files)?;
     for line in collector::ingest::hosts::describe(&hosts) {
         eprintln!("{}: {line}", output.display());
     }
     let file = collector::ingest::record::create_private(output)
         .with_context(|| format!("creating {}", output.display()))?;
     let windowing = Windowing {
-        window_ns: window.as_nanos().max(1) as u64,
+        window_ns: args.window.as_nanos().max(1) as u64,
     };
-    let s = match write_trace_streamed(reader.as_mut(), std::io::BufWriter::new(file), windowing) {
+    let compression = if args.uncompressed {
+        Compression::None
+    } else {
+        Compression::Deflate
+    };
+    let file = std::io::BufWriter::new(file);
+    let s = match write_trace_streamed(reader.as_mut(), file, windowing, compression) {
         Ok(s) => s,
         Err(e) => {
             // Windows already written would make a trace that silently ends early.
@@ -464,8 +477,18 @@ fn export(
             };
         }
     };
+    let deflated = if s.bundles > 0 {
+        format!(
+            " (deflated in {} bundle{} from {} bytes)",
+            s.bundles,
+            if s.bundles == 1 { "" } else { "s" },
+            s.uncompressed_bytes
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "{}: {} requests, {} token events ({:.1} B each), {} GPU steps, {} flows; {} packets, {} bytes, {} window{}",
+        "{}: {} requests, {} token events ({:.1} B each before compression), {} GPU steps, {} flows; {} packets, {} bytes{deflated}, {} window{}",
         output.display(),
         s.request_tracks,
         s.token_instants,

@@ -212,9 +212,46 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
 
     windowed_export_keeps_the_reports_counts(&python, &rec, dir.path(), &seen);
 
-    // The check is not vacuous: a trace that never clears incremental state fails it.
+    // Written uncompressed, the trace holds the same packets (the check counts them the
+    // same); and the check is not vacuous: without the packet that clears incremental
+    // state (the file's first when nothing is deflated), it fails.
+    let plain = dir.path().join("plain.pftrace");
+    run(
+        Command::new(profiler())
+            .arg("export")
+            .arg(&rec)
+            .arg("-o")
+            .arg(&plain)
+            .arg("--uncompressed"),
+        "tokenscope export --uncompressed",
+    );
+    let out = run(
+        Command::new(&python).arg(CHECK).arg(&plain),
+        "perfetto_check.py on the uncompressed trace",
+    );
+    let plain_seen: Value = serde_json::from_slice(&out.stdout).expect("JSON counts");
+    assert!(
+        seen["bundles"].as_u64() > Some(0) && plain_seen["bundles"] == 0,
+        "the default trace is deflated, --uncompressed is not: {seen} / {plain_seen}"
+    );
+    for key in [
+        "packets",
+        "token_instants",
+        "token_ns_sum",
+        "flows",
+        "diagnoses",
+    ] {
+        assert_eq!(
+            seen[key], plain_seen[key],
+            "{key}: the same with or without compression"
+        );
+    }
+    let bytes = std::fs::read(&plain).expect("read the trace");
+    assert!(
+        std::fs::metadata(&trace_path).expect("trace").len() * 3 < bytes.len() as u64,
+        "deflated, the trace is under a third of its packets' bytes"
+    );
     let broken = dir.path().join("broken.pftrace");
-    let bytes = std::fs::read(&trace_path).expect("read the trace");
     std::fs::write(&broken, without_first_packet(&bytes)).expect("write the broken trace");
     let out = Command::new(&python)
         .arg(CHECK)

@@ -1,5 +1,6 @@
-"""Decodes a tokenscope Perfetto trace with Google's own bindings (PyPI `perfetto`)
-and checks what Perfetto needs of it: non-zero sequence ids, each sequence's first
+"""Decodes a tokenscope Perfetto trace with Google's own bindings (PyPI `perfetto`),
+each bundle of compressed_packets inflated and read in its place as trace processor
+reads it, and checks what Perfetto needs of it: non-zero sequence ids, each sequence's first
 packet clears incremental state, packets timed on MONOTONIC or on the sequence's
 incremental clock (each timestamp the distance from the sequence's previous one on
 that clock, the first from a snapshot that ties it to MONOTONIC; such packets need
@@ -19,6 +20,7 @@ usage: perfetto_check.py TRACE
 import json
 import re
 import sys
+import zlib
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -36,11 +38,34 @@ def fail(msg):
     sys.exit(1)
 
 
+def expand(packets):
+    """The packets as trace processor reads them: a packet with compressed_packets (a
+    zlib-deflated Trace) is replaced by the packets it holds, in its place."""
+    out = []
+    for i, p in enumerate(packets):
+        if not p.HasField("compressed_packets"):
+            out.append(p)
+            continue
+        if p.ListFields() != [(pb.TracePacket.DESCRIPTOR.fields_by_name["compressed_packets"],
+                               p.compressed_packets)]:
+            fail(f"packet {i}: a bundle with other fields (trace processor reads none of them)")
+        inner = pb.Trace()
+        try:
+            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+        except zlib.error as e:
+            fail(f"packet {i}: the bundle does not inflate: {e}")
+        if any(q.HasField("compressed_packets") for q in inner.packet):
+            fail(f"packet {i}: a bundle inside a bundle")
+        out.extend(inner.packet)
+    return out
+
+
 def main(path):
     trace = pb.Trace()
     with open(path, "rb") as f:
         trace.ParseFromString(f.read())
-    packets = trace.packet
+    bundles = sum(1 for p in trace.packet if p.HasField("compressed_packets"))
+    packets = expand(trace.packet)
     if not packets:
         fail("no packets")
     default_clock = {}  # per sequence, from its TracePacketDefaults
@@ -55,7 +80,7 @@ def main(path):
     token_ns_sum = 0
     counts = dict(request_tracks=0, token_instants=0, gpu_steps=0, flows=0,
                   kernels=0, counter_tracks=0, diagnoses=0, diagnosis_cites=0,
-                  packets=len(packets))
+                  packets=len(packets), bundles=bundles)
     for i, p in enumerate(packets):
         seq = p.trusted_packet_sequence_id
         if seq == 0:

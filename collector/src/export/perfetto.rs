@@ -10,6 +10,7 @@
 //! nanoseconds since the one before on its sequence, the clock tied to MONOTONIC (3)
 //! by the snapshot in each sequence's first packet.
 
+mod bundle;
 pub(super) mod layout;
 #[cfg(test)]
 mod tests;
@@ -28,13 +29,14 @@ use perfetto_protos::trace_packet::{trace_packet::SequenceFlags, TracePacket};
 use perfetto_protos::trace_packet_defaults::TracePacketDefaults;
 use perfetto_protos::track_descriptor::{track_descriptor::ChildTracksOrdering, TrackDescriptor};
 use perfetto_protos::track_event::{track_event::Type, EventCategory, EventName};
-use protobuf::rt::WireType;
-use protobuf::{CodedOutputStream, EnumOrUnknown, MessageField};
+use protobuf::{EnumOrUnknown, Message, MessageField};
 
 use crate::ingest::record::{FileHeader, Source};
 use crate::ingest::Event;
 use crate::pipeline::{self, Pipeline};
 
+use bundle::Bundles;
+pub use bundle::Compression;
 use layout::{Arg, ChildOrder, Flow, OpKind, Plan, TrackKind};
 use windows::Windows;
 
@@ -63,8 +65,14 @@ pub struct TraceSummary {
     pub flows: usize,
     /// Diagnosis slices (the report's diagnoses).
     pub diagnoses: usize,
+    /// Packets, counted before compression (a bundle is not counted).
     pub packets: u64,
+    /// Bytes written.
     pub bytes: u64,
+    /// Bytes of the packets before compression (`bytes` without it).
+    pub uncompressed_bytes: u64,
+    /// Bundles of deflated packets (see `Compression`).
+    pub bundles: u64,
     /// Export windows, one packet sequence each.
     pub windows: u64,
     /// Events later than the pipeline's reorder window (used out of order).
@@ -109,13 +117,20 @@ impl Windowing {
 }
 
 /// Replays `events` (a whole recording, in memory) through the pipeline and writes
-/// what it produced to `out` as a Perfetto trace in one window, packet by packet.
+/// what it produced to `out` as a Perfetto trace in one window, compressed as
+/// `tokenscope export` writes it by default.
 pub fn write_trace(
     header: &FileHeader,
     events: &[Event],
     out: impl Write,
 ) -> Result<TraceSummary, PerfettoError> {
-    write_events(header, events, out, Windowing::whole())
+    write_events(
+        header,
+        events,
+        out,
+        Windowing::whole(),
+        Compression::default(),
+    )
 }
 
 /// `write_trace`, cut in windows as `tokenscope export` cuts them.
@@ -124,10 +139,11 @@ pub fn write_events(
     events: &[Event],
     out: impl Write,
     windowing: Windowing,
+    compression: Compression,
 ) -> Result<TraceSummary, PerfettoError> {
     let mut batches = events.chunks(1024);
     let next = || Ok(batches.next().map(<[Event]>::to_vec));
-    write_batches(header, next, out, windowing)
+    write_batches(header, next, out, windowing, compression)
 }
 
 /// Replays a recording from `reader` through the pipeline (no event is held past its
@@ -137,10 +153,11 @@ pub fn write_trace_streamed(
     reader: &mut dyn Source,
     out: impl Write,
     windowing: Windowing,
+    compression: Compression,
 ) -> Result<TraceSummary, PerfettoError> {
     let header = reader.header().clone();
     let next = || Ok(reader.next_batch()?);
-    write_batches(&header, next, out, windowing)
+    write_batches(&header, next, out, windowing, compression)
 }
 
 /// The pipeline a recording is replayed through for a trace.
@@ -156,11 +173,11 @@ fn write_batches(
     mut next: impl FnMut() -> Result<Option<Vec<Event>>, PerfettoError>,
     mut out: impl Write,
     windowing: Windowing,
+    compression: Compression,
 ) -> Result<TraceSummary, PerfettoError> {
     let mut p = pipeline(header);
     let mut windows = Windows::new(header, windowing.window_ns);
-    let mut os = CodedOutputStream::new(&mut out);
-    let mut w = Writer::new(&mut os);
+    let mut w = Writer::new(Bundles::new(&mut out, compression));
     let mut uuids = layout::Uuids::default();
     while let Some(batch) = next()? {
         for e in batch {
@@ -176,24 +193,18 @@ fn write_batches(
     while let Some(trace) = windows.rest() {
         w.window(&layout::plan(&trace, &mut uuids))?;
     }
-    let summary = w.summary;
-    let bytes = finish(os)?;
-    out.flush()?;
+    w.out.finish()?;
     Ok(TraceSummary {
-        bytes,
+        bytes: w.out.written,
+        uncompressed_bytes: w.out.encoded,
+        bundles: w.out.bundles,
         late_events: windows.late_events,
-        ..summary
+        ..w.summary
     })
 }
 
-/// Flushes the encoder; the bytes it wrote.
-fn finish(mut os: CodedOutputStream) -> Result<u64, PerfettoError> {
-    os.flush()?;
-    Ok(os.total_bytes_written())
-}
-
-struct Writer<'a, 'b> {
-    os: &'a mut CodedOutputStream<'b>,
+struct Writer<'a> {
+    out: Bundles<'a>,
     sequence: u32,
     /// The incremental clock's value: the time of the sequence's last timed packet.
     clock_ns: u64,
@@ -205,10 +216,10 @@ struct Writer<'a, 'b> {
     summary: TraceSummary,
 }
 
-impl<'a, 'b> Writer<'a, 'b> {
-    fn new(os: &'a mut CodedOutputStream<'b>) -> Self {
+impl<'a> Writer<'a> {
+    fn new(out: Bundles<'a>) -> Self {
         Writer {
-            os,
+            out,
             sequence: SEQUENCE_ID,
             clock_ns: 0,
             names_defined: Vec::new(),
@@ -248,10 +259,11 @@ impl<'a, 'b> Writer<'a, 'b> {
     fn packet(&mut self, mut p: TracePacket) -> Result<(), PerfettoError> {
         p.set_trusted_packet_sequence_id(self.sequence);
         // Trace.packet is field 1: the file is a Trace message written one packet at a time.
-        self.os.write_tag(1, WireType::LengthDelimited)?;
-        self.os.write_message_no_tag(&p)?;
+        let buf = self.out.buf();
+        wire::key(buf, 1, wire::LENGTH_DELIMITED);
+        p.write_length_delimited_to_vec(buf)?;
         self.summary.packets += 1;
-        Ok(())
+        Ok(self.out.packet_done()?)
     }
 
     /// Clears the sequence's incremental state, makes the incremental clock every
@@ -424,18 +436,17 @@ impl<'a, 'b> Writer<'a, 'b> {
             interned: interned.as_ref(),
         })?;
         // Trace.packet is field 1.
-        let before = self.os.total_bytes_written();
-        self.os.write_tag(1, WireType::LengthDelimited)?;
-        self.os.write_raw_varint64(packet.len() as u64)?;
-        self.os.write_raw_bytes(packet)?;
+        let buf = self.out.buf();
+        let before = buf.len();
+        wire::bytes(buf, 1, packet);
         self.summary.packets += 1;
         let token = named.is_some()
             && op.cat == layout::Cat::Token as u8
             && plan.names[op.name as usize] == "token";
         if token {
-            self.summary.token_bytes += self.os.total_bytes_written() - before;
+            self.summary.token_bytes += (buf.len() - before) as u64;
         }
-        Ok(())
+        Ok(self.out.packet_done()?)
     }
 }
 

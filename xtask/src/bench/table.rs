@@ -436,11 +436,13 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<()> {
     let _ = std::fs::remove_file(&trace);
     let said = std::fs::read_to_string(&output)?;
     let _ = std::fs::remove_file(&output);
-    // "FILE: N requests, T token events (B B each), ...; P packets, B bytes, ..."
-    let (Some(tokens), Some(instant), Some(trace_bytes)) = (
+    // "FILE: N requests, T token events (B B each before compression), ...; P packets,
+    // B bytes (deflated in N bundles from U bytes), ..."
+    let (Some(tokens), Some(instant), Some(trace_bytes), Some(uncompressed)) = (
         number_before(&said, " token events"),
-        number_before(&said, " B each)"),
-        number_before(&said, " bytes,"),
+        number_before(&said, " B each"),
+        number_before(&said, " bytes"),
+        number_before(&said, " bytes)"),
     ) else {
         anyhow::bail!(
             "no token event or byte count from tokenscope export: {}",
@@ -452,8 +454,9 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<()> {
     rows.push(Row::new(
         "`export`",
         format!(
-            "{:.0}k events/s, {per_token_event:.1} B of trace per token event (its instant {instant:.1} B), {:.0} MiB peak RSS",
+            "{:.0}k events/s, {per_token_event:.1} B of trace per token event (deflated; {:.1} B before, its instant {instant:.1} B), {:.0} MiB peak RSS",
             rate / 1e3,
+            uncompressed / tokens,
             rss as f64 / 1024.0
         ),
         ">= 2 M events/s, <= 16 B per token event, <= 100 MB",

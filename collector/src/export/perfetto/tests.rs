@@ -83,13 +83,65 @@ fn synthetic() -> (FileHeader, Vec<Event>) {
 
 use crate::ingest::model::GpuActivityKind;
 
+/// The trace as trace processor reads it: each bundle expanded in its place.
+fn decode(buf: &[u8]) -> Trace {
+    let packets = bundle::expand(buf).unwrap_or_else(|e| panic!("{e}"));
+    Trace::parse_from_bytes(&packets).expect("the trace decodes as perfetto.protos.Trace")
+}
+
+#[test]
+fn deflated_bundles_hold_the_packets_an_uncompressed_trace_holds_in_a_fraction_of_the_bytes() {
+    let (header, events) = lab_recording();
+    let write = |compression| {
+        let mut buf = Vec::new();
+        let s = write_events(&header, &events, &mut buf, Windowing::whole(), compression)
+            .expect("trace written");
+        assert_eq!(s.bytes, buf.len() as u64, "bytes counted as written");
+        (s, buf)
+    };
+    let (plain_summary, plain) = write(Compression::None);
+    let (summary, deflated) = write(Compression::Deflate);
+    assert_eq!(plain_summary.bundles, 0);
+    assert_eq!(plain_summary.uncompressed_bytes, plain_summary.bytes);
+    assert_eq!(
+        summary.uncompressed_bytes, plain_summary.bytes,
+        "the same packets before compression"
+    );
+    let top = Trace::parse_from_bytes(&deflated).expect("decodes");
+    assert_eq!(
+        top.packet.len() as u64,
+        summary.bundles,
+        "nothing outside the bundles"
+    );
+    assert!(top.packet.iter().all(|p| p.has_compressed_packets()));
+    assert!(
+        bundle::expand(&deflated).expect("expands") == plain,
+        "expanded, the bundles are the uncompressed trace byte for byte"
+    );
+    println!(
+        "{} token events: {} B uncompressed, {} B deflated in {} bundles ({:.1} / {:.1} B per token event)",
+        summary.token_instants,
+        plain.len(),
+        deflated.len(),
+        summary.bundles,
+        plain.len() as f64 / summary.token_instants as f64,
+        deflated.len() as f64 / summary.token_instants as f64
+    );
+    assert!(
+        deflated.len() * 3 < plain.len(),
+        "deflated to under a third: {} of {} B",
+        deflated.len(),
+        plain.len()
+    );
+}
+
 #[test]
 fn the_written_trace_decodes_and_keeps_perfettos_invariants() {
     let (header, events) = synthetic();
     let mut buf = Vec::new();
     let summary = write_trace(&header, &events, &mut buf).expect("trace written");
     assert_eq!(summary.bytes, buf.len() as u64, "bytes counted as written");
-    let trace = Trace::parse_from_bytes(&buf).expect("the trace decodes as perfetto.protos.Trace");
+    let trace = decode(&buf);
     assert_eq!(summary.packets, trace.packet.len() as u64);
     let counts = check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
 
@@ -163,7 +215,7 @@ fn the_checker_catches_each_broken_invariant() {
     let (header, events) = synthetic();
     let mut buf = Vec::new();
     write_trace(&header, &events, &mut buf).expect("trace written");
-    let good = Trace::parse_from_bytes(&buf).expect("decodes");
+    let good = decode(&buf);
     let broken = |what: &str, f: &dyn Fn(&mut Trace)| {
         let mut t = good.clone();
         f(&mut t);
@@ -304,7 +356,7 @@ fn token_events_cost_a_few_varints_and_keep_their_time_to_the_nanosecond() {
     let (header, events) = lab_recording();
     let mut buf = Vec::new();
     let summary = write_trace(&header, &events, &mut buf).expect("trace written");
-    let trace = Trace::parse_from_bytes(&buf).expect("decodes");
+    let trace = decode(&buf);
     let counts = check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
 
     let report = crate::export::report::build(&header, &events);
@@ -467,7 +519,7 @@ fn diagnoses_are_a_track_of_slices_over_their_evidence_cited_on_each_request() {
     let mut buf = Vec::new();
     let summary = write_trace(&header, &events, &mut buf).expect("trace written");
     assert_eq!(summary.diagnoses, want.len(), "a slice per diagnosis");
-    let trace = Trace::parse_from_bytes(&buf).expect("decodes");
+    let trace = decode(&buf);
     check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
     let (seen, tracks) = events_of(&trace);
 
@@ -526,8 +578,15 @@ fn a_windowed_trace_holds_what_the_whole_one_does_each_window_a_sound_sequence()
     let (header, events) = synthetic();
     let write = |windowing: Windowing| {
         let mut buf = Vec::new();
-        let summary = write_events(&header, &events, &mut buf, windowing).expect("trace written");
-        let trace = Trace::parse_from_bytes(&buf).expect("the trace decodes");
+        let summary = write_events(
+            &header,
+            &events,
+            &mut buf,
+            windowing,
+            Compression::default(),
+        )
+        .expect("trace written");
+        let trace = decode(&buf);
         (summary, trace)
     };
     let (whole_summary, whole_trace) = write(Windowing::whole());
@@ -647,7 +706,7 @@ fn ring_buffer_drops_are_drawn_as_the_recorder_read_them() {
     events.sort_by_key(|e| e.ts_ns);
     let mut buf = Vec::new();
     write_trace(&header, &events, &mut buf).expect("trace written");
-    let trace = Trace::parse_from_bytes(&buf).expect("decodes");
+    let trace = decode(&buf);
     check(&trace).unwrap_or_else(|e| panic!("invariant broken: {e}"));
     let trace = on_monotonic(&trace).expect("checked");
     let uuid = trace

@@ -38,7 +38,7 @@ const MAX_EXACT: f64 = (1u64 << 53) as f64;
 
 const VARINT: u32 = 0;
 const FIXED64: u32 = 1;
-const LENGTH_DELIMITED: u32 = 2;
+pub(super) const LENGTH_DELIMITED: u32 = 2;
 
 /// One track event, as `Packets::track_event` writes it.
 pub(super) struct TrackEvent<'a> {
@@ -108,7 +108,7 @@ impl Packets {
     }
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -116,7 +116,7 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn key(out: &mut Vec<u8>, field: u32, wire: u32) {
+pub(super) fn key(out: &mut Vec<u8>, field: u32, wire: u32) {
     varint(out, u64::from(field << 3 | wire));
 }
 
@@ -130,7 +130,7 @@ fn fixed64(out: &mut Vec<u8>, field: u32, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
+pub(super) fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
     key(out, field, LENGTH_DELIMITED);
     varint(out, b.len() as u64);
     out.extend_from_slice(b);
