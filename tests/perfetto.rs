@@ -33,6 +33,20 @@ fn run(cmd: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
+/// `tokenscope export REC -o TRACE ARGS`, which must succeed.
+fn export(rec: &Path, trace: &Path, args: &[&str]) -> std::process::Output {
+    let what = format!("tokenscope export {}", args.join(" "));
+    run(
+        Command::new(profiler())
+            .arg("export")
+            .arg(rec)
+            .arg("-o")
+            .arg(trace)
+            .args(args),
+        &what,
+    )
+}
+
 /// A venv with PyPI's `perfetto` in the system temp dir, made once and reused. It is
 /// built beside its final path and renamed into place, so concurrent runs never share
 /// a half-made one.
@@ -114,14 +128,7 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     let (header, events) = read_recording(&rec);
     let report = collector::export::report::build(&header, &events);
     let trace_path = dir.path().join("lab.pftrace");
-    let out = run(
-        Command::new(profiler())
-            .arg("export")
-            .arg(&rec)
-            .arg("-o")
-            .arg(&trace_path),
-        "tokenscope export",
-    );
+    let out = export(&rec, &trace_path, &[]);
     println!(
         "{} events -> {}",
         events.len(),
@@ -216,15 +223,7 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
     // same); and the check is not vacuous: without the packet that clears incremental
     // state (the file's first when nothing is deflated), it fails.
     let plain = dir.path().join("plain.pftrace");
-    run(
-        Command::new(profiler())
-            .arg("export")
-            .arg(&rec)
-            .arg("-o")
-            .arg(&plain)
-            .arg("--uncompressed"),
-        "tokenscope export --uncompressed",
-    );
+    export(&rec, &plain, &["--uncompressed"]);
     let out = run(
         Command::new(&python).arg(CHECK).arg(&plain),
         "perfetto_check.py on the uncompressed trace",
@@ -271,15 +270,7 @@ fn a_lab_recording_exports_to_a_trace_perfetto_decodes_with_the_reports_counts()
 /// requests, tokens, flows and GPU steps, each once.
 fn windowed_export_keeps_the_reports_counts(python: &Path, rec: &Path, dir: &Path, whole: &Value) {
     let path = dir.join("windowed.pftrace");
-    let out = run(
-        Command::new(profiler())
-            .arg("export")
-            .arg(rec)
-            .arg("-o")
-            .arg(&path)
-            .args(["--window", "500ms"]),
-        "tokenscope export --window 500ms",
-    );
+    let out = export(rec, &path, &["--window", "500ms"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("windowed: {}", stderr.trim());
     let windows: u64 = stderr
@@ -518,14 +509,7 @@ fn record_to_a_pftrace_name_writes_the_trace_and_keeps_the_recording() {
     // The trace is what `tokenscope export` makes of the kept recording, and Perfetto's
     // own bindings accept it.
     let again = dir.path().join("again.pftrace");
-    run(
-        Command::new(profiler())
-            .arg("export")
-            .arg(&kept)
-            .arg("-o")
-            .arg(&again),
-        "tokenscope export",
-    );
+    export(&kept, &again, &[]);
     assert_eq!(
         std::fs::read(&trace).unwrap(),
         std::fs::read(&again).unwrap(),
