@@ -259,8 +259,17 @@ fn gpu_timed_prefill_matches_the_log_with_chunked_prefill() {
     let run = prefill_matches(&["--chunked-prefill", "on"], "chunked prefill on");
     // The trace draws the steps in device time beside the stream's kernels.
     let (header, events) = read_recording(&run.path);
+    use collector::export::perfetto::{write_events, Compression, Windowing};
+    // Uncompressed, so that the track's name is in the bytes as written.
     let mut trace = Vec::new();
-    collector::export::perfetto::write_trace(&header, &events, &mut trace).expect("a trace");
+    write_events(
+        &header,
+        &events,
+        &mut trace,
+        Windowing::whole(),
+        Compression::None,
+    )
+    .expect("a trace");
     let name = b"GPU 0 stream 7 steps (device time)";
     assert!(
         trace.windows(name.len()).any(|w| w == name),
