@@ -386,9 +386,13 @@ mod tests {
             "A -> B is not held (median within 0.5 ms): {:?}",
             there.0
         );
+        // The held leg's median is judged to +1 ms, not +0.5: this self-test runs among
+        // the parallel unit tests, and a fresh-clone CI saw it at 5.52 ms there (min
+        // 5.26) while the free leg's was 0.30 ms. A wire holding both legs, or one leg
+        // twice, still fails by milliseconds.
         assert!(
-            back.min() >= FIVE_MS && back.median() <= FIVE_MS + HALF_MS,
-            "B -> A is held 5 ms, never less (median within +0.5): {:?}",
+            back.min() >= FIVE_MS && back.median() <= FIVE_MS + 2 * HALF_MS,
+            "B -> A is held 5 ms, never less (median within +1): {:?}",
             back.0
         );
         assert_five_ms("A", &rtt);
