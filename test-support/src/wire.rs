@@ -354,21 +354,25 @@ mod tests {
 
     /// Load only ever adds latency: the fastest round trip is the wire's own delay plus
     /// its overhead, the median what a test using the wire sees. A round trip crosses the
-    /// wire twice, each crossing allowed the 0.5 ms a single direction is (CI saw the
-    /// held leg's median at 5.37 ms and the free one's at 0.22 ms on a busy machine: a
-    /// 5.6 ms round trip). Never less than the delay. Single samples are not judged: on
+    /// wire twice: +1.5 ms at the median (fresh-clone CIs saw 5.6 and 6.2 ms medians
+    /// among the parallel unit tests, 5.3-5.9 ms alone on an idle VM). Never less than
+    /// the delay. Single samples are not judged: on
     /// 2 CPUs busy compiling, a non-preemptible kernel (PREEMPT_NONE) wakes even a
     /// SCHED_FIFO thread a few milliseconds late now and then.
     fn assert_five_ms(who: &str, rtt: &Spread) {
-        let most = FIVE_MS + 2 * HALF_MS;
+        let most = FIVE_MS + 3 * HALF_MS;
         assert!(
             rtt.min() >= FIVE_MS && rtt.min() <= most && rtt.median() <= most,
-            "{who}'s fastest and median round trips are 5 ms, +1 at most (two crossings): {:?}",
+            "{who}'s fastest and median round trips are 5 ms, +1.5 at most (two crossings): {:?}",
             rtt.0
         );
     }
 
+    /// Timed to the half millisecond: run by `cargo xtask test` after the parallel unit
+    /// tests and the Python environments they overlap (`--ignored`, one at a time), where
+    /// nothing else loads the two CPUs.
     #[test]
+    #[ignore = "timing-sensitive: cargo xtask test runs it alone, after the parallel unit tests"]
     fn wire_holds_each_direction_for_its_own_delay_on_real_tcp() {
         let pair = NetnsPair::new("wire").expect("two namespaces (root, ip)");
         let (a, b) = (pair.a.path(), pair.b.path());
@@ -386,10 +390,9 @@ mod tests {
             "A -> B is not held (median within 0.5 ms): {:?}",
             there.0
         );
-        // The held leg's median is judged to +1 ms, not +0.5: this self-test runs among
-        // the parallel unit tests, and a fresh-clone CI saw it at 5.52 ms there (min
-        // 5.26) while the free leg's was 0.30 ms. A wire holding both legs, or one leg
-        // twice, still fails by milliseconds.
+        // Medians seen on an idle 2-CPU VM: 5.22-5.59 ms for the held leg, round trips
+        // 5.33-6.2; +1 and +1.5 ms leave room for its scheduling and still fail a wire
+        // that holds both legs or one leg twice.
         assert!(
             back.min() >= FIVE_MS && back.median() <= FIVE_MS + 2 * HALF_MS,
             "B -> A is held 5 ms, never less (median within +1): {:?}",
