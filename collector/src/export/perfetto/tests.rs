@@ -13,6 +13,7 @@ use crate::ingest::model::{event::Body, CudaApi, CudaCall, GpuActivity, NvmlSamp
 use crate::ingest::record::Counters;
 use crate::stitch::testnet::{proxied, Net, ENGINE, MS};
 
+mod bundles;
 mod check;
 use check::{check, flows_across, on_monotonic, Counts};
 
@@ -87,52 +88,6 @@ use crate::ingest::model::GpuActivityKind;
 fn decode(buf: &[u8]) -> Trace {
     let packets = bundle::expand(buf).unwrap_or_else(|e| panic!("{e}"));
     Trace::parse_from_bytes(&packets).expect("the trace decodes as perfetto.protos.Trace")
-}
-
-#[test]
-fn deflated_bundles_hold_the_packets_an_uncompressed_trace_holds_in_a_fraction_of_the_bytes() {
-    let (header, events) = lab_recording();
-    let write = |compression| {
-        let mut buf = Vec::new();
-        let s = write_events(&header, &events, &mut buf, Windowing::whole(), compression)
-            .expect("trace written");
-        assert_eq!(s.bytes, buf.len() as u64, "bytes counted as written");
-        (s, buf)
-    };
-    let (plain_summary, plain) = write(Compression::None);
-    let (summary, deflated) = write(Compression::Deflate);
-    assert_eq!(plain_summary.bundles, 0);
-    assert_eq!(plain_summary.uncompressed_bytes, plain_summary.bytes);
-    assert_eq!(
-        summary.uncompressed_bytes, plain_summary.bytes,
-        "the same packets before compression"
-    );
-    let top = Trace::parse_from_bytes(&deflated).expect("decodes");
-    assert_eq!(
-        top.packet.len() as u64,
-        summary.bundles,
-        "nothing outside the bundles"
-    );
-    assert!(top.packet.iter().all(|p| p.has_compressed_packets()));
-    assert!(
-        bundle::expand(&deflated).expect("expands") == plain,
-        "expanded, the bundles are the uncompressed trace byte for byte"
-    );
-    println!(
-        "{} token events: {} B uncompressed, {} B deflated in {} bundles ({:.1} / {:.1} B per token event)",
-        summary.token_instants,
-        plain.len(),
-        deflated.len(),
-        summary.bundles,
-        plain.len() as f64 / summary.token_instants as f64,
-        deflated.len() as f64 / summary.token_instants as f64
-    );
-    assert!(
-        deflated.len() * 3 < plain.len(),
-        "deflated to under a third: {} of {} B",
-        deflated.len(),
-        plain.len()
-    );
 }
 
 #[test]
@@ -310,7 +265,7 @@ fn the_checker_catches_each_broken_invariant() {
 
 /// The committed lab recording tests/fixtures/diagnose/tuned-plain: 27 streamed
 /// requests seen at four points (client, nginx both ways, engine), GPU steps.
-fn lab_recording() -> (FileHeader, Vec<Event>) {
+pub(super) fn lab_recording() -> (FileHeader, Vec<Event>) {
     let gz = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/diagnose/tuned-plain.tsrec.gz");
     let mut bytes = Vec::new();
