@@ -2,6 +2,7 @@
 //! A tracepoint the kernel lacks is skipped with a reason, unless the
 //! recording would be useless without it.
 
+mod detach;
 mod discover;
 mod io_source;
 mod netns;
@@ -360,43 +361,6 @@ impl Probes {
 
     pub fn ring_fd(&self) -> RawFd {
         self.ring.as_raw_fd()
-    }
-
-    /// Detaches every program, so no new records arrive; the maps stay readable.
-    ///
-    /// Emitters first, then in reverse attach order: the kprobes and socket-layer tracepoints that emit I/O records go
-    /// before the syscall tracepoints that give them their buffers. The other way round,
-    /// the I/Os of the second or so that detaching takes arrived without payload and broke
-    /// every stream in flight (hundreds of unparsed I/Os when a recording stopped
-    /// mid-stream).
-    pub fn detach(&mut self) {
-        for (program, id) in self.kprobe_links.drain(..) {
-            if let Some(kp) = self
-                .ebpf
-                .program_mut(program)
-                .and_then(|p| <&mut KProbe>::try_from(p).ok())
-            {
-                let _ = kp.detach(id);
-            }
-        }
-        for (program, id) in self.links.drain(..).rev() {
-            if let Some(tp) = self
-                .ebpf
-                .program_mut(program)
-                .and_then(|p| <&mut TracePoint>::try_from(p).ok())
-            {
-                let _ = tp.detach(id);
-            }
-        }
-        for (program, id) in self.uprobe_links.drain(..) {
-            if let Some(up) = self
-                .ebpf
-                .program_mut(program)
-                .and_then(|p| <&mut UProbe>::try_from(p).ok())
-            {
-                let _ = up.detach(id);
-            }
-        }
     }
 
     /// `(submitted, dropped)` summed over CPUs.
