@@ -94,11 +94,13 @@ fn test() -> Result<()> {
     ])?;
     // The delayed wire's self-test times a real TCP echo to the half millisecond: alone,
     // now that nothing else runs (among the parallel unit tests it read 0.5-1 ms late).
+    // `--workspace --lib --bins` as the unit stage builds it: `-p tokenscope-test-support`
+    // resolves features for that crate alone and rebuilt 90 crates (86 s of a CI run).
     cargo(&[
         "test",
-        "-p",
-        "tokenscope-test-support",
+        "--workspace",
         "--lib",
+        "--bins",
         "wire::tests::wire_holds_each_direction",
         "--",
         "--ignored",
