@@ -2,50 +2,185 @@
 //! recording (`collector::record::live::Live`) on a thread that is always stopped
 //! (probes detached) before top returns, panics included.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::path::PathBuf;
 
 use collector::ingest::hosts::Joined;
-use collector::ingest::record::{FileHeader, RecordReader, Source};
+use collector::ingest::record::{FileHeader, RecordError, RecordReader, Source};
 use collector::ingest::Event;
 pub use collector::record::live::Live;
 
 use crate::state::Meta;
 
-/// A recording played back: events are due when their time since the first
-/// event is at most the replay position.
+/// A recording played back, read as it plays: events are due when their time is at
+/// most the replay position. Memory holds what was read ahead (`LOOKAHEAD_NS` of
+/// events past the position), not the recording: an hour at thousands of tokens per
+/// second is tens of millions of events, which `top --replay` held whole (and copied
+/// once more at `--speed 0`) before.
 pub struct Replay {
     pub header: FileHeader,
-    events: Vec<Event>,
-    next: usize,
-    /// Event time of the replay's start and of its last event.
+    reader: Box<dyn Source + Send>,
+    /// Read and not yet handed out, earliest first.
+    ahead: BinaryHeap<Reverse<Ahead>>,
+    /// Arrival numbers: equal times go in file order.
+    seq: u64,
+    /// The latest event time read.
+    read_ns: u64,
+    /// The reader has nothing more (its end, or `error`).
+    drained: bool,
+    /// Why reading stopped early, once every event before it was handed out.
+    error: Option<RecordError>,
+    /// Event time of the replay's first event, and the latest handed out (the last
+    /// event's once `finished`).
     pub first_ns: u64,
     pub last_ns: u64,
 }
 
+/// Events are written in the order the recorder drained them: per-CPU buffers, so a
+/// little out of time order. An event is handed out once events this much later were
+/// read (the pipeline's own reorder window for replays, `Config::replay`), in time order.
+const LOOKAHEAD_NS: u64 = 1_000_000_000;
+
+struct Ahead {
+    ts_ns: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Ahead {
+    fn eq(&self, other: &Ahead) -> bool {
+        (self.ts_ns, self.seq) == (other.ts_ns, other.seq)
+    }
+}
+
+impl Eq for Ahead {}
+
+impl PartialOrd for Ahead {
+    fn partial_cmp(&self, other: &Ahead) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ahead {
+    fn cmp(&self, other: &Ahead) -> std::cmp::Ordering {
+        (self.ts_ns, self.seq).cmp(&(other.ts_ns, other.seq))
+    }
+}
+
 impl Replay {
-    /// One recording, or several hosts' joined on the first one's clock.
+    /// One recording, or several hosts' joined on the first one's clock. A recording
+    /// that cannot be read from its start fails here; one damaged further on plays up
+    /// to the damage (`error`).
     pub fn open(paths: &[PathBuf]) -> anyhow::Result<Replay> {
-        let mut reader: Box<dyn Source> = match paths {
+        let reader: Box<dyn Source + Send> = match paths {
             [one] => Box::new(RecordReader::open(one)?),
             _ => Box::new(Joined::open(paths)?),
         };
-        let mut events = Vec::new();
-        while let Some(batch) = reader.next_batch()? {
-            events.extend(batch);
-        }
-        events.sort_by_key(|e| e.ts_ns);
         let header = reader.header().clone();
-        let first_ns = events
-            .first()
-            .map_or(header.start_monotonic_ns, |e| e.ts_ns);
-        let last_ns = events.last().map_or(first_ns, |e| e.ts_ns);
-        Ok(Replay {
+        let mut replay = Replay {
             header,
-            events,
-            next: 0,
-            first_ns,
-            last_ns,
-        })
+            reader,
+            ahead: BinaryHeap::new(),
+            seq: 0,
+            read_ns: 0,
+            drained: false,
+            error: None,
+            first_ns: 0,
+            last_ns: 0,
+        };
+        // The first event: the earliest of the first window read.
+        while !replay.drained
+            && replay
+                .ahead
+                .peek()
+                .is_none_or(|a| replay.read_ns < a.0.ts_ns.saturating_add(LOOKAHEAD_NS))
+        {
+            replay.read_batch()?;
+        }
+        replay.first_ns = replay
+            .ahead
+            .peek()
+            .map_or(replay.header.start_monotonic_ns, |a| a.0.ts_ns);
+        replay.last_ns = replay.first_ns;
+        Ok(replay)
+    }
+
+    /// One batch more into `ahead`; a reading error ends the reading (kept for `error`).
+    fn read_batch(&mut self) -> anyhow::Result<()> {
+        match self.reader.next_batch() {
+            Ok(Some(batch)) => {
+                for event in batch {
+                    self.read_ns = self.read_ns.max(event.ts_ns);
+                    self.seq += 1;
+                    self.ahead.push(Reverse(Ahead {
+                        ts_ns: event.ts_ns,
+                        seq: self.seq,
+                        event,
+                    }));
+                }
+                Ok(())
+            }
+            Ok(None) => {
+                self.drained = true;
+                Ok(())
+            }
+            Err(e) => {
+                self.drained = true;
+                let reason = e.to_string();
+                self.error = Some(e);
+                Err(anyhow::anyhow!(reason))
+            }
+        }
+    }
+
+    /// Events due at replay position `clock_ns` (event time), not handed out before.
+    pub fn due(&mut self, clock_ns: u64) -> Vec<Event> {
+        self.due_at_most(clock_ns, usize::MAX)
+    }
+
+    /// As `due`, `max` events at most (the rest stay due). Reads only as far as
+    /// those need: an event goes once `LOOKAHEAD_NS` past it was read.
+    pub fn due_at_most(&mut self, clock_ns: u64, max: usize) -> Vec<Event> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let next = self.ahead.peek().map(|a| a.0.ts_ns);
+            let wanted = match next {
+                Some(ts) if ts <= clock_ns => ts,
+                // Nothing read is due; something unread may be, until a window past
+                // the clock was read.
+                _ => clock_ns,
+            };
+            if !self.drained && self.read_ns < wanted.saturating_add(LOOKAHEAD_NS) {
+                // An error ends the reading; what was read still goes out.
+                let _ = self.read_batch();
+                continue;
+            }
+            match next {
+                Some(ts) if ts <= clock_ns => {
+                    let Reverse(a) = self.ahead.pop().expect("peeked");
+                    self.last_ns = self.last_ns.max(a.ts_ns);
+                    out.push(a.event);
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// Every event was handed out (or every one before the damage, see `error`).
+    pub fn finished(&self) -> bool {
+        self.drained && self.ahead.is_empty()
+    }
+
+    /// Events read and not yet handed out: what the replay holds.
+    pub fn held(&self) -> usize {
+        self.ahead.len()
+    }
+
+    /// Why the replay stopped before the recording's end, once it did.
+    pub fn error(&self) -> Option<&RecordError> {
+        self.error.as_ref().filter(|_| self.finished())
     }
 
     pub fn meta(&self, paths: &[PathBuf], speed: f64) -> Meta {
@@ -73,17 +208,5 @@ impl Replay {
             dropped: h.counters.map(|c| c.dropped),
             start_ns: self.first_ns,
         }
-    }
-
-    /// Events due at replay position `clock_ns` (event time), not handed out before.
-    pub fn due(&mut self, clock_ns: u64) -> Vec<Event> {
-        let end = self.next + self.events[self.next..].partition_point(|e| e.ts_ns <= clock_ns);
-        let batch = self.events[self.next..end].to_vec();
-        self.next = end;
-        batch
-    }
-
-    pub fn finished(&self) -> bool {
-        self.next >= self.events.len()
     }
 }

@@ -19,6 +19,9 @@ use crate::state::Action;
 
 /// How often the thread looks for new events.
 const POLL: Duration = Duration::from_millis(50);
+/// A replay shown all at once goes through this many events at a time (about a second
+/// of issue 17's load), between looks at the stop flag.
+const AT_ONCE_PER_POLL: usize = 20_000;
 
 pub enum Source {
     Replay { replay: Box<Replay>, speed: f64 },
@@ -96,17 +99,30 @@ impl Feeder<'_> {
     }
 
     /// Feeds what a replay has due after `dt` of wall time; returns the replay position.
+    /// All at once (`speed` 0) is `AT_ONCE_PER_POLL` events at a time, as fast as they
+    /// are stitched: memory stays that of the window, not the recording's.
     fn replay(&mut self, replay: &mut Replay, speed: f64, dt: Duration) -> u64 {
-        self.replay_clock = if speed == 0.0 {
+        let events = if speed == 0.0 {
+            replay.due_at_most(u64::MAX, AT_ONCE_PER_POLL)
+        } else {
+            let clock = self.replay_clock + (dt.as_nanos() as f64 * speed) as u64;
+            replay.due(clock)
+        };
+        self.analysis.push(events);
+        // Never past the last event: the window would empty out after the end.
+        self.replay_clock = if speed == 0.0 || replay.finished() {
             replay.last_ns
         } else {
-            (self.replay_clock + (dt.as_nanos() as f64 * speed) as u64).min(replay.last_ns)
+            self.replay_clock + (dt.as_nanos() as f64 * speed) as u64
         };
-        self.analysis.push(replay.due(self.replay_clock));
         if replay.finished() && !self.ended {
             self.ended = true;
             self.analysis.end();
-            self.send(Action::SourceEnded("replay done".into()));
+            let why = match replay.error() {
+                Some(e) => format!("replay stopped: {e}"),
+                None => "replay done".into(),
+            };
+            self.send(Action::SourceEnded(why));
         }
         self.replay_clock
     }
@@ -177,6 +193,12 @@ fn run(
             Source::Replay { replay, speed } => feeder.replay(replay, *speed, dt),
             Source::Live(live) => feeder.live(live),
         };
+        // All at once: the next events straight away, and the first pass once every
+        // event went in (one snapshot of the whole recording, as when it was read whole).
+        if matches!(&source, Source::Replay { replay, speed } if *speed == 0.0 && !replay.finished())
+        {
+            continue;
+        }
         let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
         let pass = Instant::now();
         if let Some(mut snapshot) = feeder.analysis.tick(clock_ns, wall_ns) {

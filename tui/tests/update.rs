@@ -5,7 +5,7 @@
 mod common;
 
 use collector::ingest::Event;
-use common::{fixture, fixture_state, fixture_top, Top, WINDOW_NS};
+use common::{fixture, fixture_span, fixture_state, fixture_top, Top, WINDOW_NS};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use tokenscope_tui::feed::Replay;
 use tokenscope_tui::{action_for_key, update, Action, SortKey, State, View};
@@ -134,16 +134,14 @@ fn selection_moves_clamps_and_opens_the_selected_request() {
 fn halves(at_ns: u64) -> (Top, Vec<Event>, u64) {
     let (mut top, mut replay) = Top::replay(WINDOW_NS);
     top.events(replay.due(at_ns));
-    let end = replay.last_ns;
-    let rest = replay.due(end);
-    (top, rest, end)
+    let rest = replay.due(u64::MAX);
+    (top, rest, replay.last_ns)
 }
 
 #[test]
 fn restitch_at_most_once_a_second_and_never_while_paused() {
-    let path = fixture();
-    let replay = Replay::open(std::slice::from_ref(&path)).expect("fixture");
-    let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
+    let (first, last) = fixture_span();
+    let mid = first + (last - first) / 2;
     let (mut top, rest, end) = halves(mid);
     top.tick(mid, 0);
     let early = top.state.shown.rows.len();
@@ -176,9 +174,8 @@ fn restitch_at_most_once_a_second_and_never_while_paused() {
 
 #[test]
 fn selection_follows_its_request_across_restitches() {
-    let path = fixture();
-    let replay = Replay::open(std::slice::from_ref(&path)).expect("fixture");
-    let mid = replay.first_ns + (replay.last_ns - replay.first_ns) / 2;
+    let (first, last) = fixture_span();
+    let mid = first + (last - first) / 2;
     let (mut top, rest, end) = halves(mid);
     top.tick(mid, 0);
     let state = &mut top.state;
@@ -204,8 +201,8 @@ fn selection_follows_its_request_across_restitches() {
 #[test]
 fn window_forgets_old_events() {
     let (mut top, mut replay) = Top::replay(2 * S);
+    top.events(replay.due(u64::MAX));
     let end = replay.last_ns;
-    top.events(replay.due(end));
     top.tick(end, 0);
     let held = top.state.shown.events_in_window;
     assert!(
@@ -330,12 +327,7 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
 
 #[test]
 fn diagnoses_come_with_the_restitch_as_the_report_has_them() {
-    let path = fixture();
-    let (mut top, rest, end) = halves(
-        Replay::open(std::slice::from_ref(&path))
-            .expect("fixture")
-            .first_ns,
-    );
+    let (mut top, rest, end) = halves(fixture_span().0);
     top.events(rest);
     assert!(
         top.state.shown.diagnoses.is_empty(),
@@ -422,9 +414,9 @@ fn a_replay_of_two_hosts_recordings_shows_both_side_by_side() {
         meta.source
     );
     let mut top = Top::new(meta, WINDOW_NS, collector::pipeline::Config::sorted());
-    let last = replay.last_ns;
-    top.events(replay.due(last));
+    top.events(replay.due(u64::MAX));
     assert!(replay.finished());
+    let last = replay.last_ns;
     top.end("replay done");
     top.tick(last, 0);
     assert_eq!(

@@ -66,12 +66,20 @@ impl Top {
 /// Every event of the fixture delivered, then one tick at its last event.
 pub(crate) fn fixture_top() -> Top {
     let (mut top, mut replay) = Top::replay(WINDOW_NS);
-    let end = replay.last_ns;
-    top.events(replay.due(end));
+    top.events(replay.due(u64::MAX));
     assert!(replay.finished(), "every fixture event delivered");
+    let end = replay.last_ns;
     top.end("replay done");
     top.tick(end, 0);
     top
+}
+
+/// The fixture's first and last event times (a replay knows its last only at its end).
+pub(crate) fn fixture_span() -> (u64, u64) {
+    let mut replay = Replay::open(&[fixture()]).expect("fixture readable");
+    let first = replay.first_ns;
+    replay.due(u64::MAX);
+    (first, replay.last_ns)
 }
 
 pub(crate) fn fixture_state() -> State {
