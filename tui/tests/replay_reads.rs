@@ -1,6 +1,7 @@
 //! `top --replay` reads a recording as it plays: it holds what it read ahead of the
 //! replay position, never the whole recording, hands events out in time order, and a
 //! recording damaged part way plays up to the damage and says why.
+#![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
 mod common;
 
