@@ -107,21 +107,45 @@ static void report(uint32_t kind, uint32_t correlation, uint64_t start, uint64_t
         sink(kind, 7, start, end, correlation, graph_id, bytes, name);
 }
 
-/* Finds standin_cupti_activity in whatever loaded it: the hook dlopens libcupti with
- * RTLD_LOCAL, so the symbol is not global; look in every loaded object. */
-static int find_sink(struct dl_phdr_info *info, size_t size, void *found) {
+/* The loaded objects' names, gathered by dl_iterate_phdr's callback. */
+#define MAX_OBJECTS 1024
+struct object_names {
+    size_t n;
+    char *name[MAX_OBJECTS];
+};
+
+static int gather_name(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
-    if (!info->dlpi_name || !info->dlpi_name[0])
-        return 0;
-    void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
-    if (!h)
-        return 0;
-    void *f = dlsym(h, "standin_cupti_activity");
-    dlclose(h);
-    if (!f)
-        return 0;
-    *(void **)found = f;
-    return 1;
+    struct object_names *names = data;
+    if (info->dlpi_name && info->dlpi_name[0] && names->n < MAX_OBJECTS)
+        names->name[names->n++] = strdup(info->dlpi_name);
+    return 0;
+}
+
+/* Finds standin_cupti_activity in whatever loaded it: the hook dlopens libcupti with
+ * RTLD_LOCAL, so the symbol is not global; look in every loaded object. The names are
+ * gathered first and looked into after the iteration: dlopen inside dl_iterate_phdr's
+ * callback takes the loader's lock while the iteration holds its own, and a thread in
+ * dlopen meanwhile takes the two the other way round (two lab engines in one test
+ * process, one in cuInit and one loading this library, deadlocked a CI run). */
+static void *find_sink(void) {
+    struct object_names *names = calloc(1, sizeof *names);
+    if (!names)
+        return NULL;
+    dl_iterate_phdr(gather_name, names);
+    void *found = NULL;
+    for (size_t i = 0; i < names->n; i++) {
+        if (!found && names->name[i]) {
+            void *h = dlopen(names->name[i], RTLD_NOW | RTLD_NOLOAD);
+            if (h) {
+                found = dlsym(h, "standin_cupti_activity");
+                dlclose(h);
+            }
+        }
+        free(names->name[i]);
+    }
+    free(names);
+    return found;
 }
 
 /* What the driver does at cuInit for CUDA_INJECTION64_PATH: load it, call InitializeInjection. */
@@ -133,9 +157,7 @@ static void load_injection(void) {
         if (init)
             init();
     }
-    void *sink = NULL;
-    dl_iterate_phdr(find_sink, &sink);
-    __atomic_store_n(&activity_sink, (activity_sink_fn)sink, __ATOMIC_RELEASE);
+    __atomic_store_n(&activity_sink, (activity_sink_fn)find_sink(), __ATOMIC_RELEASE);
 }
 
 __attribute__((visibility("default"), noinline))
