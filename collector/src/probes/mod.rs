@@ -152,8 +152,9 @@ pub struct Probes {
 /// heap peaked at 24.7 MB of anonymous memory and `record`'s RSS at 31.2 MB before
 /// the first event, most of issue 17's 32 MB; with this, 24.8-25.0 MB (the ring and
 /// the binary, mapped after the load). After loading the threshold is left where the
-/// dynamic one had risen to by then (freed blocks raise it; the BTF's were ~9 MB), so
-/// the recorder runs with the allocation pattern it was measured with.
+/// dynamic one had risen to by then (freed blocks raise it; the BTF's were ~9 MB) and
+/// the trim threshold at twice that, so the recorder runs with the allocation pattern
+/// it was measured with.
 struct LoadingAllocations;
 
 #[cfg(target_env = "gnu")]
@@ -178,6 +179,9 @@ impl Drop for LoadingAllocations {
         // SAFETY: as in `start`.
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_AFTER);
+            // Fixing one threshold stops glibc moving the other: the trim threshold as
+            // the dynamic rule sets it (twice the mmap threshold), not its 128 KiB start.
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_AFTER);
         }
     }
 }
