@@ -96,7 +96,10 @@ impl Replay {
                 .peek()
                 .is_none_or(|a| replay.read_ns < a.0.ts_ns.saturating_add(LOOKAHEAD_NS))
         {
-            replay.read_batch()?;
+            replay.read_batch();
+        }
+        if let Some(e) = replay.error.take() {
+            return Err(e.into());
         }
         replay.first_ns = replay
             .ahead
@@ -106,8 +109,8 @@ impl Replay {
         Ok(replay)
     }
 
-    /// One batch more into `ahead`; a reading error ends the reading (kept for `error`).
-    fn read_batch(&mut self) -> anyhow::Result<()> {
+    /// One batch more into `ahead`; a reading error ends the reading (kept in `error`).
+    fn read_batch(&mut self) {
         match self.reader.next_batch() {
             Ok(Some(batch)) => {
                 for event in batch {
@@ -119,17 +122,11 @@ impl Replay {
                         event,
                     }));
                 }
-                Ok(())
             }
-            Ok(None) => {
-                self.drained = true;
-                Ok(())
-            }
+            Ok(None) => self.drained = true,
             Err(e) => {
                 self.drained = true;
-                let reason = e.to_string();
                 self.error = Some(e);
-                Err(anyhow::anyhow!(reason))
             }
         }
     }
@@ -144,26 +141,25 @@ impl Replay {
     pub fn due_at_most(&mut self, clock_ns: u64, max: usize) -> Vec<Event> {
         let mut out = Vec::new();
         while out.len() < max {
-            let next = self.ahead.peek().map(|a| a.0.ts_ns);
-            let wanted = match next {
-                Some(ts) if ts <= clock_ns => ts,
-                // Nothing read is due; something unread may be, until a window past
-                // the clock was read.
-                _ => clock_ns,
-            };
+            let due = self
+                .ahead
+                .peek()
+                .map(|a| a.0.ts_ns)
+                .filter(|&ts| ts <= clock_ns);
+            // What to have read a window past: the earliest due event, or, with none
+            // read, the clock (something unread may be due).
+            let wanted = due.unwrap_or(clock_ns);
             if !self.drained && self.read_ns < wanted.saturating_add(LOOKAHEAD_NS) {
                 // An error ends the reading; what was read still goes out.
-                let _ = self.read_batch();
+                self.read_batch();
                 continue;
             }
-            match next {
-                Some(ts) if ts <= clock_ns => {
-                    let Reverse(a) = self.ahead.pop().expect("peeked");
-                    self.last_ns = self.last_ns.max(a.ts_ns);
-                    out.push(a.event);
-                }
-                _ => break,
+            if due.is_none() {
+                break;
             }
+            let Reverse(a) = self.ahead.pop().expect("peeked");
+            self.last_ns = self.last_ns.max(a.ts_ns);
+            out.push(a.event);
         }
         out
     }

@@ -102,18 +102,18 @@ impl Feeder<'_> {
     /// All at once (`speed` 0) is `AT_ONCE_PER_POLL` events at a time, as fast as they
     /// are stitched: memory stays that of the window, not the recording's.
     fn replay(&mut self, replay: &mut Replay, speed: f64, dt: Duration) -> u64 {
+        let advanced = self.replay_clock + (dt.as_nanos() as f64 * speed) as u64;
         let events = if speed == 0.0 {
             replay.due_at_most(u64::MAX, AT_ONCE_PER_POLL)
         } else {
-            let clock = self.replay_clock + (dt.as_nanos() as f64 * speed) as u64;
-            replay.due(clock)
+            replay.due(advanced)
         };
         self.analysis.push(events);
         // Never past the last event: the window would empty out after the end.
         self.replay_clock = if speed == 0.0 || replay.finished() {
             replay.last_ns
         } else {
-            self.replay_clock + (dt.as_nanos() as f64 * speed) as u64
+            advanced
         };
         if replay.finished() && !self.ended {
             self.ended = true;
@@ -195,8 +195,10 @@ fn run(
         };
         // All at once: the next events straight away, and the first pass once every
         // event went in (one snapshot of the whole recording, as when it was read whole).
-        if matches!(&source, Source::Replay { replay, speed } if *speed == 0.0 && !replay.finished())
-        {
+        // Paused, nothing goes in: pass and sleep as usual, not spin.
+        let at_once_unfinished = matches!(&source, Source::Replay { replay, speed }
+            if *speed == 0.0 && !replay.finished());
+        if at_once_unfinished && !paused.load(Ordering::Relaxed) {
             continue;
         }
         let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
