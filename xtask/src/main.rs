@@ -11,6 +11,7 @@ mod gpu;
 mod kernels;
 mod setup;
 mod venvs;
+mod watchdog;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,7 +41,9 @@ tasks:
           `fixtures NAME..`: those scenarios only
   dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
           shell completions (bash, zsh, fish) and man pages, in dist/
-  gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload";
+  gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload
+  watchdog SECS PROGRAM [ARGS..]  run PROGRAM; after SECS print where its threads wait, kill
+          it and exit 124 (`test` runs each test binary so, for 600 s at most)";
 
 fn main() {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -58,6 +61,7 @@ fn main() {
         "dist" => dist::run(),
         "gpu-check" => gpu::run(),
         "test-kernels" => kernels::run(),
+        "watchdog" => watchdog::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "" | "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())
@@ -78,34 +82,35 @@ fn test() -> Result<()> {
     let started = std::time::Instant::now();
     let venvs = venvs::start();
     cargo(&["build", "--workspace", "--all-targets"])?;
+    // Each test binary under a time limit: a hang fails with its stacks printed.
+    let runner = watchdog::runner_config()?;
+    let test = ["--config", runner.as_str(), "test"];
     // Unit tests need no privileges and run in parallel.
-    cargo(&["test", "--workspace", "--lib", "--bins"])?;
+    cargo(&[&test[..], &["--workspace", "--lib", "--bins"]].concat())?;
     venvs.finish();
     // End-to-end tests load eBPF and share kernel state: one at a time. Every binary runs even
     // after a failure, so one run shows every failing test.
-    cargo(&[
-        "test",
-        "--workspace",
-        "--no-fail-fast",
-        "--test",
-        "*",
-        "--",
-        "--test-threads=1",
-    ])?;
+    cargo(
+        &[
+            &test[..],
+            &["--workspace", "--no-fail-fast", "--test", "*"],
+            &["--", "--test-threads=1"],
+        ]
+        .concat(),
+    )?;
     // The delayed wire's self-test times a real TCP echo to the half millisecond: alone,
     // now that nothing else runs (among the parallel unit tests it read 0.5-1 ms late).
     // `--workspace --lib --bins` as the unit stage builds it: `-p tokenscope-test-support`
     // resolves features for that crate alone and rebuilt 90 crates (86 s of a CI run).
-    cargo(&[
-        "test",
-        "--workspace",
-        "--lib",
-        "--bins",
-        "wire::tests::wire_holds_each_direction",
-        "--",
-        "--ignored",
-        "--test-threads=1",
-    ])?;
+    cargo(
+        &[
+            &test[..],
+            &["--workspace", "--lib", "--bins"],
+            &["wire::tests::wire_holds_each_direction"],
+            &["--", "--ignored", "--test-threads=1"],
+        ]
+        .concat(),
+    )?;
     // Every parser and decoder under libFuzzer for a few seconds each, and proof that
     // the fuzzer finds a planted bug (a few minutes; see fuzz::CI_SECONDS).
     fuzz::ci()?;
