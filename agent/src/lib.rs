@@ -272,6 +272,7 @@ impl Agent<'_> {
             requests: requests.iter().collect(),
             steps: &steps,
             nvml: &nvml,
+            shares: &[],
         });
         self.metrics.set_diagnoses(&found);
     }

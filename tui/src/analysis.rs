@@ -247,8 +247,7 @@ impl Analysis {
             let mut steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
             steps.sort_by_key(|s| s.start_ns);
             let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
-            self.findings
-                .make(&requests, &mut steps, &nvml, self.dropped, wall_ns);
+            self.findings.make(&requests, &mut steps, &nvml, wall_ns);
         }
         let position: HashMap<&RowKey, usize> =
             rows.iter().enumerate().map(|(i, r)| (&r.key, i)).collect();

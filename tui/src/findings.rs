@@ -37,7 +37,7 @@ pub struct Share {
 }
 
 impl Share {
-    fn of(g: GpuShare) -> Share {
+    fn of(g: &GpuShare) -> Share {
         let mut stalled_by: Vec<usize> = g
             .stalled_by
             .iter()
@@ -101,47 +101,30 @@ impl Findings {
 
     /// Joins `steps` to `requests` and runs the rules. The one clock read in the
     /// analysis: its cost sets when the next making is due. The rules read the window's
-    /// requests where they are; only GPU attribution (which sets each request's share)
-    /// and a lossy recording (which marks each) make them work on copies.
+    /// requests where they are, GPU shares beside them (`diagnose::Input::shares`): no
+    /// copy of the window (its token vectors were 12 MB at a peak of top's memory).
     pub fn make(
         &mut self,
         requests: &[Arc<Request>],
         steps: &mut [GpuStep],
         nvml: &[(u64, NvmlSample)],
-        dropped: bool,
         wall_ns: u64,
     ) {
         let started = std::time::Instant::now();
-        let mut copies: Option<Vec<Request>> = None;
-        if !steps.is_empty() || dropped {
-            let mut owned: Vec<Request> = requests.iter().map(|r| Request::clone(r)).collect();
-            for r in &mut owned {
-                r.events_dropped |= dropped;
-            }
-            attribution::attribute(&mut owned, steps);
-            copies = Some(owned);
-        }
-        let (diagnoses, keys) = {
-            let input = diagnose::Input {
-                requests: match &copies {
-                    Some(owned) => owned.iter().collect(),
-                    None => requests.iter().map(|r| &**r).collect(),
-                },
-                steps,
-                nvml,
-            };
-            let keys = input
-                .requests
-                .iter()
-                .map(|r| (r.id, RowKey::of(r)))
-                .collect();
-            (diagnose::diagnose(&input), keys)
-        };
-        let shares = copies
-            .into_iter()
-            .flatten()
-            .filter_map(|r| Some((RowKey::of(&r), Share::of(r.gpu?))))
+        let requests: Vec<&Request> = requests.iter().map(|r| &**r).collect();
+        let gpu = attribution::shares(&requests, steps);
+        let keys: HashMap<usize, RowKey> = requests.iter().map(|r| (r.id, RowKey::of(r))).collect();
+        let shares = requests
+            .iter()
+            .zip(gpu.iter())
+            .filter_map(|(r, g)| Some((RowKey::of(r), Share::of(g.as_ref()?))))
             .collect();
+        let diagnoses = diagnose::diagnose(&diagnose::Input {
+            requests,
+            steps,
+            nvml,
+            shares: &gpu,
+        });
         self.made = Arc::new(Made {
             keys,
             shares,

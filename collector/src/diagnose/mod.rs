@@ -19,9 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::analyze::percentile;
+use crate::analyze::percentile_in_place;
 use crate::gpu::GpuStep;
 use crate::ingest::model::NvmlSample;
+use crate::stitch::attribution::GpuShare;
 use crate::stitch::Request;
 
 pub use rules::RULES;
@@ -36,6 +37,20 @@ pub struct Input<'a> {
     pub steps: &'a [GpuStep],
     /// NVML samples with their time (CLOCK_MONOTONIC ns).
     pub nvml: &'a [(u64, NvmlSample)],
+    /// Each request's GPU share by index, when they were attributed apart from the
+    /// requests (`attribution::shares`); empty: each request's own `gpu`.
+    pub shares: &'a [Option<GpuShare>],
+}
+
+impl Input<'_> {
+    /// Request `i`'s GPU share (see `shares`).
+    pub fn gpu(&self, i: usize) -> Option<&GpuShare> {
+        match self.shares.get(i) {
+            Some(share) => share.as_ref(),
+            None if self.shares.is_empty() => self.requests[i].gpu.as_ref(),
+            None => None,
+        }
+    }
 }
 
 // The batch stitch's timeline as input: the oracle the pipeline's output is checked
@@ -47,6 +62,7 @@ impl<'a> Input<'a> {
             requests: timeline.requests.iter().collect(),
             steps: &timeline.steps,
             nvml,
+            shares: &[],
         }
     }
 }
@@ -213,12 +229,12 @@ pub fn request_ttft(r: &Request) -> Option<u64> {
     ttft_point(r)?.ttft_ns
 }
 
-fn p95(v: &[u64]) -> u64 {
-    percentile(v, 950)
+fn p95(v: &mut [u64]) -> u64 {
+    percentile_in_place(v, 950)
 }
 
-fn p99(v: &[u64]) -> u64 {
-    percentile(v, 990)
+fn p99(v: &mut [u64]) -> u64 {
+    percentile_in_place(v, 990)
 }
 
 /// Most rules whose savings are shared exactly (2^n subsets are evaluated); past it,
@@ -237,10 +253,11 @@ struct Removal<'a, K> {
     with: Option<(usize, BTreeMap<K, i64>)>,
 }
 
-fn shapley<K: Ord>(
-    samples: &[(K, u64)],
+fn shapley<K>(
+    values: &[u64],
+    at: impl Fn(&K) -> Option<usize>,
     removals: &[Removal<K>],
-    stat: fn(&[u64]) -> u64,
+    stat: fn(&mut [u64]) -> u64,
 ) -> Vec<(u64, u64)> {
     let live: Vec<usize> = (0..removals.len())
         .filter(|&j| !removals[j].map.is_empty())
@@ -255,42 +272,55 @@ fn shapley<K: Ord>(
         .collect();
     let m = live.len();
     let mut out = vec![(0, 0); removals.len()];
-    if m == 0 || samples.is_empty() {
+    if m == 0 || values.is_empty() {
         return out;
     }
-    // Per sample, what each live rule removes from it, alone and with its switch: `m`
-    // entries a sample, in one vector (a vector per sample was a quarter of a million
-    // allocations for a minute of tokens).
-    let rem: Vec<(i64, i64)> = samples
-        .iter()
-        .flat_map(|(k, _)| {
-            live.iter().map(move |&j| {
-                let alone = removals[j].map.get(k).copied().unwrap_or(0);
-                let with = removals[j]
-                    .with
-                    .as_ref()
-                    .map_or(alone, |(_, m)| m.get(k).copied().unwrap_or(0));
-                (alone, with)
-            })
-        })
-        .collect();
-    let base = stat(&samples.iter().map(|s| s.1).collect::<Vec<_>>());
+    // The samples some rule removes from (most gaps of a window are untouched): their
+    // positions, and per touched sample what each live rule removes from it, alone and
+    // with its switch, `m` entries a sample in one vector. Read from the maps, not looked
+    // up per sample: a minute of tokens is a quarter of a million samples.
+    let keys = |j: usize| {
+        let r = &removals[j];
+        r.map
+            .keys()
+            .chain(r.with.iter().flat_map(|(_, w)| w.keys()))
+    };
+    let mut touched: Vec<usize> = live.iter().flat_map(|&j| keys(j)).filter_map(&at).collect();
+    touched.sort_unstable();
+    touched.dedup();
+    let mut rem = vec![(0i64, 0i64); touched.len() * m];
+    for (b, &j) in live.iter().enumerate() {
+        let slot = |k: &K| Some(touched.binary_search(&at(k)?).ok()? * m + b);
+        for (k, &v) in removals[j].map {
+            if let Some(s) = slot(k) {
+                rem[s] = (v, v);
+            }
+        }
+        if let Some((_, with)) = &removals[j].with {
+            for t in 0..touched.len() {
+                rem[t * m + b].1 = 0;
+            }
+            for (k, &v) in with {
+                if let Some(s) = slot(k) {
+                    rem[s].1 = v;
+                }
+            }
+        }
+    }
+    let base = stat(&mut values.to_vec());
     let saving = |mask: usize| -> u64 {
-        let after: Vec<u64> = samples
-            .iter()
-            .zip(rem.chunks_exact(m))
-            .map(|((_, v), r)| {
-                let removed: i64 = (0..m)
-                    .filter(|b| mask & (1 << b) != 0)
-                    .map(|b| match switch[b] {
-                        Some(o) if mask & (1 << o) != 0 => r[b].1,
-                        _ => r[b].0,
-                    })
-                    .sum();
-                (*v as i64 - removed).max(0) as u64
-            })
-            .collect();
-        base.saturating_sub(stat(&after))
+        let mut after = values.to_vec();
+        for (&t, r) in touched.iter().zip(rem.chunks_exact(m)) {
+            let removed: i64 = (0..m)
+                .filter(|b| mask & (1 << b) != 0)
+                .map(|b| match switch[b] {
+                    Some(o) if mask & (1 << o) != 0 => r[b].1,
+                    _ => r[b].0,
+                })
+                .sum();
+            after[t] = (values[t] as i64 - removed).max(0) as u64;
+        }
+        base.saturating_sub(stat(&mut after))
     };
     let alone: Vec<u64> = (0..m).map(|b| saving(1 << b)).collect();
     let shares: Vec<u64> = if m <= MAX_SHAPLEY {
@@ -328,24 +358,33 @@ fn shapley<K: Ord>(
 }
 
 fn share_savings(requests: &[&Request], findings: Vec<Finding>) -> Vec<Diagnosis> {
-    // TTFT: one sample per request that has one.
-    let ttft: Vec<(usize, u64)> = requests
+    // TTFT: one sample per request that has one; a request's index -> its sample.
+    let mut ttft = Vec::new();
+    let ttft_at: Vec<Option<usize>> = requests
         .iter()
-        .enumerate()
-        .filter_map(|(i, r)| Some((i, request_ttft(r)?)))
-        .collect();
-    // ITL: one sample per gap at each request's TTFT point.
-    let gaps: Vec<((usize, usize), u64)> = requests
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| Some((i, ttft_point(r)?)))
-        .flat_map(|(i, p)| {
-            p.token_ns
-                .windows(2)
-                .enumerate()
-                .map(move |(k, w)| ((i, k), w[1] - w[0]))
+        .map(|r| {
+            let t = request_ttft(r)?;
+            ttft.push(t);
+            Some(ttft.len() - 1)
         })
         .collect();
+    // ITL: one sample per gap at each request's TTFT point; a request's index -> where
+    // its gaps start among them, and how many it has.
+    let mut gaps = Vec::new();
+    let gaps_at: Vec<(usize, usize)> = requests
+        .iter()
+        .map(|r| {
+            let start = gaps.len();
+            if let Some(p) = ttft_point(r) {
+                gaps.extend(p.token_ns.windows(2).map(|w| w[1] - w[0]));
+            }
+            (start, gaps.len() - start)
+        })
+        .collect();
+    let gap_at = |&(i, k): &(usize, usize)| {
+        let &(start, n) = gaps_at.get(i)?;
+        (k < n).then_some(start + k)
+    };
     let ttft_maps: Vec<BTreeMap<usize, i64>> = findings.iter().map(Finding::ttft_removed).collect();
     // The position of the rule whose fix changes a finding's removals.
     fn beside<'a>(findings: &[Finding], f: &'a Finding) -> Option<(usize, &'a Instead)> {
@@ -360,7 +399,8 @@ fn share_savings(requests: &[&Request], findings: Vec<Finding>) -> Vec<Diagnosis
             with: beside(&findings, f).map(|(other, i)| (other, f.net(&i.ttft))),
         })
         .collect();
-    let ttft_shares = shapley(&ttft, &ttft_removals, p95);
+    let at = |&i: &usize| *ttft_at.get(i)?;
+    let ttft_shares = shapley(&ttft, at, &ttft_removals, p95);
     let itl_removals: Vec<Removal<(usize, usize)>> = findings
         .iter()
         .map(|f| Removal {
@@ -368,7 +408,7 @@ fn share_savings(requests: &[&Request], findings: Vec<Finding>) -> Vec<Diagnosis
             with: beside(&findings, f).and_then(|(other, i)| Some((other, i.itl.clone()?))),
         })
         .collect();
-    let itl_shares = shapley(&gaps, &itl_removals, p99);
+    let itl_shares = shapley(&gaps, gap_at, &itl_removals, p99);
     findings
         .into_iter()
         .enumerate()

@@ -48,20 +48,20 @@ pub struct Stall {
 }
 
 /// One engine's view of a request: arrival, first and last token written.
-struct Window {
+struct Window<'r> {
     pid: u32,
     arrived: u64,
     first: u64,
-    tokens: Vec<u64>,
+    tokens: &'r [u64],
 }
 
-fn window(r: &Request) -> Option<Window> {
+fn window(r: &Request) -> Option<Window<'_>> {
     let engine = r.point(PointKind::EngineWrite)?;
     Some(Window {
         pid: engine.pid,
         arrived: r.engine_received_ns?,
         first: *engine.token_ns.first()?,
-        tokens: engine.token_ns.clone(),
+        tokens: &engine.token_ns,
     })
 }
 
@@ -72,7 +72,7 @@ fn window(r: &Request) -> Option<Window> {
 /// when another request was streaming across it, else prefill). Engines that prefill with
 /// kernels are left as they are.
 fn reclassify(
-    windows: &[Option<Window>],
+    windows: &[Option<Window<'_>>],
     ended_in: &[Option<usize>],
     by_pid: &HashMap<u32, Vec<usize>>,
     steps: &mut [GpuStep],
@@ -166,7 +166,7 @@ impl Habits {
 /// Per step, how many requests of its engine were decoding in it (from each request's
 /// prefill end to its last token, summed as a difference array per engine).
 fn decoders_per_step(
-    windows: &[Option<Window>],
+    windows: &[Option<Window<'_>>],
     ended_in: &[Option<usize>],
     last_in: &[Option<usize>],
     steps: &[GpuStep],
@@ -213,7 +213,7 @@ fn decoders_per_step(
 ///   prefill with decode) starts the oldest waiting prompt in each step with prefill work;
 ///   a chunking engine starts one in a step in which every prompt already in prefill ends.
 fn prefill_starts(
-    windows: &[Option<Window>],
+    windows: &[Option<Window<'_>>],
     ended_in: &[Option<usize>],
     last_in: &[Option<usize>],
     steps: &[GpuStep],
@@ -285,13 +285,24 @@ fn prefill_starts(
     started
 }
 
-/// Joins steps to requests (see the module doc); first refines step kinds by who was
-/// waiting (see `reclassify`).
+/// Joins steps to requests (see the module doc), setting each request's `gpu`; first
+/// refines step kinds by who was waiting (see `reclassify`).
 pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
-    if steps.is_empty() {
-        return;
+    let shares = shares(&requests.iter().collect::<Vec<_>>(), steps);
+    for (r, share) in requests.iter_mut().zip(shares) {
+        if share.is_some() {
+            r.gpu = share;
+        }
     }
-    let windows: Vec<Option<Window>> = requests.iter().map(window).collect();
+}
+
+/// `attribute`'s shares, by request index, for requests held where they cannot be
+/// changed (`top` shares its window's with its screen; `diagnose::Input::shares`).
+pub fn shares(requests: &[&Request], steps: &mut [GpuStep]) -> Vec<Option<GpuShare>> {
+    if steps.is_empty() {
+        return vec![None; requests.len()];
+    }
+    let windows: Vec<Option<Window>> = requests.iter().map(|r| window(r)).collect();
     let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (k, s) in steps.iter().enumerate() {
         by_pid.entry(s.pid).or_default().push(k);
@@ -325,17 +336,17 @@ pub fn attribute(requests: &mut [Request], steps: &mut [GpuStep]) {
         ended_in: &ended_in,
         waiting: Default::default(),
     };
-    for (i, w) in windows.iter().enumerate() {
-        if let Some(w) = w {
-            requests[i].gpu = Some(joined.share(i, w, &ids));
-        }
-    }
+    windows
+        .iter()
+        .enumerate()
+        .map(|(i, w)| Some(joined.share(i, w.as_ref()?, &ids)))
+        .collect()
 }
 
 /// Requests' windows and the engine steps, with each request's first and last prefill
 /// step found: what one request's share is read from.
 struct Joined<'a> {
-    windows: &'a [Option<Window>],
+    windows: &'a [Option<Window<'a>>],
     by_pid: &'a HashMap<u32, Vec<usize>>,
     steps: &'a [GpuStep],
     started: &'a [Option<usize>],
@@ -350,7 +361,7 @@ type StepKey = (u32, u64, u64);
 
 impl Joined<'_> {
     /// Request `i`'s queue, prefill and decode steps, and the gaps other prompts stalled.
-    fn share(&self, i: usize, w: &Window, ids: &[usize]) -> GpuShare {
+    fn share(&self, i: usize, w: &Window<'_>, ids: &[usize]) -> GpuShare {
         let steps = self.steps;
         // Its engine's steps, in start order (steps are sorted by start).
         let mine: Vec<&GpuStep> = self
@@ -394,7 +405,7 @@ impl Joined<'_> {
 
     /// The token gaps of request `i` that prefill work of requests waiting for their
     /// first token ended in.
-    fn stalls(&self, i: usize, w: &Window, mine: &[&GpuStep], ids: &[usize]) -> Vec<Stall> {
+    fn stalls(&self, i: usize, w: &Window<'_>, mine: &[&GpuStep], ids: &[usize]) -> Vec<Stall> {
         let mut stalls = Vec::new();
         for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);

@@ -41,8 +41,9 @@ pub(in crate::diagnose) fn shared_fractions(reqs: &[&Request]) -> Vec<Option<f64
 
 /// The engine time before a request's first token: prefill steps when the GPU was
 /// probed, else the engine's wait (read the request -> wrote the first token).
-fn prefill_cost(r: &Request) -> Option<u64> {
-    match &r.gpu {
+fn prefill_cost(input: &Input, i: usize) -> Option<u64> {
+    let r = input.requests[i];
+    match input.gpu(i) {
         Some(g) if g.prefill_steps > 0 => Some(g.prefill_ns),
         _ => r.stages.upstream_wait_ns,
     }
@@ -80,12 +81,12 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<(Finding, BTreeMap<usize,
             let wait = reqs[i]
                 .stages
                 .upstream_wait_ns
-                .or(prefill_cost(reqs[i]))
+                .or(prefill_cost(input, i))
                 .unwrap_or(0);
             (i, (wait as f64 * e.fractions[i].unwrap_or(0.0)) as u64)
         })
         .collect();
-    let ttft = with_held_stalls(reqs, &e, &weights);
+    let ttft = with_held_stalls(input, &e, &weights);
     let diagnosis = Draft {
         rule: 4,
         requests: reqs,
@@ -129,15 +130,16 @@ pub(super) fn no_prefix_cache(input: &Input) -> Option<(Finding, BTreeMap<usize,
 /// of the other prompts' prefill steps that stalled its stream before that: a prefix
 /// cache shortens those steps, and the held response is released that much earlier.
 fn with_held_stalls(
-    reqs: &[&Request],
+    input: &Input,
     e: &Repeats,
     own: &BTreeMap<usize, u64>,
 ) -> BTreeMap<usize, u64> {
+    let reqs = &input.requests[..];
     let index: HashMap<usize, usize> = reqs.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
     let mut out = own.clone();
     for (j, r) in reqs.iter().enumerate() {
         let (Some(g), Some(engine), Some(client)) = (
-            r.gpu.as_ref(),
+            input.gpu(j),
             r.point(PointKind::EngineWrite),
             crate::diagnose::ttft_point(r),
         ) else {
@@ -196,13 +198,13 @@ impl Repeats {
         let printed = fractions.iter().filter(|f| f.is_some()).count();
         let per_kib = |i: usize| -> Option<u64> {
             let kib = reqs[i].body_bytes? as f64 / 1024.0;
-            Some((prefill_cost(reqs[i])? as f64 / kib.max(1.0)) as u64)
+            Some((prefill_cost(input, i)? as f64 / kib.max(1.0)) as u64)
         };
         let (mut sharing, mut fresh) = (Vec::new(), Vec::new());
         for (i, f) in fractions.iter().enumerate() {
             match f {
-                Some(f) if *f >= 0.25 && prefill_cost(reqs[i]).is_some() => sharing.push(i),
-                Some(_) if prefill_cost(reqs[i]).is_some() => fresh.push(i),
+                Some(f) if *f >= 0.25 && prefill_cost(input, i).is_some() => sharing.push(i),
+                Some(_) if prefill_cost(input, i).is_some() => fresh.push(i),
                 _ => {}
             }
         }
@@ -211,7 +213,7 @@ impl Repeats {
         }
         let cost: Vec<u64> = sharing
             .iter()
-            .filter_map(|&i| prefill_cost(reqs[i]))
+            .filter_map(|&i| prefill_cost(input, i))
             .collect();
         let sharing_kib: Vec<u64> = sharing.iter().filter_map(|&i| per_kib(i)).collect();
         let fresh_kib: Vec<u64> = fresh.iter().filter_map(|&i| per_kib(i)).collect();
@@ -320,7 +322,7 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
     let mut weights = BTreeMap::new();
     let (mut gaps, mut steps, mut culprits) = (Vec::new(), Vec::new(), BTreeSet::new());
     for (i, r) in reqs.iter().enumerate() {
-        let (Some(g), Some(engine)) = (&r.gpu, r.point(PointKind::EngineWrite)) else {
+        let (Some(g), Some(engine)) = (input.gpu(i), r.point(PointKind::EngineWrite)) else {
             continue;
         };
         let step = decode.get(&engine.pid).copied().unwrap_or(0);
@@ -355,7 +357,7 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
     };
     let mut ttft_added = BTreeMap::new();
     for (i, r) in reqs.iter().enumerate() {
-        let (Some(g), Some(engine)) = (&r.gpu, r.point(PointKind::EngineWrite)) else {
+        let (Some(g), Some(engine)) = (input.gpu(i), r.point(PointKind::EngineWrite)) else {
             continue;
         };
         let step = decode.get(&engine.pid).copied().unwrap_or(0);
@@ -449,7 +451,7 @@ pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> 
     let mut queues = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
         let (Some(q), Some(arrived), Some(engine)) = (
-            r.gpu.as_ref().and_then(|g| g.queue_ns),
+            input.gpu(i).and_then(|g| g.queue_ns),
             r.engine_received_ns,
             r.point(PointKind::EngineWrite),
         ) else {

@@ -258,6 +258,7 @@ mod tests {
             requests: requests.iter().collect(),
             steps,
             nvml: &[],
+            shares: &[],
         })
     }
 

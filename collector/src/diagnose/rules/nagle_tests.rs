@@ -44,6 +44,7 @@ fn input(requests: &[Request]) -> Input<'_> {
         requests: requests.iter().collect(),
         steps: &[],
         nvml: &[],
+        shares: &[],
     }
 }
 

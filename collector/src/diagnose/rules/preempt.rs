@@ -219,6 +219,7 @@ mod tests {
             requests: requests.iter().collect(),
             steps,
             nvml: &[],
+            shares: &[],
         })
     }
 

@@ -142,6 +142,7 @@ impl Windows {
             requests: requests.iter().collect(),
             steps: self.cutter.steps(),
             nvml: &nvml,
+            shares: &[],
         });
         let (mut cupti, later): (Vec<CuptiSpan>, Vec<CuptiSpan>) = std::mem::take(&mut self.cupti)
             .into_iter()

@@ -230,6 +230,7 @@ impl Builder {
                 requests: requests.iter().collect(),
                 steps: self.cutter.steps(),
                 nvml: &nvml,
+                shares: &[],
             };
             self.diagnoses.extend(diagnose::diagnose(&input));
             if let Some((selection, acc)) = &mut self.what_if {
