@@ -241,11 +241,6 @@ fn p99(v: &mut [u64]) -> u64 {
 /// shares are proportional to what each fix saves alone.
 const MAX_SHAPLEY: usize = 10;
 
-/// Each removal map's share of the joint saving of `stat` over `samples`, and what it
-/// saves alone. Shares are Shapley values: a rule's marginal saving averaged over every
-/// order in which the fixes could be applied, so causes that hide each other (a proxy's
-/// bursts hide an engine stall) are credited fairly and the shares add up to the joint
-/// saving.
 /// A rule's removals, and the removals it makes instead when another rule (an index into
 /// the same list) is in the coalition.
 struct Removal<'a, K> {
@@ -253,6 +248,11 @@ struct Removal<'a, K> {
     with: Option<(usize, BTreeMap<K, i64>)>,
 }
 
+/// Each removal map's share of the joint saving of `stat` over the samples `values`
+/// (`at`: a map's key -> its sample, None for none), and what it saves alone. Shares
+/// are Shapley values: a rule's marginal saving averaged over every order in which the
+/// fixes could be applied, so causes that hide each other (a proxy's bursts hide an
+/// engine stall) are credited fairly and the shares add up to the joint saving.
 fn shapley<K>(
     values: &[u64],
     at: impl Fn(&K) -> Option<usize>,
