@@ -137,26 +137,41 @@ fn used_once(reqs: &[&Request], paid: &[usize]) -> usize {
 }
 
 /// A proxy's pass of one response: its first token's hold, and the writes.
-struct Pass {
+struct Pass<'r> {
     request: usize,
     pid: u32,
-    comm: String,
+    comm: &'r str,
     hold_ns: u64,
     compressed: bool,
     tokens: usize,
     writes_down: u32,
     writes_up: u32,
     /// When the proxy read each token upstream.
-    read_ns: Vec<u64>,
+    read_ns: &'r [u64],
     /// Tokens read upstream by the proxy's first write downstream.
     read_by_first_write: usize,
-    /// Per gap index where the request's TTFT is read: how much longer (or, inside a
-    /// burst, shorter) the gap is there than as the proxy read it. Unbatched, the reader
-    /// would see the upstream rhythm, stalls included.
-    itl_excess: BTreeMap<usize, i64>,
+    /// The tokens where the request's TTFT is read.
+    at: &'r [u64],
 }
 
-fn passes(reqs: &[&Request]) -> Vec<Pass> {
+impl Pass<'_> {
+    /// Per gap index where the request's TTFT is read: how much longer (or, inside a
+    /// burst, shorter) the gap is there than as the proxy read it. Unbatched, the reader
+    /// would see the upstream rhythm, stalls included. Read only when a rule fires (a
+    /// map of every gap of a window was 7.8 MB of each of top's findings makings).
+    fn itl_excess(&self) -> impl Iterator<Item = (usize, i64)> + '_ {
+        self.at
+            .windows(2)
+            .zip(self.read_ns.windows(2))
+            .enumerate()
+            .filter_map(|(k, (a, b))| {
+                let excess = (a[1] - a[0]) as i64 - (b[1] - b[0]) as i64;
+                (excess != 0).then_some((k, excess))
+            })
+    }
+}
+
+fn passes<'r>(reqs: &[&'r Request]) -> Vec<Pass<'r>> {
     let mut out = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
         for w in r.points.windows(2) {
@@ -170,28 +185,18 @@ fn passes(reqs: &[&Request]) -> Vec<Pass> {
             let (Some(&d), Some(&u)) = (down.token_ns.first(), up.token_ns.first()) else {
                 continue;
             };
-            let at = ttft_point(r).map_or(&[][..], |p| &p.token_ns[..]);
-            let itl_excess = at
-                .windows(2)
-                .zip(up.token_ns.windows(2))
-                .enumerate()
-                .filter_map(|(k, (a, b))| {
-                    let excess = (a[1] - a[0]) as i64 - (b[1] - b[0]) as i64;
-                    (excess != 0).then_some((k, excess))
-                })
-                .collect();
             out.push(Pass {
                 request: i,
                 pid: down.pid,
-                comm: down.comm.clone(),
+                comm: &down.comm,
                 hold_ns: d.saturating_sub(u),
                 compressed: down.compressed,
                 tokens: down.token_ns.len(),
                 writes_down: down.ios.max(1),
                 writes_up: up.ios.max(1),
-                read_ns: up.token_ns.clone(),
+                read_ns: &up.token_ns,
                 read_by_first_write: up.token_ns.iter().take_while(|&&t| t <= d).count(),
-                itl_excess,
+                at: ttft_point(r).map_or(&[][..], |p| &p.token_ns[..]),
             });
         }
     }
@@ -210,7 +215,7 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
     let all = passes(reqs);
     // Per proxy process and route: one nginx serves many locations, each with its own
     // buffering and gzip settings; mixed behaviour is never averaged away.
-    let mut by_proxy: BTreeMap<(u32, String), Vec<&Pass>> = BTreeMap::new();
+    let mut by_proxy: BTreeMap<(u32, String), Vec<&Pass<'_>>> = BTreeMap::new();
     for p in &all {
         by_proxy
             .entry((p.pid, reqs[p.request].route()))
@@ -219,7 +224,7 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for ((pid, _), ps) in by_proxy {
-        let comm = ps[0].comm.clone();
+        let comm = ps[0].comm;
         let (gz, plain): (Vec<&Pass>, Vec<&Pass>) = ps.into_iter().partition(|p| p.compressed);
         let held = |v: &[&Pass]| -> bool {
             let holds: Vec<u64> = v.iter().map(|p| p.hold_ns).collect();
@@ -254,7 +259,7 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
             for p in v {
                 let f = share(p);
                 ttft.insert(p.request, (p.hold_ns as f64 * f) as u64);
-                for (&k, &e) in &p.itl_excess {
+                for (k, e) in p.itl_excess() {
                     itl.insert((p.request, k), (e as f64 * f) as i64);
                 }
             }
@@ -263,11 +268,11 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
         let every: Vec<&Pass> = plain.iter().chain(&gz).copied().collect();
         if buffering {
             let (ttft, itl) = removals(&every, &|_: &Pass| 1.0);
-            out.push(hold_finding(2, reqs, &plain, ttft, itl, (pid, &comm)));
+            out.push(hold_finding(2, reqs, &plain, ttft, itl, (pid, comm)));
         }
         if held(&gz) {
             let (ttft, itl) = removals(&gz, &|p: &Pass| 1.0 - buffered_share(p));
-            let mut f = hold_finding(3, reqs, &gz, ttft, itl, (pid, &comm));
+            let mut f = hold_finding(3, reqs, &gz, ttft, itl, (pid, comm));
             if buffering {
                 f.instead = Some(Instead {
                     rule: 2,
