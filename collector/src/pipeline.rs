@@ -36,9 +36,22 @@ pub struct Config {
     /// Hand over each released connection with every exchange it carried
     /// (`Output::connections`), for views that draw connections.
     pub connections: bool,
-    /// Keep the requests still held, as they stand at each advance (`Pipeline::open`),
-    /// for views of what is in flight.
-    pub open: bool,
+    /// When the requests still held are built as they stand (`Pipeline::open`), for
+    /// views of what is in flight.
+    pub open: Open,
+}
+
+/// When the pipeline builds the requests it still holds (`Pipeline::open`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Open {
+    /// Never (a report wants finished requests only).
+    Never,
+    /// At every advance (the agent's in-flight gauge follows each batch).
+    EveryAdvance,
+    /// At `Pipeline::tick` only: `top` shows them once a pass (a second), and advances
+    /// come four times a second; building every stream in flight at each of them was
+    /// most of the allocation churn of top's pipeline thread.
+    AtTick,
 }
 
 impl Config {
@@ -49,7 +62,7 @@ impl Config {
             advance_every_ns: 1_000_000_000,
             settle: Settle::default(),
             connections: false,
-            open: false,
+            open: Open::Never,
         }
     }
 
@@ -68,7 +81,7 @@ impl Config {
             advance_every_ns: 250_000_000,
             settle: Settle::default(),
             connections: false,
-            open: true,
+            open: Open::EveryAdvance,
         }
     }
 
@@ -163,7 +176,7 @@ impl Pipeline {
             newest_ns: 0,
             released_ns: 0,
             next_advance_ns: None,
-            stitcher: Stitcher::new(cfg.settle, dropped).with_open(cfg.open),
+            stitcher: Stitcher::new(cfg.settle, dropped).with_open(cfg.open == Open::EveryAdvance),
             calls: StepTracker::default(),
             timer: StepTimer::default(),
             out: Output::default(),
@@ -236,7 +249,12 @@ impl Pipeline {
         }
         self.released_ns = self.released_ns.max(through);
         self.stitcher.pass_time(through);
+        let at_tick = self.cfg.open == Open::AtTick;
+        self.stitcher.set_open(at_tick);
         self.advance();
+        if at_tick {
+            self.stitcher.set_open(false);
+        }
     }
 
     /// What was produced since the last take (finished requests in the order they
@@ -264,7 +282,7 @@ impl Pipeline {
     }
 
     /// The requests still held at the last advance, as they stood then (empty unless
-    /// `Config::open`).
+    /// `Config::open` built them then: with `Open::AtTick`, after a tick).
     pub fn open(&self) -> &[Request] {
         &self.open
     }

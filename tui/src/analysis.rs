@@ -10,7 +10,7 @@ use collector::diagnose::Diagnosis;
 use collector::gpu::GpuStep;
 use collector::ingest::model::NvmlSample;
 use collector::ingest::Event;
-use collector::pipeline::{Config, Pipeline};
+use collector::pipeline::{Config, Open, Pipeline};
 use collector::stitch::Request;
 
 use crate::findings::{Findings, Shown};
@@ -86,8 +86,15 @@ impl Analysis {
     /// `cfg`: `Config::sorted()` for a recording, `Config::live()` for live events.
     pub fn new(window_ns: u64, cfg: Config) -> Analysis {
         Analysis {
-            // Drops are known as they happen (`set_dropped`), not up front.
-            pipeline: Pipeline::new(cfg, false),
+            // Drops are known as they happen (`set_dropped`), not up front. Requests in
+            // flight are read only by a pass, right after its tick.
+            pipeline: Pipeline::new(
+                Config {
+                    open: Open::AtTick,
+                    ..cfg
+                },
+                false,
+            ),
             window_ns,
             max_requests: 100_000,
             done: VecDeque::new(),

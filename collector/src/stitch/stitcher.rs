@@ -87,6 +87,11 @@ impl Stitcher {
         self
     }
 
+    /// Whether the next advances hand over the requests still held.
+    pub fn set_open(&mut self, wanted: bool) {
+        self.open_wanted = wanted;
+    }
+
     /// Connections held now (bounded by `Settle::max_connections` after an advance).
     pub fn held_connections(&self) -> usize {
         self.conns.conns.len()
