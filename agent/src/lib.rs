@@ -20,7 +20,7 @@ use collector::clock::monotonic_ns;
 use collector::diagnose;
 use collector::gpu::GpuStep;
 use collector::ingest::model::NvmlSample;
-use collector::pipeline::{self, Config, Pipeline};
+use collector::pipeline::{Config, Pipeline};
 use collector::record::live::Live;
 use collector::record::RecordOptions;
 use collector::stitch::{attribution, Request};
@@ -264,12 +264,15 @@ impl Agent<'_> {
     }
 
     fn diagnose(&self) {
-        let mut requests: Vec<Request> = self.done.iter().cloned().collect();
-        pipeline::renumber(&mut requests);
+        // In the order their chains started, as a report has them; borrowed, not copied
+        // (a window of token vectors), and with the pipeline's ids, which the GPU
+        // shares' culprits name (renumbered copies no longer matched them).
+        let mut requests: Vec<&Request> = self.done.iter().collect();
+        requests.sort_by_key(|r| r.order);
         let steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
         let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
         let found = diagnose::diagnose(&diagnose::Input {
-            requests: requests.iter().collect(),
+            requests,
             steps: &steps,
             nvml: &nvml,
             shares: &[],
