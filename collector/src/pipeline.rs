@@ -287,6 +287,11 @@ impl Pipeline {
         &self.open
     }
 
+    /// `open`, handed over (a view that keeps them need not copy them).
+    pub fn take_open(&mut self) -> Vec<Request> {
+        std::mem::take(&mut self.open)
+    }
+
     /// The time of the last event let through the reorder window: what happened
     /// before it has reached the stitcher (but for late events).
     pub fn released_ns(&self) -> u64 {

@@ -228,16 +228,13 @@ impl Analysis {
         let since = self.clock_ns.saturating_sub(SECOND_NS);
         // Finished requests as kept (with their rows), then those in flight; in start
         // order as `pipeline::renumber` puts them (a stable sort, the same ties).
+        // Those in flight were built for this pass (`Open::AtTick`): taken, not copied.
+        let open = self.pipeline.take_open();
         let mut held: Vec<(Arc<Request>, Option<&Row>)> = self
             .done
             .iter()
             .map(|d| (Arc::clone(&d.request), Some(&d.row)))
-            .chain(
-                self.pipeline
-                    .open()
-                    .iter()
-                    .map(|r| (Arc::new(r.clone()), None)),
-            )
+            .chain(open.into_iter().map(|r| (Arc::new(r), None)))
             .collect();
         held.sort_by_key(|(r, _)| r.order);
         let mut rows: Vec<Row> = held
