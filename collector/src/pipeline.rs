@@ -249,11 +249,12 @@ impl Pipeline {
         }
         self.released_ns = self.released_ns.max(through);
         self.stitcher.pass_time(through);
-        let at_tick = self.cfg.open == Open::AtTick;
-        self.stitcher.set_open(at_tick);
-        self.advance();
-        if at_tick {
+        if self.cfg.open == Open::AtTick {
+            self.stitcher.set_open(true);
+            self.advance();
             self.stitcher.set_open(false);
+        } else {
+            self.advance();
         }
     }
 
@@ -404,5 +405,57 @@ pub fn renumber(requests: &mut [Request]) {
     requests.sort_by_key(|r| r.order);
     for (i, r) in requests.iter_mut().enumerate() {
         r.id = i;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stitch::testnet::*;
+
+    /// A streaming request still open: its head and six tokens 100 ms apart from 1.1 s,
+    /// then six more from 2.1 s (no end, no close); split at 2 s.
+    fn in_flight() -> (Vec<Event>, Vec<Event>) {
+        let mut net = Net::default();
+        let t0 = 1_000 * MS;
+        let a = net.connect(t0, (BENCH, "bench", 40000), (ENGINE, "engine", 9000));
+        net.send(t0 + MS, BENCH, a, &request_bytes("p"), 100_000);
+        let e = net.peer_of(a);
+        net.send(t0 + 50 * MS, ENGINE, e, HEAD, 50_000);
+        for i in 0..12 {
+            let at = t0 + 100 * MS + i as u64 * 100 * MS + if i >= 6 { 400 * MS } else { 0 };
+            net.send(at, ENGINE, e, &token("r", i), 100_000);
+        }
+        let mut events = net.events;
+        events.sort_by_key(|e| e.ts_ns);
+        let later = events.split_off(events.partition_point(|e| e.ts_ns < 2_000 * MS));
+        (events, later)
+    }
+
+    /// Requests in flight as each mode builds them: at every advance (pushes included,
+    /// before and after a tick), only at ticks, or never.
+    #[test]
+    fn requests_in_flight_are_built_when_the_mode_says() {
+        let (first, later) = in_flight();
+        let tick_at = 1_900 * MS;
+        let open_counts = |open: Open| {
+            let mut p = Pipeline::new(
+                Config {
+                    open,
+                    ..Config::live()
+                },
+                false,
+            );
+            first.iter().cloned().for_each(|e| p.push(e));
+            p.tick(tick_at);
+            let after_tick = p.open().len();
+            later.iter().cloned().for_each(|e| p.push(e));
+            // Pushes moved the clock past an advance, not a tick.
+            assert!(p.released_ns() > tick_at + p.cfg.advance_every_ns);
+            (after_tick, p.open().len())
+        };
+        assert_eq!(open_counts(Open::EveryAdvance), (1, 1));
+        assert_eq!(open_counts(Open::AtTick), (1, 0));
+        assert_eq!(open_counts(Open::Never), (0, 0));
     }
 }
