@@ -113,12 +113,13 @@ impl Findings {
         let started = std::time::Instant::now();
         let requests: Vec<&Request> = requests.iter().map(|r| &**r).collect();
         let gpu = attribution::shares(&requests, steps);
-        let keys: HashMap<usize, RowKey> = requests.iter().map(|r| (r.id, RowKey::of(r))).collect();
-        let shares = requests
+        let row_keys: Vec<RowKey> = requests.iter().map(|r| RowKey::of(r)).collect();
+        let shares = row_keys
             .iter()
-            .zip(gpu.iter())
-            .filter_map(|(r, g)| Some((RowKey::of(r), Share::of(g.as_ref()?))))
+            .zip(&gpu)
+            .filter_map(|(k, g)| Some((k.clone(), Share::of(g.as_ref()?))))
             .collect();
+        let keys = requests.iter().map(|r| r.id).zip(row_keys).collect();
         let diagnoses = diagnose::diagnose(&diagnose::Input {
             requests,
             steps,

@@ -152,17 +152,6 @@ impl Feeder<'_> {
     }
 }
 
-/// A pass frees what it built over the window (tables, the findings' copies) in this
-/// thread's malloc arena, which glibc keeps mapped unless the free room happens to be at
-/// its top: released once a pass, so top's resident memory follows what it holds.
-fn give_back_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel; no pointer changes.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 fn run(
     mut source: Source,
     window_ns: u64,
@@ -208,7 +197,9 @@ fn run(
             if !feeder.send(Action::Snapshot(Box::new(snapshot))) {
                 break;
             }
-            give_back_freed_memory();
+            // A pass frees what it built over the window in this thread's arena:
+            // released once a pass, so top's resident memory follows what it holds.
+            collector::probes::give_back_freed_memory();
         }
         std::thread::sleep(POLL);
     }

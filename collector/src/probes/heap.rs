@@ -43,10 +43,11 @@ impl Drop for LoadingAllocations {
     }
 }
 
-/// aya's loader parses the kernel's BTF (19 MB of heap for a 5.5 MB vmlinux) to
-/// relocate the probes; once they are loaded that room is free, but glibc keeps what
-/// is not at the heap's top mapped. Returned at once, before the ring is mapped.
-pub(super) fn give_back_freed_memory() {
+/// Returns free heap pages to the kernel: glibc keeps what is not at the top of a
+/// heap mapped. After loading (aya's loader parses the kernel's BTF, 19 MB of heap for
+/// a 5.5 MB vmlinux, to relocate the probes), before the ring is mapped; `top` after
+/// each pass (what a pass built over the window, in its thread's arena).
+pub fn give_back_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free heap pages to the kernel; no pointer changes.
     unsafe {

@@ -21,6 +21,7 @@ use aya::programs::{KProbe, TracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 use probe_ebpf::{abi, ProbeGroup, Tracepoint, KPROBES, TRACEPOINTS};
 
+pub use heap::give_back_freed_memory;
 use io_source::KernelFeatures;
 pub use io_source::{IoSource, IoSourceChoice};
 pub use netns::NetnsTarget;
