@@ -1,5 +1,6 @@
 //! The API shape classifier (`protocol::shape`): one event's data, JSON of any
-//! streaming API or none, to verdicts.
+//! streaming API or none, to verdicts; where the fast reading of OpenAI chunks answers,
+//! it answers as the general (serde) reading does.
 #![no_main]
 
 use collector::protocol::shape;
@@ -14,4 +15,11 @@ fuzz_target!(|data: &[u8]| {
         verdicts.len(),
         data.len()
     );
+    if let Some(fast) = shape::classify_fast(data) {
+        assert_eq!(
+            fast,
+            shape::classify_general(data),
+            "the fast reading differs from serde's"
+        );
+    }
 });
