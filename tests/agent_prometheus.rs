@@ -3,7 +3,9 @@
 //! watched by its own agent. PromQL's `histogram_quantile(0.95, ...)` of the
 //! client-read TTFT lands within one bucket of bench's own TTFT p95 for the same
 //! requests, and the diagnosis gauges show the untuned side's rules (1-5) and none of
-//! them on the tuned side.
+//! them on the tuned side. The in-flight gauge rose during the load (at each process to
+//! no more than the bench's streams: a request that ended and waits its settle is no
+//! longer in flight) and is back to none after it.
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
@@ -119,6 +121,26 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
         Duration::from_secs(10),
         f64::is_finite,
     );
+    // Requests in flight, per serving process (nginx and the engine each serve every
+    // stream): seen during the load (Prometheus scraped every second of it), never more
+    // than the bench's streams at one process, and none left once every request ended.
+    let in_flight = format!("max(tokenscope_in_flight_streams{{{instance}}})");
+    let peak = prom.wait_for(
+        &format!("max_over_time(({in_flight})[10m:1s])"),
+        Duration::from_secs(10),
+        f64::is_finite,
+    );
+    let concurrency = cfg.concurrency as f64;
+    assert!(
+        peak >= 1.0 && peak <= concurrency,
+        "the in-flight gauge of one process peaked at {peak} during a load of {concurrency} streams"
+    );
+    let after = prom.wait_for(
+        &format!("({in_flight}) or vector(0)"),
+        Duration::from_secs(10),
+        |v| v == 0.0,
+    );
+    assert_eq!(after, 0.0, "no request stays in flight after the load");
     let mut rules: Vec<u64> = prom
         .query(&format!(
             "tokenscope_diagnosis_saving_seconds{{{instance}}}"
@@ -155,7 +177,7 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
     let stderr = agent.stop();
     println!(
         "{}: {} bench requests, agent counted {requests}; TTFT p95 bench {:.3} s, PromQL {:.3} s; \
-         diagnosis gauges: rules {rules:?}\n{stderr}",
+         in flight at most {peak}; diagnosis gauges: rules {rules:?}\n{stderr}",
         if tuned { "tuned" } else { "untuned" },
         records.len(),
         bench_p95,

@@ -396,7 +396,8 @@ impl Metrics {
     /// Streams in flight now, by the process serving them.
     pub fn set_in_flight(&self, open: &[Request]) {
         self.in_flight.clear();
-        for r in open {
+        // Held requests whose response ended wait a settle before they are final.
+        for r in open.iter().filter(|r| r.responding) {
             self.in_flight
                 .get_or_create(&ServerLabels {
                     server: self.server(r),

@@ -458,4 +458,36 @@ mod tests {
         assert_eq!(open_counts(Open::AtTick), (1, 0));
         assert_eq!(open_counts(Open::Never), (0, 0));
     }
+
+    /// A held request is responding until its response ends, then held a settle more
+    /// (for late pieces) as no longer responding: an in-flight gauge counts it no more.
+    #[test]
+    fn a_held_request_stops_responding_when_its_response_ends() {
+        let mut net = Net::default();
+        let t0 = 1_000 * MS;
+        let a = net.connect(t0, (BENCH, "bench", 40000), (ENGINE, "engine", 9000));
+        net.send(t0 + MS, BENCH, a, &request_bytes("p"), 100_000);
+        let e = net.peer_of(a);
+        net.send(t0 + 50 * MS, ENGINE, e, HEAD, 50_000);
+        for i in 0..6 {
+            net.send(t0 + (100 + 100 * i as u64) * MS, ENGINE, e, &token("r", i), 100_000);
+        }
+        let end = t0 + 800 * MS;
+        net.send(end, ENGINE, e, &chunk("data: [DONE]\n\n"), 100_000);
+        net.send(end + MS, ENGINE, e, b"0\r\n\r\n", 100_000);
+        let mut events = net.events;
+        events.sort_by_key(|e| e.ts_ns);
+        let later = events.split_off(events.partition_point(|e| e.ts_ns < t0 + 700 * MS));
+
+        let mut p = Pipeline::new(Config::live(), false);
+        let responding = |p: &Pipeline| p.open().iter().map(|r| r.responding).collect::<Vec<_>>();
+        events.into_iter().for_each(|e| p.push(e));
+        p.tick(t0 + 750 * MS);
+        assert_eq!(responding(&p), [true], "streaming, before its end");
+        later.into_iter().for_each(|e| p.push(e));
+        p.tick(end + 500 * MS);
+        assert_eq!(responding(&p), [false], "ended, held for the settle");
+        p.tick(end + 2_500 * MS);
+        assert_eq!(responding(&p), [] as [bool; 0], "final a settle after its end");
+    }
 }

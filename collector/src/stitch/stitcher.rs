@@ -217,6 +217,8 @@ impl Stitcher {
             } else if !(links.undecided.contains(&ch[0])
                 && conns[&ch[0].0].role == super::conn::Role::Client)
             {
+                let mut r = r;
+                r.responding = self.ended(ch[0]).is_none();
                 out.open.push(r);
             }
         }
@@ -233,16 +235,22 @@ impl Stitcher {
     /// settle ago, or nothing moved on its connection for the idle time (or since
     /// `crowded_from`).
     fn settled(&self, (c, i): chain::End, now: u64, crowded_from: Option<u64>) -> bool {
+        let ended = self.ended((c, i));
         let c = &self.conns.conns[&c];
-        let x = c.exchange(i);
-        let ended = x.response_end_ns.or(c.close_ns).or_else(|| {
-            // A later request on an HTTP/1 connection: this one's response is over
-            // (encrypted exchanges never see an end of their own).
-            (x.stream_id.is_none() && i + 1 < c.exchange_count()).then(|| last_moment(x))
-        });
         ended.is_some_and(|t| t.saturating_add(self.settle.settle_ns) <= now)
             || c.last_ns.saturating_add(self.settle.idle_ns) <= now
             || crowded_from.is_some_and(|t| c.last_ns <= t)
+    }
+
+    /// When an exchange's response was over, if it is: its end, its connection's
+    /// close, or (HTTP/1) the last moment before a later request on its connection
+    /// (encrypted exchanges never see an end of their own).
+    fn ended(&self, (c, i): chain::End) -> Option<u64> {
+        let c = &self.conns.conns[&c];
+        let x = c.exchange(i);
+        x.response_end_ns.or(c.close_ns).or_else(|| {
+            (x.stream_id.is_none() && i + 1 < c.exchange_count()).then(|| last_moment(x))
+        })
     }
 
     /// Releases retired exchanges, then connections with nothing left that closed a
