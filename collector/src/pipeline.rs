@@ -470,7 +470,13 @@ mod tests {
         let e = net.peer_of(a);
         net.send(t0 + 50 * MS, ENGINE, e, HEAD, 50_000);
         for i in 0..6 {
-            net.send(t0 + (100 + 100 * i as u64) * MS, ENGINE, e, &token("r", i), 100_000);
+            net.send(
+                t0 + (100 + 100 * i as u64) * MS,
+                ENGINE,
+                e,
+                &token("r", i),
+                100_000,
+            );
         }
         let end = t0 + 800 * MS;
         net.send(end, ENGINE, e, &chunk("data: [DONE]\n\n"), 100_000);
@@ -488,6 +494,10 @@ mod tests {
         p.tick(end + 500 * MS);
         assert_eq!(responding(&p), [false], "ended, held for the settle");
         p.tick(end + 2_500 * MS);
-        assert_eq!(responding(&p), [] as [bool; 0], "final a settle after its end");
+        assert_eq!(
+            responding(&p),
+            [] as [bool; 0],
+            "final a settle after its end"
+        );
     }
 }

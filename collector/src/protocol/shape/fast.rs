@@ -30,9 +30,7 @@ pub(super) fn openai_chunk(data: &[u8]) -> Option<Vec<Verdict>> {
             b"choices" if choices.is_none() => choices = Some(s.choices()?),
             // A duplicate, or a field of another API's shape: the general reading.
             b"object" | b"choices" | b"type" | b"delta" | b"candidates" | b"token"
-            | b"generated_text" | b"done" | b"response" | b"message" | b"thinking" => {
-                return None
-            }
+            | b"generated_text" | b"done" | b"response" | b"message" | b"thinking" => return None,
             _ => s.skip(0)?,
         }
         Some(())
@@ -380,6 +378,9 @@ mod tests {
                 }
             }
         }
-        assert!(taken > 1000, "the changes should often stay readable ({taken})");
+        assert!(
+            taken > 1000,
+            "the changes should often stay readable ({taken})"
+        );
     }
 }
