@@ -413,23 +413,37 @@ mod tests {
     use super::*;
     use crate::stitch::testnet::*;
 
-    /// A streaming request still open: its head and six tokens 100 ms apart from 1.1 s,
-    /// then six more from 2.1 s (no end, no close); split at 2 s.
-    fn in_flight() -> (Vec<Event>, Vec<Event>) {
+    const T0: u64 = 1_000 * MS;
+
+    /// A streaming request from the bench to the engine at 1 s: its head, then a token
+    /// at each of `token_at`; `end` closes its response (no connection close). Its
+    /// events in time order, split at `split_at`.
+    fn streamed(token_at: &[u64], end: Option<u64>, split_at: u64) -> (Vec<Event>, Vec<Event>) {
         let mut net = Net::default();
-        let t0 = 1_000 * MS;
-        let a = net.connect(t0, (BENCH, "bench", 40000), (ENGINE, "engine", 9000));
-        net.send(t0 + MS, BENCH, a, &request_bytes("p"), 100_000);
+        let a = net.connect(T0, (BENCH, "bench", 40000), (ENGINE, "engine", 9000));
+        net.send(T0 + MS, BENCH, a, &request_bytes("p"), 100_000);
         let e = net.peer_of(a);
-        net.send(t0 + 50 * MS, ENGINE, e, HEAD, 50_000);
-        for i in 0..12 {
-            let at = t0 + 100 * MS + i as u64 * 100 * MS + if i >= 6 { 400 * MS } else { 0 };
+        net.send(T0 + 50 * MS, ENGINE, e, HEAD, 50_000);
+        for (i, &at) in token_at.iter().enumerate() {
             net.send(at, ENGINE, e, &token("r", i), 100_000);
+        }
+        if let Some(end) = end {
+            net.send(end, ENGINE, e, &chunk("data: [DONE]\n\n"), 100_000);
+            net.send(end + MS, ENGINE, e, b"0\r\n\r\n", 100_000);
         }
         let mut events = net.events;
         events.sort_by_key(|e| e.ts_ns);
-        let later = events.split_off(events.partition_point(|e| e.ts_ns < 2_000 * MS));
+        let later = events.split_off(events.partition_point(|e| e.ts_ns < split_at));
         (events, later)
+    }
+
+    /// A streaming request still open: its head and six tokens 100 ms apart from 1.1 s,
+    /// then six more from 2.1 s (no end, no close); split at 2 s.
+    fn in_flight() -> (Vec<Event>, Vec<Event>) {
+        let at: Vec<u64> = (0..12)
+            .map(|i| T0 + (100 + 100 * i) * MS + if i >= 6 { 400 * MS } else { 0 })
+            .collect();
+        streamed(&at, None, 2_000 * MS)
     }
 
     /// Requests in flight as each mode builds them: at every advance (pushes included,
@@ -463,32 +477,15 @@ mod tests {
     /// (for late pieces) as no longer responding: an in-flight gauge counts it no more.
     #[test]
     fn a_held_request_stops_responding_when_its_response_ends() {
-        let mut net = Net::default();
-        let t0 = 1_000 * MS;
-        let a = net.connect(t0, (BENCH, "bench", 40000), (ENGINE, "engine", 9000));
-        net.send(t0 + MS, BENCH, a, &request_bytes("p"), 100_000);
-        let e = net.peer_of(a);
-        net.send(t0 + 50 * MS, ENGINE, e, HEAD, 50_000);
-        for i in 0..6 {
-            net.send(
-                t0 + (100 + 100 * i as u64) * MS,
-                ENGINE,
-                e,
-                &token("r", i),
-                100_000,
-            );
-        }
-        let end = t0 + 800 * MS;
-        net.send(end, ENGINE, e, &chunk("data: [DONE]\n\n"), 100_000);
-        net.send(end + MS, ENGINE, e, b"0\r\n\r\n", 100_000);
-        let mut events = net.events;
-        events.sort_by_key(|e| e.ts_ns);
-        let later = events.split_off(events.partition_point(|e| e.ts_ns < t0 + 700 * MS));
+        // Six tokens 100 ms apart from 1.1 s, the end at 1.8 s; split at 1.7 s.
+        let at: Vec<u64> = (0..6).map(|i| T0 + (100 + 100 * i) * MS).collect();
+        let end = T0 + 800 * MS;
+        let (events, later) = streamed(&at, Some(end), T0 + 700 * MS);
 
         let mut p = Pipeline::new(Config::live(), false);
         let responding = |p: &Pipeline| p.open().iter().map(|r| r.responding).collect::<Vec<_>>();
         events.into_iter().for_each(|e| p.push(e));
-        p.tick(t0 + 750 * MS);
+        p.tick(T0 + 750 * MS);
         assert_eq!(responding(&p), [true], "streaming, before its end");
         later.into_iter().for_each(|e| p.push(e));
         p.tick(end + 500 * MS);
