@@ -69,6 +69,10 @@ impl RecordObserver for Observer {
         lock(&self.0.notes).push(line.to_string());
     }
 
+    fn drain_every(&self) -> Duration {
+        super::DRAIN_LIVE
+    }
+
     fn counters(&mut self, _submitted: u64, dropped: u64) {
         *lock(&self.0.dropped) = Some(dropped);
     }
