@@ -105,7 +105,9 @@ pub fn run(
     // Create the file first: a bad path fails before anything touches the kernel.
     let mut writer = Sink::create(&opts.output, base_header(&opts.probes))?;
     let mut probes = Probes::load(&opts.probes)?;
-    release_freed_heap();
+    // What attaching freed too (the load gave back the BTF's room already): an
+    // always-on recorder would otherwise carry it as RSS for its lifetime.
+    crate::probes::give_back_freed_memory();
     writer.update_header(|h| {
         // The header has a fixed 4 KiB region: many libssl files make long lists.
         h.probes = within(&probes.attached, 2000);
@@ -478,16 +480,6 @@ fn drain_into(
         Err(_) => counters.decode_errors += 1,
     });
     result
-}
-
-/// Loading the probes parses the kernel's BTF (tens of MB, freed at once); glibc keeps
-/// freed heap mapped, so an always-on recorder would carry it as RSS for its lifetime.
-fn release_freed_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// The first entries of `list` that fit in `budget` bytes, and a last one counting the rest.

@@ -50,7 +50,7 @@ impl Verdict {
 /// The fields any of the shapes is told by; everything else is skipped unread. Fields
 /// whose type differs between APIs (`delta`: a string in Responses, an object in
 /// Anthropic; `response`, `message`: Ollama's text, others' objects) are read loosely.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct Shape<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<Cow<'a, str>>,
@@ -89,6 +89,20 @@ impl Loose {
         if self.print == 0 {
             self.print = print;
         }
+    }
+
+    /// An object's `content`: the text; the other fields stand in when it is empty.
+    fn take_content(&mut self, v: Loose) {
+        self.content = v.text;
+        if v.print != 0 {
+            self.print = v.print;
+        }
+    }
+
+    /// An object's `reasoning_content` or `reasoning`.
+    fn take_reasoning(&mut self, v: Loose) {
+        self.reasoning |= v.text;
+        self.or_print(v.print);
     }
 }
 
@@ -140,23 +154,14 @@ impl<'de> serde::de::Visitor<'de> for LooseVisitor {
                     let v: Loose = map.next_value_seed(KindSeed)?;
                     out.kind = v.kind;
                 }
-                "content" => {
-                    let v: Loose = map.next_value()?;
-                    out.content = v.text;
-                    // The content is the text; the others stand in when it is empty.
-                    out.print = if v.print != 0 { v.print } else { out.print };
-                }
+                "content" => out.take_content(map.next_value()?),
                 "text" | "partial_json" => out.or_print(map.next_value::<Loose>()?.print),
                 "thinking" => {
                     let v: Loose = map.next_value()?;
                     out.thinking = v.text;
                     out.or_print(v.print);
                 }
-                "reasoning_content" | "reasoning" => {
-                    let v: Loose = map.next_value()?;
-                    out.reasoning |= v.text;
-                    out.or_print(v.print);
-                }
+                "reasoning_content" | "reasoning" => out.take_reasoning(map.next_value()?),
                 "tool_calls" => out.tool = map.next_value::<Loose>()?.text,
                 _ => {
                     map.next_value::<IgnoredAny>()?;

@@ -41,17 +41,8 @@ pub(super) fn openai_chunk(data: &[u8]) -> Option<Vec<Verdict>> {
     }
     let choices = choices?;
     let shape = Shape {
-        kind: None,
         object: object.flatten().map(Cow::Borrowed),
-        choices: None,
-        delta: None,
-        candidates: None,
-        token: None,
-        generated_text: None,
-        done: None,
-        response: None,
-        message: None,
-        thinking: None,
+        ..Shape::default()
     };
     Some(super::openai(&shape, &choices))
 }
@@ -96,40 +87,42 @@ impl<'a> Scanner<'a> {
         std::str::from_utf8(raw).ok()
     }
 
-    fn string_or_null(&mut self) -> Option<Option<&'a str>> {
+    /// `null` (None), or what `value` reads.
+    fn null_or<T>(&mut self, value: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.peek()? == b'n' {
             self.literal(b"null")?;
             return Some(None);
         }
-        self.string().map(Some)
+        value(self).map(Some)
+    }
+
+    fn string_or_null(&mut self) -> Option<Option<&'a str>> {
+        self.null_or(Self::string)
     }
 
     /// `{ "key": value, ... }`, each value read by `member` (which must consume it).
     fn object(&mut self, mut member: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            let key = self.string()?;
-            self.eat(b':')?;
-            member(self, key.as_bytes())?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+        self.list(b'{', b'}', |s| {
+            let key = s.string()?;
+            s.eat(b':')?;
+            member(s, key.as_bytes())
+        })
     }
 
     /// `[ item, ... ]`, each item read by `item`.
-    fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
+    fn array(&mut self, item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', item)
+    }
+
+    /// `open item, ... close`: the shape of both objects and arrays.
+    fn list(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
@@ -137,7 +130,7 @@ impl<'a> Scanner<'a> {
             item(self)?;
             match self.peek()? {
                 b',' => self.at += 1,
-                b']' => {
+                b if b == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -231,12 +224,8 @@ impl<'a> Scanner<'a> {
     }
 
     fn index(&mut self) -> Option<Option<u32>> {
-        if self.peek()? == b'n' {
-            self.literal(b"null")?;
-            return Some(None);
-        }
         // Negative, fractional or too large: serde refuses it as a u32.
-        self.number()?.map(Some)
+        self.null_or(|s| s.number()?)
     }
 
     /// A choice's `text`: a string (or null), as `Loose` reads one.
@@ -248,29 +237,23 @@ impl<'a> Scanner<'a> {
     /// the keys OpenAI-style engines write; `type`, `text`, `thinking`, `tool_calls`
     /// and the like go to the general reading.
     fn delta(&mut self) -> Option<Option<Loose>> {
-        if self.peek()? == b'n' {
-            self.literal(b"null")?;
-            return Some(None);
-        }
-        let mut out = Loose::default();
-        self.object(|s, key| {
-            match key {
-                b"content" => {
-                    let v = s.string_or_null()?.map(loose_str).unwrap_or_default();
-                    out.content = v.text;
-                    out.print = if v.print != 0 { v.print } else { out.print };
+        self.null_or(|s| {
+            let mut out = Loose::default();
+            s.object(|s, key| {
+                let text =
+                    |s: &mut Self| Some(s.string_or_null()?.map(loose_str).unwrap_or_default());
+                match key {
+                    b"content" => out.take_content(text(s)?),
+                    b"reasoning_content" | b"reasoning" => out.take_reasoning(text(s)?),
+                    b"type" | b"text" | b"partial_json" | b"thinking" | b"tool_calls" => {
+                        return None
+                    }
+                    _ => s.skip(0)?,
                 }
-                b"reasoning_content" | b"reasoning" => {
-                    let v = s.string_or_null()?.map(loose_str).unwrap_or_default();
-                    out.reasoning |= v.text;
-                    out.or_print(v.print);
-                }
-                b"type" | b"text" | b"partial_json" | b"thinking" | b"tool_calls" => return None,
-                _ => s.skip(0)?,
-            }
-            Some(())
-        })?;
-        Some(Some(out))
+                Some(())
+            })?;
+            Some(out)
+        })
     }
 }
 
