@@ -20,7 +20,7 @@ use collector::clock::monotonic_ns;
 use collector::diagnose;
 use collector::gpu::GpuStep;
 use collector::ingest::model::NvmlSample;
-use collector::pipeline::{Config, Pipeline};
+use collector::pipeline::{Config, Open, Pipeline};
 use collector::record::live::Live;
 use collector::record::RecordOptions;
 use collector::stitch::{attribution, Request};
@@ -78,7 +78,15 @@ pub fn run(
         metrics: server.as_ref().map(|s| s.addr),
     });
     let mut agent = Agent {
-        pipeline: Pipeline::new(Config::live(), false),
+        // Requests in flight are counted from the connections (`Pipeline::serving`),
+        // never built.
+        pipeline: Pipeline::new(
+            Config {
+                open: Open::Never,
+                ..Config::live()
+            },
+            false,
+        ),
         metrics: &metrics,
         exporter: exporter.as_ref(),
         window_ns: opts.window.as_nanos() as u64,
@@ -185,7 +193,7 @@ impl Agent<'_> {
             self.summary.requests += 1;
             self.done.push_back(r);
         }
-        self.metrics.set_in_flight(self.pipeline.open());
+        self.metrics.set_in_flight(self.pipeline.serving());
         bump(
             &self.metrics.unparsed_ios,
             &mut self.counted.unparsed,

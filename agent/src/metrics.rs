@@ -370,37 +370,42 @@ impl Metrics {
         }
     }
 
-    /// The process that served it (the engine-most point's), by its name: the main
-    /// thread's comm, read once per pid; the thread's own when the process is gone.
+    /// The process that served it (the engine-most point's), by its name.
     fn server(&self, r: &Request) -> String {
-        let Some(p) = r.points.last() else {
-            return "unknown".into();
-        };
+        match r.points.last() {
+            Some(p) => self.process_name(p.pid, &p.comm),
+            None => "unknown".into(),
+        }
+    }
+
+    /// A process by its name: the main thread's comm, read once per pid; the thread's
+    /// own (`comm`) when the process is gone.
+    fn process_name(&self, pid: u32, comm: &str) -> String {
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(name) = names.get(&p.pid) {
+        if let Some(name) = names.get(&pid) {
             return name.clone();
         }
-        let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|s| s.trim().to_string())
             .ok()
             .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| p.comm.clone());
+            .unwrap_or_else(|| comm.to_string());
         if names.len() >= 4096 {
             // Pids are reused over weeks: start over rather than grow.
             names.clear();
         }
-        names.insert(p.pid, name.clone());
+        names.insert(pid, name.clone());
         name
     }
 
-    /// Streams in flight now, by the process serving them.
-    pub fn set_in_flight(&self, open: &[Request]) {
+    /// Streams in flight now, by the process serving them: `(pid, comm)` per request
+    /// (`Pipeline::serving`).
+    pub fn set_in_flight<'a>(&self, serving: impl Iterator<Item = (u32, &'a str)>) {
         self.in_flight.clear();
-        // Held requests whose response ended wait a settle before they are final.
-        for r in open.iter().filter(|r| r.responding) {
+        for (pid, comm) in serving {
             self.in_flight
                 .get_or_create(&ServerLabels {
-                    server: self.server(r),
+                    server: self.process_name(pid, comm),
                 })
                 .inc();
         }

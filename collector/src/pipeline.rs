@@ -44,10 +44,9 @@ pub struct Config {
 /// When the pipeline builds the requests it still holds (`Pipeline::open`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Open {
-    /// Never (a report wants finished requests only).
+    /// Never (a report wants finished requests only; the agent counts requests in
+    /// flight from `Pipeline::serving`).
     Never,
-    /// At every advance (the agent's in-flight gauge follows each batch).
-    EveryAdvance,
     /// At `Pipeline::tick` only: `top` shows them once a pass (a second), and advances
     /// come four times a second; building every stream in flight at each of them was
     /// most of the allocation churn of top's pipeline thread.
@@ -81,7 +80,7 @@ impl Config {
             advance_every_ns: 250_000_000,
             settle: Settle::default(),
             connections: false,
-            open: Open::EveryAdvance,
+            open: Open::AtTick,
         }
     }
 
@@ -176,7 +175,8 @@ impl Pipeline {
             newest_ns: 0,
             released_ns: 0,
             next_advance_ns: None,
-            stitcher: Stitcher::new(cfg.settle, dropped).with_open(cfg.open == Open::EveryAdvance),
+            // Requests held are built at a tick only, when `cfg.open` says so.
+            stitcher: Stitcher::new(cfg.settle, dropped).with_open(false),
             calls: StepTracker::default(),
             timer: StepTimer::default(),
             out: Output::default(),
@@ -286,6 +286,13 @@ impl Pipeline {
     /// `Config::open` built them then: with `Open::AtTick`, after a tick).
     pub fn open(&self) -> &[Request] {
         &self.open
+    }
+
+    /// Requests being served now, one `(pid, comm)` per request, at the process that
+    /// accepted it (a proxy and its engine each serve the same stream), as of the
+    /// events let through the reorder window.
+    pub fn serving(&self) -> impl Iterator<Item = (u32, &str)> + '_ {
+        self.stitcher.serving()
     }
 
     /// `open`, handed over (a view that keeps them need not copy them).
@@ -446,8 +453,8 @@ mod tests {
         streamed(&at, None, 2_000 * MS)
     }
 
-    /// Requests in flight as each mode builds them: at every advance (pushes included,
-    /// before and after a tick), only at ticks, or never.
+    /// Requests in flight as each mode builds them: only at ticks (not at the advances
+    /// pushes make), or never.
     #[test]
     fn requests_in_flight_are_built_when_the_mode_says() {
         let (first, later) = in_flight();
@@ -468,33 +475,42 @@ mod tests {
             assert!(p.released_ns() > tick_at + p.cfg.advance_every_ns);
             (after_tick, p.open().len())
         };
-        assert_eq!(open_counts(Open::EveryAdvance), (1, 1));
         assert_eq!(open_counts(Open::AtTick), (1, 0));
         assert_eq!(open_counts(Open::Never), (0, 0));
     }
 
-    /// A held request is responding until its response ends, then held a settle more
-    /// (for late pieces) as no longer responding: an in-flight gauge counts it no more.
+    /// A request is served (in flight, at the engine that accepted it) from its arrival
+    /// until its response ends, not for the settle it is held after that, and whether or
+    /// not the pipeline builds the requests it holds.
     #[test]
-    fn a_held_request_stops_responding_when_its_response_ends() {
+    fn a_request_is_served_until_its_response_ends() {
         // Six tokens 100 ms apart from 1.1 s, the end at 1.8 s; split at 1.7 s.
         let at: Vec<u64> = (0..6).map(|i| T0 + (100 + 100 * i) * MS).collect();
         let end = T0 + 800 * MS;
         let (events, later) = streamed(&at, Some(end), T0 + 700 * MS);
 
-        let mut p = Pipeline::new(Config::live(), false);
-        let responding = |p: &Pipeline| p.open().iter().map(|r| r.responding).collect::<Vec<_>>();
+        let mut p = Pipeline::new(
+            Config {
+                open: Open::Never,
+                ..Config::live()
+            },
+            false,
+        );
+        let serving = |p: &Pipeline| {
+            p.serving()
+                .map(|(pid, comm)| (pid, comm.to_string()))
+                .collect::<Vec<_>>()
+        };
         events.into_iter().for_each(|e| p.push(e));
         p.tick(T0 + 750 * MS);
-        assert_eq!(responding(&p), [true], "streaming, before its end");
+        assert_eq!(
+            serving(&p),
+            [(ENGINE, "engine".to_string())],
+            "streaming, before its end"
+        );
         later.into_iter().for_each(|e| p.push(e));
         p.tick(end + 500 * MS);
-        assert_eq!(responding(&p), [false], "ended, held for the settle");
-        p.tick(end + 2_500 * MS);
-        assert_eq!(
-            responding(&p),
-            [] as [bool; 0],
-            "final a settle after its end"
-        );
+        assert_eq!(p.take().requests.len(), 0, "held for the settle");
+        assert_eq!(serving(&p), [], "ended: no longer served");
     }
 }

@@ -215,12 +215,6 @@ pub struct Request {
     pub truncated: bool,
     /// The recording dropped events, so this request may be missing some.
     pub events_dropped: bool,
-    /// Built while held (a live view's request in flight) and its client side still
-    /// being answered: no response end, close or later request on its connection yet.
-    /// A held request that ended waits a settle before it is final; it is no longer in
-    /// flight. False for every finished request.
-    #[serde(skip)]
-    pub responding: bool,
     /// Token events whose fingerprint differs between points at the same position.
     pub chunk_mismatches: u32,
     pub stages: Stages,
@@ -301,7 +295,6 @@ impl Request {
             coalesced: false,
             truncated: false,
             events_dropped: false,
-            responding: false,
             chunk_mismatches: 0,
             stages: Stages::default(),
             engine_received_ns: None,

@@ -217,8 +217,6 @@ impl Stitcher {
             } else if !(links.undecided.contains(&ch[0])
                 && conns[&ch[0].0].role == super::conn::Role::Client)
             {
-                let mut r = r;
-                r.responding = self.ended(ch[0]).is_none();
                 out.open.push(r);
             }
         }
@@ -229,6 +227,23 @@ impl Stitcher {
         }
         self.release(now, all, crowded_from, &in_chain, &mut out);
         out
+    }
+
+    /// Requests being served now, one `(pid, comm)` per request: each exchange a process
+    /// accepted whose response has not ended (nor its connection closed, nor a later
+    /// request followed it on its connection). Counted where it was accepted, whatever
+    /// the hops are joined to yet: a proxy that buffers a response holds its client's
+    /// request undecided until the end, and it is in flight all the while.
+    pub fn serving(&self) -> impl Iterator<Item = (u32, &str)> + '_ {
+        self.conns
+            .conns
+            .values()
+            .filter(|c| c.role == super::conn::Role::Server)
+            .flat_map(move |c| {
+                c.live_exchange_ids()
+                    .filter(move |&i| self.ended((c.id, i)).is_none())
+                    .map(move |_| (c.pid, c.comm.as_str()))
+            })
     }
 
     /// Whether an exchange is over: its response ended (or its connection closed) a

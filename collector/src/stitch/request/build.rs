@@ -146,7 +146,6 @@ pub fn build(
         coalesced: points.iter().any(|p| p.max_tokens_per_io > 1),
         truncated: !rx.encrypted && !rx.done() && rx.response_end_ns.is_none(),
         events_dropped: dropped,
-        responding: false, // the stitcher's to say, for the requests it holds
         chunk_mismatches,
         stages,
         engine_received_ns: (conns[&chain[last].0].role == Role::Server)
