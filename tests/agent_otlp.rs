@@ -91,12 +91,7 @@ fn hand_built() -> Request {
     e.token_ns = engine;
     e.ttft_ns = Some(40 * ms);
     r.points.push(e);
-    r.forward = vec![Forward {
-        from: PointKind::EngineWrite,
-        to: PointKind::ClientRead,
-        between_hosts: false,
-        delay_ns: vec![ms; 10],
-    }];
+    r.forward = vec![Forward::between(&r.points, 0)];
     r
 }
 

@@ -356,7 +356,7 @@ impl Metrics {
                 hop: format!("{}->{}", label(f.from), label(f.to)),
                 route: route.clone(),
             });
-            for &d in &f.delay_ns {
+            for d in f.delays(&r.points) {
                 hop.observe(secs(d));
             }
         }

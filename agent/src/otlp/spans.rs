@@ -427,7 +427,7 @@ fn point_attributes(r: &Request, p: &Point) -> Vec<KeyValue> {
     }
     // How long tokens took to reach this point from the one nearer the engine.
     let hop = r.forward.iter().find(|f| f.to == p.kind);
-    if let Some(s) = hop.and_then(|f| summarize(&f.delay_ns)) {
+    if let Some(s) = hop.and_then(|f| summarize(&f.delay_ns(&r.points))) {
         a.push(KeyValue::double("tokenscope.forward_p50_s", secs(s.p50_ns)));
         a.push(KeyValue::double("tokenscope.forward_p99_s", secs(s.p99_ns)));
     }

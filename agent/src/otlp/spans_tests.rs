@@ -63,12 +63,7 @@ fn request() -> Request {
     engine.ttft_ns = Some(43 * MS);
     engine.token_ns = engine_tokens;
     r.points.push(engine);
-    r.forward = vec![Forward {
-        from: PointKind::EngineWrite,
-        to: PointKind::ClientRead,
-        between_hosts: false,
-        delay_ns: vec![MS / 10; 20],
-    }];
+    r.forward = vec![Forward::between(&r.points, 0)];
     r
 }
 

@@ -183,7 +183,7 @@ impl StatsBuilder {
             self.forward
                 .entry(key)
                 .or_default()
-                .extend(f.delay_ns.iter().copied());
+                .extend(f.delays(&r.points));
         }
     }
 

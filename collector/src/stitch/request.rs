@@ -130,7 +130,9 @@ pub struct Stages {
     pub gateway_ttft_ns: Option<u64>,
 }
 
-/// Delay of each token between two adjacent observation points.
+/// A hop between two adjacent observation points of a request. Each token's delay over
+/// it is its time at `to` less its time at `from` (`delays`): derived from the points'
+/// token times, not kept twice.
 #[derive(Clone, Debug, Serialize)]
 pub struct Forward {
     pub from: PointKind,
@@ -139,10 +141,39 @@ pub struct Forward {
     /// hop is the network between them, both hosts' kernels included.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub between_hosts: bool,
-    pub delay_ns: Vec<u64>,
+    /// The request's `points[to_point]` is the `to` end; `points[to_point + 1]` the
+    /// `from` end (points go client side first).
+    #[serde(skip)]
+    pub to_point: usize,
 }
 
 impl Forward {
+    /// The hop from `points[to_point + 1]` to `points[to_point]`.
+    pub fn between(points: &[Point], to_point: usize) -> Forward {
+        let (to, from) = (&points[to_point], &points[to_point + 1]);
+        Forward {
+            from: from.kind,
+            to: to.kind,
+            between_hosts: split_pid(to.pid).0 != split_pid(from.pid).0,
+            to_point,
+        }
+    }
+
+    /// Each token's delay over the hop, in token order, for the tokens both ends saw;
+    /// `points` are the request's.
+    pub fn delays<'a>(&self, points: &'a [Point]) -> impl Iterator<Item = u64> + Clone + 'a {
+        let times = |i: usize| points.get(i).map_or(&[][..], |p| &p.token_ns[..]);
+        times(self.to_point)
+            .iter()
+            .zip(times(self.to_point + 1))
+            .map(|(to, from)| to.saturating_sub(*from))
+    }
+
+    /// `delays`, collected.
+    pub fn delay_ns(&self, points: &[Point]) -> Vec<u64> {
+        self.delays(points).collect()
+    }
+
     /// `engine write -> proxy read`, or across hosts the network it crossed, client
     /// side first: `gateway -> engine network`.
     pub fn label(&self) -> String {
@@ -161,7 +192,9 @@ impl Forward {
     }
 }
 
+/// Serialized with each hop's per-token delays (see `impl Serialize for Request`).
 #[derive(Clone, Debug, Serialize)]
+#[serde(remote = "Self")]
 pub struct Request {
     pub id: usize,
     pub method: String,
@@ -248,7 +281,42 @@ pub struct Request {
     pub gpu: Option<super::attribution::GpuShare>,
     /// Client side first, engine last.
     pub points: Vec<Point>,
+    /// Engine side first. Serialized last, each hop with its `delay_ns`.
+    #[serde(skip)]
     pub forward: Vec<Forward>,
+}
+
+/// A request as JSON: its fields, then its hops, each with the delay of every token
+/// over it (`delay_ns`), computed from the points as it is written.
+impl Serialize for Request {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Fields<'a>(#[serde(with = "Request")] &'a Request);
+        #[derive(Serialize)]
+        struct Hop<'a> {
+            #[serde(flatten)]
+            hop: &'a Forward,
+            delay_ns: Vec<u64>,
+        }
+        #[derive(Serialize)]
+        struct WithHops<'a> {
+            #[serde(flatten)]
+            fields: Fields<'a>,
+            forward: Vec<Hop<'a>>,
+        }
+        WithHops {
+            fields: Fields(self),
+            forward: self
+                .forward
+                .iter()
+                .map(|hop| Hop {
+                    hop,
+                    delay_ns: hop.delay_ns(&self.points),
+                })
+                .collect(),
+        }
+        .serialize(s)
+    }
 }
 
 impl Request {

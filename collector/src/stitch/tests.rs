@@ -66,7 +66,7 @@ fn one_request_through_a_proxy_has_every_point_and_stage() {
         .find(|f| f.from == PointKind::ProxyRead && f.to == PointKind::ProxyWrite)
         .unwrap();
     assert_eq!(
-        fwd.delay_ns,
+        fwd.delay_ns(&r.points),
         vec![
             25 * MS - 100_000,
             5 * MS - 100_000,

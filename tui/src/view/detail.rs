@@ -253,7 +253,7 @@ fn token_timeline(r: &Request, width: usize) -> Vec<Line<'static>> {
             .forward
             .iter()
             .find(|f| f.to == p.kind)
-            .and_then(|f| summarize(&f.delay_ns))
+            .and_then(|f| summarize(&f.delay_ns(&r.points)))
             .map_or_else(String::new, |s| format!("+{}", fmt::ms(s.p50_ns)));
         lines.push(Line::from(vec![
             Span::raw(format!("{:<LABEL$} ", short_label(p))),
@@ -291,7 +291,7 @@ fn forward(r: &Request) -> Vec<Line<'static>> {
     r.forward
         .iter()
         .filter_map(|fw| {
-            let s = summarize(&fw.delay_ns)?;
+            let s = summarize(&fw.delay_ns(&r.points))?;
             Some(Line::from(format!(
                 "{}: token delay p50 {} p99 {} max {} ms",
                 fw.label().replace("->", "→"),

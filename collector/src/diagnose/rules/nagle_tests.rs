@@ -13,12 +13,12 @@ const MS: u64 = 1_000_000;
 fn stream(id: usize, sent: &[u64], delay: &[u64]) -> Request {
     let read: Vec<u64> = sent.iter().zip(delay).map(|(s, d)| s + d).collect();
     let mut r = Request::at_point(id, PointKind::ClientRead, 7, "reader", read);
-    r.forward.push(Forward {
-        from: PointKind::EngineWrite,
-        to: PointKind::ClientRead,
-        between_hosts: false,
-        delay_ns: delay.to_vec(),
-    });
+    let mut writer = r.points[0].clone();
+    writer.kind = PointKind::EngineWrite;
+    writer.pid = 3;
+    writer.token_ns = sent.to_vec();
+    r.points.push(writer);
+    r.forward.push(Forward::between(&r.points, 0));
     r
 }
 

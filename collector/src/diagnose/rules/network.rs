@@ -404,7 +404,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
             let Some(to) = r.point(hop.to) else {
                 continue;
             };
-            let (recv, d) = (&to.token_ns, &hop.delay_ns);
+            let (recv, d) = (&to.token_ns, &hop.delay_ns(&r.points));
             all.extend(d.iter().copied());
             for k in 1..d.len().min(recv.len()) {
                 let gap = recv[k].saturating_sub(recv[k - 1]);
@@ -559,7 +559,7 @@ pub(super) fn slow_client(input: &Input) -> Option<Finding> {
         let Some(hop) = r.forward.iter().find(|f| f.to == PointKind::ClientRead) else {
             continue;
         };
-        let d = &hop.delay_ns;
+        let d = &hop.delay_ns(&r.points);
         let (Some(&first), Some(&last)) = (d.first(), d.last()) else {
             continue;
         };

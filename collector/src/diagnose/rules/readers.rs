@@ -30,7 +30,7 @@ impl Readers {
                     continue;
                 };
                 let v = tokens.entry(p.pid).or_default();
-                for (&read, &d) in p.token_ns.iter().zip(&hop.delay_ns) {
+                for (&read, d) in p.token_ns.iter().zip(hop.delays(&r.points)) {
                     v.push((read.saturating_sub(d), read, i));
                 }
             }

@@ -30,7 +30,7 @@ pub fn summary(r: &Request) -> Value {
         for (h, hop) in hops.iter_mut().zip(&r.forward) {
             let Some(o) = h.as_object_mut() else { continue };
             o.remove("delay_ns");
-            o.insert("delay".into(), brief(&hop.delay_ns));
+            o.insert("delay".into(), brief(&hop.delay_ns(&r.points)));
         }
     }
     if let Some(stages) = v.get_mut("stages").and_then(Value::as_object_mut) {

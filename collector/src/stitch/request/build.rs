@@ -259,22 +259,11 @@ fn api<'a>(mut exchanges: impl Iterator<Item = &'a Exchange> + Clone) -> Option<
     exchanges.any(|x| x.json).then_some("json")
 }
 
-/// Per hop, how long each token took from the end nearer the engine to the one before.
+/// The hops between adjacent points, engine side first.
 fn forwards(points: &[Point]) -> Vec<Forward> {
-    points
-        .windows(2)
+    (0..points.len().saturating_sub(1))
         .rev()
-        .map(|w| Forward {
-            from: w[1].kind,
-            to: w[0].kind,
-            between_hosts: split_pid(w[0].pid).0 != split_pid(w[1].pid).0,
-            delay_ns: w[0]
-                .token_ns
-                .iter()
-                .zip(&w[1].token_ns)
-                .map(|(d, u)| d.saturating_sub(*u))
-                .collect(),
-        })
+        .map(|k| Forward::between(points, k))
         .collect()
 }
 
