@@ -230,7 +230,7 @@ impl Metrics {
         );
         registry.register(
             "in_flight_streams",
-            "Requests started and not finished, by the process serving them",
+            "Requests a process accepted and has not answered in full, by that process",
             m.in_flight.clone(),
         );
         registry.register_with_unit(
