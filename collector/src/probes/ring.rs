@@ -163,6 +163,11 @@ impl View {
                     return n;
                 }
                 let len = (header & !(BUSY | DISCARD)) as usize;
+                if HEADER + len > (self.mask + 1) as usize {
+                    // The kernel never commits a record larger than its ring: not
+                    // read past the mapping if it ever did.
+                    return n;
+                }
                 if header & DISCARD == 0 {
                     f(self.bytes(*pos + HEADER as u64, len, scratch));
                     n += 1;
@@ -321,6 +326,18 @@ mod tests {
             read_all(&fake2, &mut pos2).0,
             [b"after the header".to_vec()]
         );
+    }
+
+    #[test]
+    fn a_length_larger_than_the_ring_is_not_read() {
+        let mut fake = Fake::new(0);
+        fake.write(b"ok", 0);
+        let at = fake.pos as usize;
+        fake.bytes()[at..at + 4].copy_from_slice(&(SIZE as u32).to_ne_bytes());
+        *fake.producer += 8;
+        let mut pos = 0;
+        assert_eq!(read_all(&fake, &mut pos).0, [b"ok".to_vec()]);
+        assert_eq!(pos, 16);
     }
 
     #[test]
