@@ -401,7 +401,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
     for (i, r) in reqs.iter().enumerate() {
         let lost = &r.retransmit_ns;
         for hop in socket_hops(r) {
-            let Some(to) = r.point(hop.to) else {
+            let Some(to) = r.points.get(hop.to_point) else {
                 continue;
             };
             let (recv, d) = (&to.token_ns, &hop.delay_ns(&r.points));

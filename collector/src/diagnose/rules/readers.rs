@@ -26,7 +26,7 @@ impl Readers {
         let mut tokens: HashMap<u32, Vec<(u64, u64, usize)>> = HashMap::new();
         for (i, r) in reqs.iter().enumerate() {
             for hop in socket_hops(r) {
-                let Some(p) = r.point(hop.to).filter(|p| wanted(p.pid)) else {
+                let Some(p) = r.points.get(hop.to_point).filter(|p| wanted(p.pid)) else {
                     continue;
                 };
                 let v = tokens.entry(p.pid).or_default();
