@@ -331,9 +331,9 @@ impl RequestSink {
             RequestSink::Drop => {}
             RequestSink::Spill(spill, tokens) => {
                 let s = spill.get_or_insert_with(Spill::new);
-                for r in &requests {
+                for r in requests {
                     if *tokens {
-                        s.write(r, true);
+                        s.write(&r, true);
                     } else {
                         s.write(&super::summary::summary(r), false);
                     }
@@ -644,7 +644,7 @@ mod tests {
         let listed = v["requests"].as_array().expect("requests");
         assert_eq!(listed.len(), 286);
         for (r, full) in listed.iter().zip(&kept.requests) {
-            assert_eq!(*r, super::super::summary::summary(full));
+            assert_eq!(*r, super::super::summary::summary(full.clone()));
             assert!(r["points"][0].get("token_ns").is_none(), "{r:#}");
         }
         let dropped = dropped.finish();
