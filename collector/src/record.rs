@@ -366,7 +366,7 @@ fn drain_cupti(
                 pid,
                 tid: 0,
                 cpu: 0,
-                comm: String::new(),
+                comm: Default::default(),
                 body: Some(Body::Gpu(g)),
             },
         )?;
@@ -396,7 +396,7 @@ fn write_ring_reading(
             pid: 0,
             tid: 0,
             cpu: 0,
-            comm: String::new(),
+            comm: Default::default(),
             body: Some(crate::ingest::model::event::Body::Ring(
                 crate::ingest::model::RingCounters { submitted, dropped },
             )),
@@ -439,7 +439,7 @@ fn drain_nvml(
                 pid: 0,
                 tid: 0,
                 cpu: 0,
-                comm: String::new(),
+                comm: Default::default(),
                 body: Some(crate::ingest::model::event::Body::Nvml(
                     crate::ingest::model::NvmlSample {
                         device: s.device,

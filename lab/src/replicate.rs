@@ -215,9 +215,9 @@ mod tests {
             body: Some(Body::Io(SockIo {
                 sock: Some(Sock {
                     skaddr,
-                    saddr: vec![127, 0, 0, 1],
+                    saddr: vec![127, 0, 0, 1].into(),
                     sport: 40000,
-                    daddr: vec![127, 0, 0, 1],
+                    daddr: vec![127, 0, 0, 1].into(),
                     dport: 8000,
                 }),
                 dir: Direction::Send as i32,

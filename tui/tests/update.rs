@@ -299,7 +299,7 @@ fn header_shows_the_latest_nvml_reading_per_gpu() {
         pid: 0,
         tid: 0,
         cpu: 0,
-        comm: String::new(),
+        comm: Default::default(),
         body: Some(Body::Nvml(NvmlSample {
             device: 0,
             gpu_util_pct: Some(util),

@@ -139,7 +139,7 @@ impl StepTracker {
                 return Some(GpuStep {
                     pid: ev.pid,
                     tid: ev.tid,
-                    comm: ev.comm.clone(),
+                    comm: ev.comm.to_string(),
                     start_ns: o.start_ns,
                     end_ns: ev.ts_ns,
                     kind,

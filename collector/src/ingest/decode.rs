@@ -7,7 +7,7 @@
 use probe_ebpf::abi::{self, read_prefix, TsHeader, TsSock};
 
 use super::model::{
-    event::Body, Accept, CudaApi, CudaCall, Direction, Event, Retransmit, Sock, SockIo,
+    event::Body, Accept, Addr, Comm, CudaApi, CudaCall, Direction, Event, Retransmit, Sock, SockIo,
     StateChange, Syscall, TcpState,
 };
 
@@ -144,9 +144,12 @@ fn io(raw: &[u8]) -> Result<(SockIo, &[u8]), DecodeError> {
 
 fn sock(s: &TsSock) -> Sock {
     let (saddr, daddr) = if s.family == abi::AF_INET {
-        (s.saddr[..4].to_vec(), s.daddr[..4].to_vec())
+        (
+            Addr::from_slice(&s.saddr[..4]),
+            Addr::from_slice(&s.daddr[..4]),
+        )
     } else {
-        (s.saddr.to_vec(), s.daddr.to_vec())
+        (Addr::from_slice(&s.saddr), Addr::from_slice(&s.daddr))
     };
     Sock {
         skaddr: s.skaddr,
@@ -161,9 +164,12 @@ fn state(raw: i32) -> i32 {
     TcpState::try_from(raw).unwrap_or(TcpState::Unknown) as i32
 }
 
-fn comm(raw: &[u8; abi::COMM_LEN]) -> String {
+fn comm(raw: &[u8; abi::COMM_LEN]) -> Comm {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
-    String::from_utf8_lossy(&raw[..end]).into_owned()
+    match std::str::from_utf8(&raw[..end]) {
+        Ok(text) => Comm::from(text),
+        Err(_) => Comm::from(String::from_utf8_lossy(&raw[..end])),
+    }
 }
 
 /// Raw records for tests here and in protocol's `Decoder`.

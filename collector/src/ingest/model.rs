@@ -8,24 +8,29 @@
 //! headers, SSE events and hashes of bodies), so request bodies, completions, Authorization
 //! and Cookie values never leave the process.
 
-/// One kernel event, decoded and redacted.
-#[derive(Clone, PartialEq, prost::Message)]
+mod messages;
+
+/// One kernel event, decoded and redacted. Its protobuf encoding is written by hand
+/// (`messages`), as prost would (tags 1-5, then the body's oneof tags 10-17), so that
+/// the comm is kept inline rather than in a heap string of its own per event.
+#[derive(Clone, PartialEq, Debug, Default)]
 pub struct Event {
-    /// CLOCK_MONOTONIC nanoseconds.
-    #[prost(uint64, tag = "1")]
+    /// CLOCK_MONOTONIC nanoseconds (tag 1).
     pub ts_ns: u64,
-    /// Thread group id; 0 when the event ran outside the owning process (softirq).
-    #[prost(uint32, tag = "2")]
+    /// Thread group id; 0 when the event ran outside the owning process (softirq) (tag 2).
     pub pid: u32,
-    #[prost(uint32, tag = "3")]
+    /// Tag 3.
     pub tid: u32,
-    #[prost(uint32, tag = "4")]
+    /// Tag 4.
     pub cpu: u32,
-    #[prost(string, tag = "5")]
-    pub comm: String,
-    #[prost(oneof = "event::Body", tags = "10, 11, 12, 13, 14, 15, 16, 17")]
+    /// The thread's name (tag 5): at most 15 bytes from the kernel, so inline.
+    pub comm: Comm,
+    /// Tags 10-17.
     pub body: Option<event::Body>,
 }
+
+/// An event's comm: a string kept inline up to 24 bytes (a kernel comm is at most 15).
+pub type Comm = compact_str::CompactString;
 
 pub mod event {
     // Socket I/O is most events and carries its sniff inline; boxing it would cost an
@@ -64,21 +69,26 @@ pub struct RingCounters {
     pub dropped: u64,
 }
 
-/// A TCP socket: kernel address (its identity for its lifetime) and 4-tuple.
-#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+/// A TCP socket: kernel address (its identity for its lifetime) and 4-tuple. Its
+/// protobuf encoding is written by hand (`messages`), as prost would, so that the
+/// addresses are kept inline rather than in two heap vectors per event.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Sock {
-    #[prost(uint64, tag = "1")]
+    /// Tag 1.
     pub skaddr: u64,
-    /// 4 bytes for IPv4, 16 for IPv6, network order.
-    #[prost(bytes = "vec", tag = "2")]
-    pub saddr: Vec<u8>,
-    #[prost(uint32, tag = "3")]
+    /// 4 bytes for IPv4, 16 for IPv6, network order (tag 2).
+    pub saddr: Addr,
+    /// Tag 3.
     pub sport: u32,
-    #[prost(bytes = "vec", tag = "4")]
-    pub daddr: Vec<u8>,
-    #[prost(uint32, tag = "5")]
+    /// Tag 4.
+    pub daddr: Addr,
+    /// Tag 5.
     pub dport: u32,
 }
+
+/// A socket address's bytes: inline up to 24 (IPv6 and a record file's marker byte),
+/// on the heap beyond (only files written by hand or damaged hold longer ones).
+pub type Addr = smallvec::SmallVec<[u8; 24]>;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct StateChange {

@@ -278,7 +278,7 @@ impl ConnTracker {
         c.last_ns = ev.ts_ns;
         if c.pid == 0 && ev.pid != 0 {
             c.pid = ev.pid;
-            c.comm = ev.comm.clone();
+            c.comm = ev.comm.to_string();
         }
         if c.local.port() == 0 && sock.sport != 0 {
             c.local = sock.src(); // connect() binds the local port after SYN_SENT
@@ -305,7 +305,7 @@ impl ConnTracker {
                 c.accept_ns = Some(ev.ts_ns);
                 c.role = Role::Server;
                 c.pid = ev.pid;
-                c.comm = ev.comm.clone();
+                c.comm = ev.comm.to_string();
             }
             Some(Body::Retransmit(_)) => c.retransmits.push(ev.ts_ns),
             Some(Body::Io(_)) => c.io(ev),
@@ -333,7 +333,7 @@ impl Connection {
             remote: sock.dst(),
             pid: ev.pid,
             comm: if ev.pid != 0 {
-                ev.comm.clone()
+                ev.comm.to_string()
             } else {
                 String::new()
             },

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::ingest::model::{event::Body, Accept, Direction, Sock, SockIo, StateChange, TcpState};
+use crate::ingest::model::{
+    event::Body, Accept, Addr, Direction, Sock, SockIo, StateChange, TcpState,
+};
 use crate::ingest::Event;
 use crate::protocol::stream::StreamParser;
 
@@ -48,7 +50,7 @@ impl Net {
     ) -> u64 {
         self.next += 2;
         let (csk, ssk) = (self.next, self.next + 1);
-        let lo = vec![127, 0, 0, 1];
+        let lo = Addr::from_slice(&[127, 0, 0, 1]);
         let c = Sock {
             skaddr: csk,
             saddr: lo.clone(),

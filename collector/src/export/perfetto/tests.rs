@@ -651,7 +651,7 @@ fn ring_buffer_drops_are_drawn_as_the_recorder_read_them() {
             pid: 0,
             tid: 0,
             cpu: 0,
-            comm: String::new(),
+            comm: Default::default(),
             body: Some(Body::Ring(crate::ingest::model::RingCounters {
                 submitted: 1000,
                 dropped,

@@ -1,18 +1,19 @@
 //! A frame's batch from its protobuf bytes. The two kinds that are nearly every event
-//! (socket I/O and libcuda calls) are read field by field here; everything else, and
-//! any event this reading does not take as it is (a field of an unexpected wire type,
-//! a comm that is not UTF-8, a field it does not know), goes to prost's own decoding of
-//! that event, so the result and every error are prost's. About half of a replay was
-//! prost walking these events through its generic merge loop. Format 4's socket
-//! references are ordinary `Sock` messages here (`frame` resolves them after), so this
-//! reading is the same for every format.
+//! (socket I/O and libcuda calls) are read field by field here, and of an I/O's sniff
+//! its flags, counts and SSE events (its heads, prints and HTTP/2 streams go to prost
+//! field by field); everything else, and any event this reading does not take as it is
+//! (a field of an unexpected wire type, a comm that is not UTF-8, a field it does not
+//! know), goes to prost's own decoding of that event, so the result and every error
+//! are prost's. About half of a replay was prost walking these events through its
+//! generic merge loop. Format 4's socket references are ordinary `Sock` messages here
+//! (`frame` resolves them after), so this reading is the same for every format.
 
-use prost::encoding::{DecodeContext, WireType};
+use prost::encoding::{DecodeContext, WireType, MAX_TAG, MIN_TAG};
 use prost::{DecodeError, Message};
 
 use super::EventBatch;
 use crate::ingest::model::event::Body;
-use crate::ingest::model::{CudaCall, Event, Sock, SockIo};
+use crate::ingest::model::{CudaCall, Event, Sniff, Sock, SockIo, SseEvent};
 
 /// The batch in `plain`.
 pub(super) fn decode(plain: &[u8]) -> Result<EventBatch, DecodeError> {
@@ -86,6 +87,7 @@ fn key(buf: &mut &[u8]) -> Option<(u64, u64)> {
 }
 
 const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
 const LEN: u64 = 2;
 
 /// An event read by hand into `e` (a default one), None where prost must read it (see
@@ -147,16 +149,67 @@ fn sock_io(io: &mut SockIo, mut buf: &[u8]) -> Option<()> {
             (5, VARINT) => io.bytes = varint(&mut buf)?,
             (6, VARINT) => io.captured = varint(&mut buf)? as u32,
             (7, VARINT) => io.payload_fault = varint(&mut buf)? != 0,
-            // The sniff is prost's to read (many kinds, nested); the rest of the I/O is ours.
-            (8, LEN) => {
-                let field = take_message(&mut buf)?;
-                let sniff = io.sniff.get_or_insert_with(Default::default);
-                sniff.merge(field).ok()?;
-            }
+            (8, LEN) => sniff(
+                io.sniff.get_or_insert_with(Default::default),
+                take_message(&mut buf)?,
+            )?,
             _ => return None,
         }
     }
     Some(())
+}
+
+/// A sniff's flags, counts and SSE events read here; its heads, prints and HTTP/2
+/// streams (nested, rarer) field by field by prost.
+fn sniff(s: &mut Sniff, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (20, VARINT) => s.message_start = varint(&mut buf)? != 0,
+            (21, VARINT) => s.message_end = varint(&mut buf)? != 0,
+            (22, VARINT) => s.body_bytes = varint(&mut buf)?,
+            (24, LEN) => {
+                s.sse.push(SseEvent::default());
+                sse(s.sse.last_mut().expect("pushed"), take_message(&mut buf)?)?;
+            }
+            (25, VARINT) => s.unparsed = varint(&mut buf)? != 0,
+            (26, VARINT) => s.compressed = varint(&mut buf)? != 0,
+            (29, VARINT) => s.h2_control_frames = varint(&mut buf)? as u32,
+            (30, VARINT) => s.h2_errors = varint(&mut buf)? as u32,
+            (31, VARINT) => s.h2_preface = varint(&mut buf)? != 0,
+            (33, VARINT) => s.limits = varint(&mut buf)? as u32,
+            (tag, wire_type) => {
+                // As prost's key reading: tag 0 and keys past 32 bits are errors.
+                let tag = u32::try_from(tag)
+                    .ok()
+                    .filter(|t| (MIN_TAG..=MAX_TAG).contains(t))?;
+                let wire_type = WireType::try_from(wire_type).ok()?;
+                s.merge_field(tag, wire_type, &mut buf, DecodeContext::default())
+                    .ok()?
+            }
+        }
+    }
+    Some(())
+}
+
+fn sse(e: &mut SseEvent, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, FIXED64) => e.fingerprint = fixed64(&mut buf)?,
+            (2, VARINT) => e.kind = varint(&mut buf)? as i32,
+            (3, VARINT) => e.api = varint(&mut buf)? as i32,
+            (4, VARINT) => e.choice = varint(&mut buf)? as u32,
+            (5, VARINT) => e.token = varint(&mut buf)? as i32,
+            (6, FIXED64) => e.text_print = fixed64(&mut buf)?,
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+fn fixed64(buf: &mut &[u8]) -> Option<u64> {
+    let (bytes, rest) = buf.split_first_chunk::<8>()?;
+    *buf = rest;
+    Some(u64::from_le_bytes(*bytes))
 }
 
 fn sock(s: &mut Sock, mut buf: &[u8]) -> Option<()> {

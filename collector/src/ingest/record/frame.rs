@@ -24,7 +24,7 @@ use zstd::zstd_safe::DParameter;
 use super::{EventBatch, MAX_FRAME};
 use crate::ingest::fast_hash::FastMap;
 use crate::ingest::model::event::Body;
-use crate::ingest::model::{Event, Sniff, Sock, SockIo};
+use crate::ingest::model::{Addr, Event, Sniff, Sock, SockIo};
 
 /// zstd's level for frames: 1, its fastest strategy. On issue 17's load (format 4, two
 /// recorders on the same 20 s, three rounds) it took 7% less of the recorder's CPU
@@ -236,7 +236,7 @@ impl SockTable {
         let Some(s) = sock else {
             if fd.is_some() {
                 *sock = Some(Sock {
-                    saddr: vec![SOCK_NONE],
+                    saddr: Addr::from_slice(&[SOCK_NONE]),
                     ..Sock::default()
                 });
             }

@@ -15,9 +15,9 @@ fn event(i: u64) -> Event {
         body: Some(Body::State(StateChange {
             sock: Some(Sock {
                 skaddr: i,
-                saddr: vec![127, 0, 0, 1],
+                saddr: vec![127, 0, 0, 1].into(),
                 sport: 1,
-                daddr: vec![127, 0, 0, 1],
+                daddr: vec![127, 0, 0, 1].into(),
                 dport: 2,
             }),
             old: TcpState::SynSent as i32,
@@ -473,9 +473,9 @@ fn batches_read_by_hand_are_what_prost_reads() {
     .encode_to_vec();
     let sock = Sock {
         skaddr: 77,
-        saddr: vec![10, 0, 0, 1],
+        saddr: vec![10, 0, 0, 1].into(),
         sport: 9,
-        daddr: vec![1; 16],
+        daddr: vec![1; 16].into(),
         dport: u32::MAX,
     }
     .encode_to_vec();
@@ -533,6 +533,78 @@ fn batches_read_by_hand_are_what_prost_reads() {
             b.extend(field(1, WireType::Varint, &[0xff; 11]));
             b
         }),
+        ("a sniff with every kind of field", {
+            use crate::ingest::model::{sniff, BodyPrint, H2StreamSniff, HttpRequestHead, Sniff};
+            let sse = |choice| crate::ingest::model::SseEvent {
+                fingerprint: 4,
+                kind: 1,
+                api: 2,
+                choice,
+                token: 1,
+                text_print: u64::MAX,
+            };
+            let full = Sniff {
+                fingerprint: 1,
+                kind: Some(sniff::Kind::HttpRequest(Box::new(HttpRequestHead {
+                    method: "POST".into(),
+                    path: "/v1/chat/completions".into(),
+                    ..Default::default()
+                }))),
+                message_start: true,
+                message_end: true,
+                body_bytes: 1 << 35,
+                body_print: Some(BodyPrint { hash: 3, length: 9 }),
+                sse: vec![sse(0), sse(1), crate::ingest::model::SseEvent::default()],
+                unparsed: true,
+                compressed: true,
+                prefix_prints: vec![5, 6],
+                h2_streams: vec![H2StreamSniff {
+                    stream_id: 3,
+                    sniff: Some(Sniff {
+                        sse: vec![sse(2)],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                h2_control_frames: 2,
+                h2_errors: 1,
+                h2_preface: true,
+                limits: 7,
+            };
+            let io_sniff = field(8, WireType::LengthDelimited, &full.encode_to_vec());
+            let mut b = cuda.clone();
+            b.extend(field(11, WireType::LengthDelimited, &io_sniff));
+            b
+        }),
+        ("a sniff field of tag 0", {
+            let io_sniff = field(8, WireType::LengthDelimited, &[0x00, 0x01]);
+            let mut b = io.clone();
+            b.extend(field(11, WireType::LengthDelimited, &io_sniff));
+            b
+        }),
+        ("a sniff key past 32 bits", {
+            let mut key = varint((1 << 33) | 1);
+            key.extend_from_slice(&[0; 8]);
+            let io_sniff = field(8, WireType::LengthDelimited, &key);
+            let mut b = io.clone();
+            b.extend(field(11, WireType::LengthDelimited, &io_sniff));
+            b
+        }),
+        (
+            "an SSE event with a field no reader knows, and one cut short",
+            {
+                let mut event = field(2, WireType::Varint, &varint(1));
+                event.extend(field(9, WireType::Varint, &varint(1)));
+                let mut cut = field(1, WireType::SixtyFourBit, &[0; 8]);
+                cut.truncate(5);
+                let mut sniff = field(24, WireType::LengthDelimited, &event);
+                sniff.extend(field(24, WireType::LengthDelimited, &cut));
+                let io_sniff = field(8, WireType::LengthDelimited, &sniff);
+                let mut b = io.clone();
+                b.extend(field(11, WireType::LengthDelimited, &io_sniff));
+                b
+            },
+        ),
     ];
     for (what, body) in &cases {
         let one = field(1, WireType::LengthDelimited, body);

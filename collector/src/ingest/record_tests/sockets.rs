@@ -21,9 +21,9 @@ fn io_event(i: u64, pid: u32, fd: i32, sock: Option<Sock>) -> Event {
 fn tcp(skaddr: u64, sport: u32) -> Sock {
     Sock {
         skaddr,
-        saddr: vec![10, 0, 0, 1],
+        saddr: vec![10, 0, 0, 1].into(),
         sport,
-        daddr: vec![10, 0, 0, 2],
+        daddr: vec![10, 0, 0, 2].into(),
         dport: 8000,
     }
 }
@@ -72,7 +72,7 @@ pub(super) fn awkward_socket_events() -> Vec<Event> {
             7,
             5,
             Some(Sock {
-                saddr: vec![0],
+                saddr: vec![0].into(),
                 ..Sock::default()
             }),
         ));
@@ -81,7 +81,7 @@ pub(super) fn awkward_socket_events() -> Vec<Event> {
             7,
             5,
             Some(Sock {
-                saddr: vec![1],
+                saddr: vec![1].into(),
                 ..Sock::default()
             }),
         ));
@@ -90,13 +90,13 @@ pub(super) fn awkward_socket_events() -> Vec<Event> {
             7,
             5,
             Some(Sock {
-                saddr: vec![1, 1],
+                saddr: vec![1, 1].into(),
                 ..Sock::default()
             }),
         ));
         push(io_event(0, 7, 5, None));
         let long = Sock {
-            saddr: vec![2; 40],
+            saddr: vec![2; 40].into(),
             ..tcp(0xffff_8000, 40_000)
         };
         push(io_event(0, 7, 3, Some(long.clone())));
@@ -238,7 +238,7 @@ fn broken_socket_references_are_errors() {
                 7,
                 3,
                 Some(Sock {
-                    saddr: vec![0; 18],
+                    saddr: vec![0; 18].into(),
                     ..tcp(1, 2)
                 }),
             ),

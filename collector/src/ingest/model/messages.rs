@@ -1,0 +1,197 @@
+//! `Event` and `Sock` as protobuf messages, written by hand: prost's derive keeps a
+//! `string` in a `String` and `bytes` in a `Vec<u8>`, one heap allocation each per
+//! decoded event (a comm and two socket addresses: most of a replay's allocations).
+//! The bytes are those prost's derive wrote for the same fields (each field in tag
+//! order, left out when it holds its default), so files are unchanged, and decoding
+//! errors name the field as prost's do.
+
+use prost::bytes::{Buf, BufMut};
+use prost::encoding::{
+    check_wire_type, decode_varint, encode_key, encode_varint, encoded_len_varint, key_len,
+    skip_field, uint32, uint64, DecodeContext, WireType,
+};
+use prost::{DecodeError, Message};
+
+use super::{event, Addr, Comm, Event, Sock};
+
+impl Message for Event {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if self.ts_ns != 0 {
+            uint64::encode(1, &self.ts_ns, buf);
+        }
+        if self.pid != 0 {
+            uint32::encode(2, &self.pid, buf);
+        }
+        if self.tid != 0 {
+            uint32::encode(3, &self.tid, buf);
+        }
+        if self.cpu != 0 {
+            uint32::encode(4, &self.cpu, buf);
+        }
+        if !self.comm.is_empty() {
+            encode_bytes(5, self.comm.as_bytes(), buf);
+        }
+        if let Some(body) = &self.body {
+            body.encode(buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let named = |field: &'static str| {
+            move |mut e: DecodeError| {
+                e.push("Event", field);
+                e
+            }
+        };
+        match tag {
+            1 => uint64::merge(wire_type, &mut self.ts_ns, buf, ctx).map_err(named("ts_ns")),
+            2 => uint32::merge(wire_type, &mut self.pid, buf, ctx).map_err(named("pid")),
+            3 => uint32::merge(wire_type, &mut self.tid, buf, ctx).map_err(named("tid")),
+            4 => uint32::merge(wire_type, &mut self.cpu, buf, ctx).map_err(named("cpu")),
+            5 => merge_comm(wire_type, &mut self.comm, buf).map_err(named("comm")),
+            10..=17 => {
+                event::Body::merge(&mut self.body, tag, wire_type, buf, ctx).map_err(named("body"))
+            }
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        let mut len = 0;
+        if self.ts_ns != 0 {
+            len += uint64::encoded_len(1, &self.ts_ns);
+        }
+        if self.pid != 0 {
+            len += uint32::encoded_len(2, &self.pid);
+        }
+        if self.tid != 0 {
+            len += uint32::encoded_len(3, &self.tid);
+        }
+        if self.cpu != 0 {
+            len += uint32::encoded_len(4, &self.cpu);
+        }
+        if !self.comm.is_empty() {
+            len += bytes_len(5, self.comm.len());
+        }
+        len + self.body.as_ref().map_or(0, event::Body::encoded_len)
+    }
+
+    fn clear(&mut self) {
+        *self = Event::default();
+    }
+}
+
+impl Message for Sock {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if self.skaddr != 0 {
+            uint64::encode(1, &self.skaddr, buf);
+        }
+        if !self.saddr.is_empty() {
+            encode_bytes(2, &self.saddr, buf);
+        }
+        if self.sport != 0 {
+            uint32::encode(3, &self.sport, buf);
+        }
+        if !self.daddr.is_empty() {
+            encode_bytes(4, &self.daddr, buf);
+        }
+        if self.dport != 0 {
+            uint32::encode(5, &self.dport, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let named = |field: &'static str| {
+            move |mut e: DecodeError| {
+                e.push("Sock", field);
+                e
+            }
+        };
+        match tag {
+            1 => uint64::merge(wire_type, &mut self.skaddr, buf, ctx).map_err(named("skaddr")),
+            2 => merge_addr(wire_type, &mut self.saddr, buf).map_err(named("saddr")),
+            3 => uint32::merge(wire_type, &mut self.sport, buf, ctx).map_err(named("sport")),
+            4 => merge_addr(wire_type, &mut self.daddr, buf).map_err(named("daddr")),
+            5 => uint32::merge(wire_type, &mut self.dport, buf, ctx).map_err(named("dport")),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        let mut len = 0;
+        if self.skaddr != 0 {
+            len += uint64::encoded_len(1, &self.skaddr);
+        }
+        if !self.saddr.is_empty() {
+            len += bytes_len(2, self.saddr.len());
+        }
+        if self.sport != 0 {
+            len += uint32::encoded_len(3, &self.sport);
+        }
+        if !self.daddr.is_empty() {
+            len += bytes_len(4, self.daddr.len());
+        }
+        if self.dport != 0 {
+            len += uint32::encoded_len(5, &self.dport);
+        }
+        len
+    }
+
+    fn clear(&mut self) {
+        *self = Sock::default();
+    }
+}
+
+fn encode_bytes(tag: u32, bytes: &[u8], buf: &mut impl BufMut) {
+    encode_key(tag, WireType::LengthDelimited, buf);
+    encode_varint(bytes.len() as u64, buf);
+    buf.put_slice(bytes);
+}
+
+fn bytes_len(tag: u32, len: usize) -> usize {
+    key_len(tag) + encoded_len_varint(len as u64) + len
+}
+
+/// A length-delimited field's length, checked against what `buf` holds.
+fn field_len(wire_type: WireType, buf: &mut impl Buf) -> Result<usize, DecodeError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    let len = decode_varint(buf)?;
+    if len > buf.remaining() as u64 {
+        return Err(DecodeError::new("buffer underflow"));
+    }
+    Ok(len as usize)
+}
+
+/// As prost's `bytes::merge`: the field's bytes replace the address.
+fn merge_addr(wire_type: WireType, addr: &mut Addr, buf: &mut impl Buf) -> Result<(), DecodeError> {
+    let len = field_len(wire_type, buf)?;
+    addr.clear();
+    addr.resize(len, 0);
+    buf.copy_to_slice(addr);
+    Ok(())
+}
+
+/// As prost's `string::merge`: the field's text replaces the comm; bytes that are not
+/// UTF-8 leave it empty and are an error.
+fn merge_comm(wire_type: WireType, comm: &mut Comm, buf: &mut impl Buf) -> Result<(), DecodeError> {
+    comm.clear();
+    let len = field_len(wire_type, buf)?;
+    let mut bytes = smallvec::SmallVec::<[u8; 32]>::from_elem(0, len);
+    buf.copy_to_slice(&mut bytes);
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| DecodeError::new("invalid string value: data is not UTF-8 encoded"))?;
+    comm.push_str(text);
+    Ok(())
+}
