@@ -13,7 +13,7 @@ use prost::{DecodeError, Message};
 
 use super::EventBatch;
 use crate::ingest::model::event::Body;
-use crate::ingest::model::{CudaCall, Event, Sniff, Sock, SockIo, SseEvent};
+use crate::ingest::model::{Addr, CudaCall, Event, Sniff, Sock, SockIo, SseEvent};
 
 /// The batch in `plain`.
 pub(super) fn decode(plain: &[u8]) -> Result<EventBatch, DecodeError> {
@@ -34,6 +34,23 @@ pub(super) fn decode(plain: &[u8]) -> Result<EventBatch, DecodeError> {
                 continue;
             }
             batch.events.pop();
+        }
+        // The two columns, packed (as every writer writes them): read here too.
+        if wire_type == WireType::LengthDelimited && (tag == 2 || tag == 3) {
+            let mut field = buf;
+            let column = take_message(&mut field);
+            let (deltas, prints) = (batch.ts_deltas.len(), batch.prints.len());
+            let read = match (tag, column) {
+                (2, Some(b)) => packed_varints(b, &mut batch.ts_deltas),
+                (_, Some(b)) => packed_fixed64(b, &mut batch.prints),
+                (_, None) => None,
+            };
+            if read.is_some() {
+                buf = field;
+                continue;
+            }
+            batch.ts_deltas.truncate(deltas);
+            batch.prints.truncate(prints);
         }
         batch.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
     }
@@ -65,6 +82,23 @@ fn count_events(mut buf: &[u8]) -> usize {
     n.min(cap)
 }
 
+fn packed_varints(mut buf: &[u8], out: &mut Vec<u64>) -> Option<()> {
+    out.reserve(buf.len() / 2);
+    while !buf.is_empty() {
+        out.push(varint(&mut buf)?);
+    }
+    Some(())
+}
+
+fn packed_fixed64(buf: &[u8], out: &mut Vec<u64>) -> Option<()> {
+    if buf.len() % 8 != 0 {
+        return None;
+    }
+    let words = buf.chunks_exact(8);
+    out.extend(words.map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))));
+    Some(())
+}
+
 /// A length-delimited field's bytes (the length varint read from `buf`, the bytes taken).
 fn take_message<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
     let len = usize::try_from(varint(buf)?).ok()?;
@@ -76,8 +110,34 @@ fn take_message<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(field)
 }
 
+/// A varint as prost reads one (at most 10 bytes, the 10th at most 1), None where
+/// prost errs. Inlined: it is most of the bytes of an event, and prost's own reading
+/// (through its `Buf` trait) was an eighth of a replay.
+#[inline(always)]
 fn varint(buf: &mut &[u8]) -> Option<u64> {
-    prost::encoding::decode_varint(buf).ok()
+    match buf.first() {
+        Some(&byte) if byte < 0x80 => {
+            *buf = &buf[1..];
+            Some(u64::from(byte))
+        }
+        _ => longer_varint(buf),
+    }
+}
+
+#[inline(never)]
+fn longer_varint(buf: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, &byte) in buf.iter().take(10).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            if i == 9 && byte > 1 {
+                return None;
+            }
+            *buf = &buf[i + 1..];
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// A field's key: (tag, wire type as its 3 bits).
@@ -216,15 +276,9 @@ fn sock(s: &mut Sock, mut buf: &[u8]) -> Option<()> {
     while !buf.is_empty() {
         match key(&mut buf)? {
             (1, VARINT) => s.skaddr = varint(&mut buf)?,
-            (2, LEN) => {
-                s.saddr.clear();
-                s.saddr.extend_from_slice(take_message(&mut buf)?);
-            }
+            (2, LEN) => s.saddr = Addr::from_slice(take_message(&mut buf)?),
             (3, VARINT) => s.sport = varint(&mut buf)? as u32,
-            (4, LEN) => {
-                s.daddr.clear();
-                s.daddr.extend_from_slice(take_message(&mut buf)?);
-            }
+            (4, LEN) => s.daddr = Addr::from_slice(take_message(&mut buf)?),
             (5, VARINT) => s.dport = varint(&mut buf)? as u32,
             _ => return None,
         }

@@ -614,6 +614,40 @@ fn batches_read_by_hand_are_what_prost_reads() {
         two.extend(one);
         decodes_as_prost_does(&two, what);
     }
+    // The columns: packed (read by hand), unpacked (prost's), and damaged.
+    let packed = |tag: u32, words: &[u8]| field(tag, WireType::LengthDelimited, words);
+    let columns: Vec<(&str, Vec<u8>)> = vec![
+        ("packed columns", {
+            let mut b = packed(2, &[varint(3), varint(1 << 40), varint(0)].concat());
+            b.extend(packed(3, &[7u8; 16]));
+            b.extend(packed(2, &varint(9)));
+            b
+        }),
+        ("unpacked columns", {
+            let mut b = field(2, WireType::Varint, &varint(5));
+            b.extend(field(3, WireType::SixtyFourBit, &[1; 8]));
+            b.extend(packed(2, &varint(6)));
+            b
+        }),
+        ("a prints column of 12 bytes", packed(3, &[1; 12])),
+        (
+            "a timestamp column cut in a varint",
+            packed(2, &[0x80, 0x80]),
+        ),
+        ("a timestamp varint of 11 bytes", {
+            let mut long = vec![0xff; 10];
+            long.push(0);
+            packed(2, &long)
+        }),
+        ("a column longer than the batch", {
+            let mut b = packed(2, &[1, 2, 3]);
+            b.truncate(b.len() - 1);
+            b
+        }),
+    ];
+    for (what, bytes) in &columns {
+        decodes_as_prost_does(bytes, what);
+    }
 }
 
 mod sizes;
