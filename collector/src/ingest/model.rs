@@ -72,7 +72,7 @@ pub struct RingCounters {
 /// A TCP socket: kernel address (its identity for its lifetime) and 4-tuple. Its
 /// protobuf encoding is written by hand (`messages`), as prost would, so that the
 /// addresses are kept inline rather than in two heap vectors per event.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default)]
 pub struct Sock {
     /// Tag 1.
     pub skaddr: u64,
@@ -604,6 +604,20 @@ impl Syscall {
     /// The I/O is the application's plaintext of a TLS connection, not socket bytes.
     pub fn is_tls_plaintext(self) -> bool {
         matches!(self, Syscall::SslWrite | Syscall::SslRead)
+    }
+}
+
+/// By hand: SmallVec's own clone goes through its `Extend`, byte by byte (a format 4
+/// reference clones its socket from the file's table, once per I/O).
+impl Clone for Sock {
+    fn clone(&self) -> Sock {
+        Sock {
+            skaddr: self.skaddr,
+            saddr: Addr::from_slice(&self.saddr),
+            sport: self.sport,
+            daddr: Addr::from_slice(&self.daddr),
+            dport: self.dport,
+        }
     }
 }
 

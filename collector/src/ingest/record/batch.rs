@@ -124,18 +124,39 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
     }
 }
 
+/// A varint of two bytes or more: up to 8, from one 8-byte load (its last byte is the
+/// first without the continuation bit; the 7-bit groups are then packed together in
+/// three steps), else byte by byte.
 #[inline(never)]
 fn longer_varint(buf: &mut &[u8]) -> Option<u64> {
+    if let Some(word) = buf.first_chunk::<8>() {
+        let word = u64::from_le_bytes(*word);
+        let ends = !word & 0x8080_8080_8080_8080;
+        if ends != 0 {
+            let len = ends.trailing_zeros() as usize / 8 + 1;
+            let mut x = (word & (u64::MAX >> (64 - 8 * len))) & 0x7f7f_7f7f_7f7f_7f7f;
+            x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+            x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+            x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+            *buf = &buf[len..];
+            return Some(x);
+        }
+    }
+    let bytes = *buf;
+    let n = bytes.len().min(10);
     let mut value = 0u64;
-    for (i, &byte) in buf.iter().take(10).enumerate() {
+    let mut i = 0;
+    while i < n {
+        let byte = bytes[i];
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte < 0x80 {
             if i == 9 && byte > 1 {
                 return None;
             }
-            *buf = &buf[i + 1..];
+            *buf = &bytes[i + 1..];
             return Some(value);
         }
+        i += 1;
     }
     None
 }
@@ -299,4 +320,39 @@ fn cuda_call(c: &mut CudaCall, mut buf: &[u8]) -> Option<()> {
         }
     }
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::varint;
+
+    #[test]
+    fn varints_read_as_prost_reads_them() {
+        let mut values: Vec<u64> = (0..64).flat_map(|b| [1u64 << b, (1u64 << b) - 1]).collect();
+        values.extend([u64::MAX, 0x0123_4567_89ab_cdef, 300, 16_384]);
+        for v in values {
+            let mut bytes = Vec::new();
+            prost::encoding::encode_varint(v, &mut bytes);
+            // Alone (shorter than a word), and followed by more bytes (a word's load).
+            for tail in [&[][..], &[0xff; 9][..]] {
+                let whole = [&bytes[..], tail].concat();
+                let mut ours = &whole[..];
+                assert_eq!(varint(&mut ours), Some(v), "{v:#x}");
+                assert_eq!(ours, tail, "{v:#x}: the varint's bytes taken, no more");
+            }
+        }
+        // Non-canonical (a zero continuation) and damaged: as prost.
+        for bytes in [
+            &[0x80, 0x00][..],
+            &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01],
+            &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02],
+            &[0xff; 11],
+            &[0x80, 0x80],
+        ] {
+            let mut ours = bytes;
+            let mut theirs = bytes;
+            let want = prost::encoding::decode_varint(&mut theirs).ok();
+            assert_eq!(varint(&mut ours), want, "{bytes:x?}");
+        }
+    }
 }
