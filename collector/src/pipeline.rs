@@ -73,10 +73,13 @@ impl Config {
         }
     }
 
-    /// Events as a live recording hands them over: per-CPU buffers read in batches.
+    /// Events as a live recording hands them over: per-CPU buffers read in batches,
+    /// every 50 ms (`record::DRAIN_LIVE`) or sooner: the window holds four drains, so
+    /// an event read a drain late (the recorder's thread not scheduled at once on a
+    /// busy host) is still in time.
     pub fn live() -> Config {
         Config {
-            reorder_ns: 100_000_000,
+            reorder_ns: 200_000_000,
             advance_every_ns: 250_000_000,
             settle: Settle::default(),
             connections: false,
