@@ -43,12 +43,7 @@ impl Message for Event {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        let named = |field: &'static str| {
-            move |mut e: DecodeError| {
-                e.push("Event", field);
-                e
-            }
-        };
+        let named = |field| named("Event", field);
         match tag {
             1 => uint64::merge(wire_type, &mut self.ts_ns, buf, ctx).map_err(named("ts_ns")),
             2 => uint32::merge(wire_type, &mut self.pid, buf, ctx).map_err(named("pid")),
@@ -113,12 +108,7 @@ impl Message for Sock {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        let named = |field: &'static str| {
-            move |mut e: DecodeError| {
-                e.push("Sock", field);
-                e
-            }
-        };
+        let named = |field| named("Sock", field);
         match tag {
             1 => uint64::merge(wire_type, &mut self.skaddr, buf, ctx).map_err(named("skaddr")),
             2 => merge_addr(wire_type, &mut self.saddr, buf).map_err(named("saddr")),
@@ -151,6 +141,14 @@ impl Message for Sock {
 
     fn clear(&mut self) {
         *self = Sock::default();
+    }
+}
+
+/// An error with the field it was met in, as prost's derive says it.
+fn named(message: &'static str, field: &'static str) -> impl FnOnce(DecodeError) -> DecodeError {
+    move |mut e| {
+        e.push(message, field);
+        e
     }
 }
 

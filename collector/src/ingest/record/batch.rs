@@ -91,7 +91,7 @@ fn packed_varints(mut buf: &[u8], out: &mut Vec<u64>) -> Option<()> {
 }
 
 fn packed_fixed64(buf: &[u8], out: &mut Vec<u64>) -> Option<()> {
-    if buf.len() % 8 != 0 {
+    if !buf.len().is_multiple_of(8) {
         return None;
     }
     let words = buf.chunks_exact(8);
