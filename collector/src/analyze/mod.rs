@@ -143,27 +143,67 @@ pub struct StatsBuilder {
     forward: BTreeMap<String, Samples>,
 }
 
+/// What one request adds to a group's statistics, its per-token series computed once
+/// however many groups it goes to (`Breakdown` adds each request to four).
+pub struct Measured<'r> {
+    r: &'r Request,
+    /// Per point: its key, ITL gaps and TLS record gaps.
+    points: Vec<(&'static str, Vec<u64>, Vec<u64>)>,
+    ttft_server: Option<u64>,
+    tpot: Option<u64>,
+    /// Per hop: its label and every token's delay over it.
+    forward: Vec<(String, Vec<u64>)>,
+}
+
+impl<'r> Measured<'r> {
+    pub fn of(r: &'r Request) -> Measured<'r> {
+        Measured {
+            r,
+            points: r
+                .points
+                .iter()
+                .map(|p| {
+                    let mut itl = Vec::new();
+                    p.itl_into(&mut itl);
+                    (point_key(p.kind), itl, gaps(&p.record_ns).collect())
+                })
+                .collect(),
+            ttft_server: r.ttft_server_ns(),
+            tpot: r.tpot_ns(),
+            forward: r
+                .forward
+                .iter()
+                .map(|f| (f.label(), f.delays(&r.points).collect()))
+                .collect(),
+        }
+    }
+}
+
 impl StatsBuilder {
     pub fn add(&mut self, r: &Request) {
+        self.add_measured(&Measured::of(r));
+    }
+
+    pub fn add_measured(&mut self, m: &Measured) {
+        let r = m.r;
         self.requests += 1;
         self.tokens += r.tokens();
         self.new_connections += usize::from(r.new_connection);
         self.encrypted += usize::from(r.encrypted);
         self.coalesced += usize::from(r.coalesced);
         self.truncated += usize::from(r.truncated);
-        for p in &r.points {
-            let key = point_key(p.kind);
+        for (p, (key, itl, records)) in r.points.iter().zip(&m.points) {
             if let Some(t) = p.ttft_ns {
                 self.ttft.entry(key).or_default().push(t);
             }
-            p.itl_into(self.itl.entry(key).or_default());
+            self.itl.entry(key).or_default().extend(itl.iter().copied());
             self.record_gap
                 .entry(key)
                 .or_default()
-                .extend(gaps(&p.record_ns));
+                .extend(records.iter().copied());
         }
-        self.ttft_server.extend(r.ttft_server_ns());
-        self.tpot.extend(r.tpot_ns());
+        self.ttft_server.extend(m.ttft_server);
+        self.tpot.extend(m.tpot);
         let st = &r.stages;
         for (name, v) in [
             ("connect", st.connect_ns),
@@ -178,12 +218,8 @@ impl StatsBuilder {
                 self.stages.entry(name).or_default().push(v);
             }
         }
-        for f in &r.forward {
-            let key = f.label();
-            self.forward
-                .entry(key)
-                .or_default()
-                .extend(f.delays(&r.points));
+        for (label, delays) in &m.forward {
+            entry(&mut self.forward, label).extend(delays.iter().copied());
         }
     }
 
@@ -211,6 +247,14 @@ pub fn summaries<K: Ord + Clone>(m: &BTreeMap<K, Samples>) -> BTreeMap<K, Summar
     m.iter()
         .filter_map(|(k, v)| Some((k.clone(), v.summary()?)))
         .collect()
+}
+
+/// `map[key]`, made empty if absent; the key copied only then.
+fn entry<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_string(), V::default());
+    }
+    map.get_mut(key).expect("inserted")
 }
 
 fn gaps(times: &[u64]) -> impl Iterator<Item = u64> + '_ {
@@ -253,15 +297,16 @@ impl Breakdown {
     }
 
     pub fn add(&mut self, r: &Request) {
-        self.overall.add(r);
-        self.routes.entry(r.route()).or_default().add(r);
+        let m = Measured::of(r);
+        self.overall.add_measured(&m);
+        self.routes.entry(r.route()).or_default().add_measured(&m);
         let process = r.points.last().map_or_else(
             || "-".into(),
             |p| format!("{}/{}", p.comm, crate::ingest::hosts::pid_label(p.pid)),
         );
-        self.processes.entry(process).or_default().add(r);
+        self.processes.entry(process).or_default().add_measured(&m);
         let w = r.start_ns / self.width_ns * self.width_ns;
-        self.open.entry(w).or_default().add(r);
+        self.open.entry(w).or_default().add_measured(&m);
     }
 
     /// Every request that starts before `end_ns` was added: windows that end by then
