@@ -166,10 +166,8 @@ fn state(raw: i32) -> i32 {
 
 fn comm(raw: &[u8; abi::COMM_LEN]) -> Comm {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
-    match std::str::from_utf8(&raw[..end]) {
-        Ok(text) => Comm::from(text),
-        Err(_) => Comm::from(String::from_utf8_lossy(&raw[..end])),
-    }
+    // Borrowed (no copy of its own) unless bytes had to be replaced.
+    Comm::from(String::from_utf8_lossy(&raw[..end]))
 }
 
 /// Raw records for tests here and in protocol's `Decoder`.
