@@ -8,12 +8,13 @@ mod heap;
 mod io_source;
 mod netns;
 mod preflight;
+mod ring;
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, Map, PerCpuArray};
 use aya::programs::kprobe::KProbeLinkId;
 use aya::programs::trace_point::TracePointLinkId;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
@@ -133,7 +134,7 @@ impl ProbeError {
 /// Loaded and attached probes; dropping them detaches everything.
 pub struct Probes {
     ebpf: Ebpf,
-    ring: RingBuf<MapData>,
+    ring: ring::Ring,
     links: Vec<(&'static str, TracePointLinkId)>,
     kprobe_links: Vec<(&'static str, KProbeLinkId)>,
     uprobe_links: Vec<(&'static str, UProbeLinkId)>,
@@ -259,7 +260,7 @@ impl Probes {
             .load(object)
             .map_err(|e| ProbeError::Load(error_chain(&e)))?;
         // The parsed kernel BTF goes with the loader: freed before the ring buffer's
-        // 2 x ring_bytes are mapped below, not on top of them.
+        // ring_bytes are mapped below, not on top of them.
         drop(loader);
         heap::give_back_freed_memory();
 
@@ -301,7 +302,14 @@ impl Probes {
         let map = ebpf
             .take_map(probe_ebpf::MAP_EVENTS)
             .ok_or_else(|| missing_map(probe_ebpf::MAP_EVENTS))?;
-        let ring = RingBuf::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+        let Map::RingBuf(map) = map else {
+            return Err(ProbeError::Load(format!(
+                "map {}: not a ring buffer",
+                probe_ebpf::MAP_EVENTS
+            )));
+        };
+        let ring = ring::Ring::new(map, cfg.ring_bytes)
+            .map_err(|e| ProbeError::Load(format!("mapping the ring buffer: {e}")))?;
         Ok(Probes {
             ebpf,
             ring,
@@ -330,7 +338,7 @@ impl Probes {
     /// wake user space only every 1 MiB pending, so callers drain on a timer as well.
     pub fn wait(&self, timeout: Duration) {
         let mut pfd = libc::pollfd {
-            fd: self.ring.as_raw_fd(),
+            fd: self.ring.fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -345,17 +353,12 @@ impl Probes {
     }
 
     /// Hands every pending record to `f`; returns how many there were.
-    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> u64 {
-        let mut n = 0;
-        while let Some(item) = self.ring.next() {
-            f(&item);
-            n += 1;
-        }
-        n
+    pub fn drain(&mut self, f: impl FnMut(&[u8])) -> u64 {
+        self.ring.drain(f)
     }
 
     pub fn ring_fd(&self) -> RawFd {
-        self.ring.as_raw_fd()
+        self.ring.fd()
     }
 
     /// `(submitted, dropped)` summed over CPUs.
