@@ -5,10 +5,13 @@
 //! Then the same bytes unpacked as frames of the current format (a crafted frame that
 //! passed its CRC: an error or events, never a panic), and the events they decode to
 //! written as two frames and read back, which must give every event exactly (format 4
-//! carries a socket table from one frame to the next).
+//! carries a socket table from one frame to the next). And those events written by the
+//! recorder's own batch writer: the bytes prost writes.
 #![no_main]
 
-use collector::ingest::record::{decode_batch, repack_frames, unpack_batches, EventBatch};
+use collector::ingest::record::{
+    decode_batch, encode_batch, repack_frames, unpack_batches, EventBatch,
+};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
@@ -18,6 +21,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(ours, prost, "the batch reader and prost disagree");
     let _ = unpack_batches(&[data, data]);
     if let Ok(batch) = prost {
+        assert!(
+            encode_batch(&batch) == batch.encode_to_vec(),
+            "the recorder's batch writer and prost disagree"
+        );
         let mut first = batch.events;
         let second = first.split_off(first.len() / 2);
         let frames = vec![first, second];

@@ -152,6 +152,16 @@ pub fn decode_batch(plain: &[u8]) -> Result<EventBatch, prost::DecodeError> {
     batch::decode(plain)
 }
 
+/// A batch's plain bytes as the recorder writes them (lengths filled in after each
+/// nested message, not computed ahead): for the fuzz target `record_batch`, which
+/// holds them to prost's `encode`.
+#[doc(hidden)]
+pub fn encode_batch(batch: &EventBatch) -> Vec<u8> {
+    let mut out = Vec::new();
+    batch.encode_vec(&mut out);
+    out
+}
+
 /// Frames of events as a recording of the current format packs and reads them (zstd
 /// and CRC aside): for the fuzz target `record_batch`, which checks that every event
 /// comes back exactly.

@@ -78,9 +78,7 @@ impl Encoder {
         };
         self.packer.pack(&mut batch);
         self.plain.clear();
-        batch
-            .encode(&mut self.plain)
-            .expect("a Vec grows to fit the batch");
+        batch.encode_vec(&mut self.plain);
         self.zstd.write_all(&self.plain)?;
         self.zstd.flush()?;
         let packed = self.zstd.get_mut();

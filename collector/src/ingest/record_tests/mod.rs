@@ -416,6 +416,48 @@ fn decodes_as_prost_does(bytes: &[u8], what: &str) {
 }
 
 #[test]
+fn batches_written_by_hand_are_what_prost_writes() {
+    use crate::ingest::model::{Sniff, SockIo, SseEvent};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, mut events) = fixture_events(dir.path());
+    // Sniffs whose lengths take two and three varint bytes (the bytes after their
+    // length are moved along) and an I/O without socket or sniff.
+    for n in [70, 9000] {
+        events.push(Event {
+            body: Some(Body::Io(SockIo {
+                sock: event(3).sock().cloned(),
+                fd: -1,
+                sniff: Some(Sniff {
+                    sse: vec![SseEvent::default(); n],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+            ..event(3)
+        });
+    }
+    events.push(Event {
+        body: Some(Body::Io(SockIo::default())),
+        ..Default::default()
+    });
+    assert!(events
+        .iter()
+        .any(|e| matches!(&e.body, Some(Body::Io(io)) if io.sniff.is_some() && io.sock.is_some())));
+    for batch in [
+        EventBatch {
+            events,
+            ts_deltas: vec![1, 300, u64::MAX],
+            prints: vec![u64::MAX, 7],
+        },
+        EventBatch::default(),
+    ] {
+        let mut ours = Vec::new();
+        batch.encode_vec(&mut ours);
+        assert_eq!(ours, batch.encode_to_vec(), "{} events", batch.events.len());
+    }
+}
+
+#[test]
 fn batches_read_by_hand_are_what_prost_reads() {
     use prost::encoding::{encode_key, encode_varint, WireType};
     let dir = tempfile::tempdir().expect("tempdir");
