@@ -7,7 +7,7 @@
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
-    check_wire_type, decode_varint, encode_key, encode_varint, encoded_len_varint, int32, key_len,
+    check_wire_type, decode_varint, encode_key, encode_varint, encoded_len_varint, key_len,
     skip_field, uint32, uint64, DecodeContext, WireType,
 };
 use prost::{DecodeError, Message};
@@ -33,16 +33,16 @@ impl Event {
     /// Fields 1 to 5: all but the body.
     fn encode_head(&self, buf: &mut impl BufMut) {
         if self.ts_ns != 0 {
-            uint64::encode(1, &self.ts_ns, buf);
+            put_varint_field(buf, 1, self.ts_ns);
         }
         if self.pid != 0 {
-            uint32::encode(2, &self.pid, buf);
+            put_varint_field(buf, 2, u64::from(self.pid));
         }
         if self.tid != 0 {
-            uint32::encode(3, &self.tid, buf);
+            put_varint_field(buf, 3, u64::from(self.tid));
         }
         if self.cpu != 0 {
-            uint32::encode(4, &self.cpu, buf);
+            put_varint_field(buf, 4, u64::from(self.cpu));
         }
         if !self.comm.is_empty() {
             encode_bytes(5, self.comm.as_bytes(), buf);
@@ -58,22 +58,22 @@ impl SockIo {
             put_nested(out, 1, |out| sock.encode_raw(out));
         }
         if self.dir != 0 {
-            int32::encode(2, &self.dir, out);
+            put_varint_field(out, 2, self.dir as i64 as u64);
         }
         if self.syscall != 0 {
-            int32::encode(3, &self.syscall, out);
+            put_varint_field(out, 3, self.syscall as i64 as u64);
         }
         if self.fd != 0 {
-            int32::encode(4, &self.fd, out);
+            put_varint_field(out, 4, self.fd as i64 as u64);
         }
         if self.bytes != 0 {
-            uint64::encode(5, &self.bytes, out);
+            put_varint_field(out, 5, self.bytes);
         }
         if self.captured != 0 {
-            uint32::encode(6, &self.captured, out);
+            put_varint_field(out, 6, u64::from(self.captured));
         }
         if self.payload_fault {
-            prost::encoding::bool::encode(7, &self.payload_fault, out);
+            put_varint_field(out, 7, 1);
         }
         if let Some(sniff) = &self.sniff {
             put_nested(out, 8, |out| sniff.encode_raw(out));
@@ -92,11 +92,26 @@ impl EventBatch {
     }
 }
 
+/// Varint field `tag` (an int32, uint32, uint64, bool or enum: int32s sign-extended to
+/// 64 bits), as prost writes it, with the one-byte case taken without its loop.
+fn put_varint_field(buf: &mut impl BufMut, tag: u32, value: u64) {
+    put_varint(buf, u64::from(tag << 3)); // wire type 0
+    put_varint(buf, value);
+}
+
+fn put_varint(buf: &mut impl BufMut, value: u64) {
+    if value < 0x80 {
+        buf.put_u8(value as u8);
+    } else {
+        encode_varint(value, buf);
+    }
+}
+
 /// Field `tag`, a message that `body` writes, its length (a varint before it) filled
 /// in once written: one byte is kept for it and the message moved along in the rare
 /// case of 128 bytes or more.
 fn put_nested(out: &mut Vec<u8>, tag: u32, body: impl FnOnce(&mut Vec<u8>)) {
-    encode_key(tag, WireType::LengthDelimited, out);
+    put_varint(out, u64::from(tag << 3 | WireType::LengthDelimited as u32));
     let at = out.len();
     out.push(0);
     body(out);
