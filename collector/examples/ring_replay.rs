@@ -21,9 +21,8 @@ use collector::ingest::record::{Counters, FileHeader, RecordWriter};
 use collector::probes::{ProbeConfig, Probes};
 use collector::protocol::Decoder;
 
-/// `record`'s drain interval and its frame (flush) interval, in drains.
+/// `record`'s drain interval; it writes a frame (flushes) at the end of each drain.
 const DRAIN: Duration = collector::record::DRAIN_TO_FILE;
-const DRAINS_PER_FRAME: u32 = 2;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,9 +93,7 @@ fn replay(input: &str, out: &str) -> Result<(), String> {
         rest = tail;
         if len == 0 {
             drains += 1;
-            if drains.is_multiple_of(DRAINS_PER_FRAME) {
-                writer.flush().map_err(|e| e.to_string())?;
-            }
+            writer.flush().map_err(|e| e.to_string())?;
             continue;
         }
         records += 1;
@@ -110,7 +107,7 @@ fn replay(input: &str, out: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let written = header.counters.map_or(0, |c| c.written);
     eprintln!(
-        "ring_replay: {records} records ({errors} not decoded), {written} events written to {out}"
+        "ring_replay: {records} records in {drains} drains ({errors} not decoded), {written} events written to {out}"
     );
     Ok(())
 }

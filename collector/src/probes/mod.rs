@@ -34,9 +34,10 @@ pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 pub const DEFAULT_PAYLOAD_CAP: u32 = 16384;
 /// The probes wake the consumer once this much is pending (a quarter of a smaller
 /// ring): each wake-up costs a context switch and a cold start of the consumer's
-/// working set, so fewer and larger drains. 7 MiB of the default ring stay free for
-/// what arrives while a drain runs.
-const WAKEUP_BYTES: u64 = 1 << 20;
+/// working set, so fewer and larger drains (`record::DRAIN_TO_FILE`). 6 MiB of the
+/// default ring stay free for what arrives while a drain runs (a drain of 2 MiB
+/// takes ~10 ms).
+const WAKEUP_BYTES: u64 = 2 << 20;
 
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
