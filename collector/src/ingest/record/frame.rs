@@ -14,7 +14,6 @@
 //! its own content only when a stream ends). Format 2: each frame zstd on its
 //! own, events as they are. Format 1: plain.
 
-use std::collections::HashMap;
 use std::io::{self, Write};
 
 use prost::Message;
@@ -96,7 +95,7 @@ impl Encoder {
 /// it keeps between frames.
 struct Packer {
     /// Thread id -> its previous event's index in the frame being packed.
-    last_of_tid: HashMap<u32, usize>,
+    last_of_tid: FastMap<u32, usize>,
     elide: Vec<bool>,
     /// Format 4's table (None: format 3).
     socks: Option<SockTable>,
@@ -105,7 +104,7 @@ struct Packer {
 impl Packer {
     fn for_format(version: u32) -> Packer {
         Packer {
-            last_of_tid: HashMap::new(),
+            last_of_tid: FastMap::default(),
             elide: Vec::new(),
             socks: (version >= 4).then(SockTable::default),
         }
