@@ -17,8 +17,9 @@ pub(super) fn fixture_events(dir: &Path) -> (FileHeader, Vec<Event>) {
     (header, r.read_all().expect("read"))
 }
 
-/// The frames a live recorder writes: one per flush, every 200 ms (`record`'s
-/// interval), here by the events' own clock.
+/// Frames as a live recorder writes them, one per 200 ms by the events' own clock
+/// (`record` writes one per drain, every 500 ms or sooner: smaller frames are the
+/// harder case for compression, and the figures in README are these).
 pub(super) fn live_frames(events: &[Event]) -> Vec<&[Event]> {
     const FLUSH_NS: u64 = 200_000_000;
     let mut frames = Vec::new();
