@@ -54,28 +54,39 @@ impl SockIo {
     /// The bytes prost's derive writes for it (fields in tag order, defaults left out),
     /// its socket and sniff written as `Event::encode_vec` writes nested messages.
     fn encode_vec(&self, out: &mut Vec<u8>) {
-        if let Some(sock) = &self.sock {
+        // Every field named: one added to SockIo does not compile until written here.
+        let SockIo {
+            sock,
+            dir,
+            syscall,
+            fd,
+            bytes,
+            captured,
+            payload_fault,
+            sniff,
+        } = self;
+        if let Some(sock) = sock {
             put_nested(out, 1, |out| sock.encode_raw(out));
         }
-        if self.dir != 0 {
-            put_varint_field(out, 2, self.dir as i64 as u64);
+        if *dir != 0 {
+            put_varint_field(out, 2, *dir as i64 as u64);
         }
-        if self.syscall != 0 {
-            put_varint_field(out, 3, self.syscall as i64 as u64);
+        if *syscall != 0 {
+            put_varint_field(out, 3, *syscall as i64 as u64);
         }
-        if self.fd != 0 {
-            put_varint_field(out, 4, self.fd as i64 as u64);
+        if *fd != 0 {
+            put_varint_field(out, 4, *fd as i64 as u64);
         }
-        if self.bytes != 0 {
-            put_varint_field(out, 5, self.bytes);
+        if *bytes != 0 {
+            put_varint_field(out, 5, *bytes);
         }
-        if self.captured != 0 {
-            put_varint_field(out, 6, u64::from(self.captured));
+        if *captured != 0 {
+            put_varint_field(out, 6, u64::from(*captured));
         }
-        if self.payload_fault {
+        if *payload_fault {
             put_varint_field(out, 7, 1);
         }
-        if let Some(sniff) = &self.sniff {
+        if let Some(sniff) = sniff {
             put_nested(out, 8, |out| sniff.encode_raw(out));
         }
     }
@@ -108,8 +119,8 @@ fn put_varint(buf: &mut impl BufMut, value: u64) {
 }
 
 /// Field `tag`, a message that `body` writes, its length (a varint before it) filled
-/// in once written: one byte is kept for it and the message moved along in the rare
-/// case of 128 bytes or more.
+/// in once written: one byte is kept for it and the message moved along when it is
+/// 128 bytes or more (an I/O with an HTTP head or several SSE events).
 fn put_nested(out: &mut Vec<u8>, tag: u32, body: impl FnOnce(&mut Vec<u8>)) {
     put_varint(out, u64::from(tag << 3 | WireType::LengthDelimited as u32));
     let at = out.len();
