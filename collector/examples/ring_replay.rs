@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! # as root, while a load runs: the raw ring records of 20 s of ports 8000 and 8080
-//! cargo run --release --example ring_replay -- capture /tmp/ring.raw 20 8000 8080
-//! # decode and write them as `record` does (a frame every second drain)
+//! cargo run --release -p tokenscope-collector --example ring_replay -- capture /tmp/ring.raw 20 8000 8080
+//! # decode and write them as `record` does (a frame per drain)
 //! valgrind --tool=callgrind target/release/examples/ring_replay replay /tmp/ring.raw /tmp/out.tsr
 //! ```
 //!
