@@ -336,7 +336,7 @@ impl Probes {
     }
 
     /// Waits until the kernel signals pending data or `timeout` passes. The probes
-    /// wake user space only every 1 MiB pending, so callers drain on a timer as well.
+    /// wake user space only every `WAKEUP_BYTES` pending, so callers drain on a timer as well.
     pub fn wait(&self, timeout: Duration) {
         let mut pfd = libc::pollfd {
             fd: self.ring.fd(),
