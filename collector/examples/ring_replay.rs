@@ -10,11 +10,14 @@
 //! ```
 //!
 //! The capture file: each record as a little-endian u32 length and its bytes; a zero
-//! length marks the end of a drain.
+//! length marks the end of a drain. Unlike a recording, it holds the payloads as the
+//! probes copied them (prompts, completions, headers with their credentials): it is
+//! created readable by its owner only; capture test loads, never production traffic.
 
 #![allow(unused_crate_dependencies)] // an example sees every dependency
 
 use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 use collector::ingest::record::{Counters, FileHeader, RecordWriter};
@@ -45,7 +48,14 @@ fn capture(out: &str, seconds: &str, ports: &[String]) -> Result<(), String> {
         .iter()
         .map(|p| p.parse().map_err(|e| format!("port {p}: {e}")))
         .collect::<Result<Vec<u16>, String>>()?;
-    let mut file = BufWriter::new(std::fs::File::create(out).map_err(|e| format!("{out}: {e}"))?);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(out)
+        .map_err(|e| format!("{out}: {e}"))?;
+    let mut file = BufWriter::new(file);
     let mut probes = Probes::load(&ProbeConfig {
         ports,
         ..ProbeConfig::default()
