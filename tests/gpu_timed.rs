@@ -320,6 +320,42 @@ fn per_thread_stream_entry_points_give_the_same_steps() {
 }
 
 #[test]
+fn steps_that_end_with_the_whole_device_synchronised_are_steps() {
+    // PyTorch on CUDA 13: torch.cuda.synchronize() -> cudaDeviceSynchronize ->
+    // cuCtxSynchronize_v2, which a CUDA 12 driver does not export.
+    let run = prefill_matches(&["--device-sync"], "cuCtxSynchronize_v2");
+    let calls = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("stand-in driver calls:"))
+        .unwrap_or_else(|| panic!("the engine printed its driver calls: {}", run.stdout));
+    let number_before = |what: &str| -> u64 {
+        let head = &calls[..calls
+            .find(what)
+            .unwrap_or_else(|| panic!("{what} in {calls}"))];
+        head.split_whitespace()
+            .filter_map(|w| w.trim_start_matches('(').parse().ok())
+            .next_back()
+            .unwrap_or_else(|| panic!("a count before {what} in {calls}"))
+    };
+    let (syncs, whole) = (
+        number_before(" synchronisations"),
+        number_before(" of the whole device"),
+    );
+    assert!(
+        syncs > 0 && whole == syncs,
+        "every synchronisation of the whole device: {calls}"
+    );
+    assert!(
+        run.probes
+            .iter()
+            .any(|p| p.starts_with("uprobe:cuCtxSynchronize_v2@")),
+        "cuCtxSynchronize_v2 probed: {:?}",
+        run.probes
+    );
+}
+
+#[test]
 fn a_host_bound_decode_loop_is_seen_on_the_device_and_async_scheduling_clears_it() {
     let rule_11 = |args: &[&str]| {
         let run = record(args, load(24, 40));

@@ -32,6 +32,7 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr; /* _v2: 64-bit on LP64 */
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUgraphExec_st *CUgraphExec;
 
@@ -57,6 +58,8 @@ struct lab_cuda_counters {
     uint64_t stream_synchronize;
     /* Calls through the per-thread default stream (_ptsz) entry points, of the above. */
     uint64_t per_thread_stream;
+    /* Of the synchronisations, calls through cuCtxSynchronize / cuCtxSynchronize_v2. */
+    uint64_t ctx_synchronize;
 };
 
 static struct lab_cuda_counters counters;
@@ -225,11 +228,13 @@ static CUresult memcpy_dtoh_async(int ptsz, void *dstHost, CUdeviceptr srcDevice
     return CUDA_SUCCESS;
 }
 
-static CUresult stream_synchronize(int ptsz, CUstream hStream) {
-    (void)hStream;
+/* A stream's or the whole context's synchronisation: the lab has one timeline. */
+static CUresult synchronize(int ptsz, int ctx) {
     __atomic_fetch_add(&counters.stream_synchronize, 1, __ATOMIC_RELAXED);
     if (ptsz)
         __atomic_fetch_add(&counters.per_thread_stream, 1, __ATOMIC_RELAXED);
+    if (ctx)
+        __atomic_fetch_add(&counters.ctx_synchronize, 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&lock);
@@ -256,6 +261,7 @@ void lab_cuda_counters(struct lab_cuda_counters *out) {
     out->memcpy_dtoh_async = __atomic_load_n(&counters.memcpy_dtoh_async, __ATOMIC_RELAXED);
     out->stream_synchronize = __atomic_load_n(&counters.stream_synchronize, __ATOMIC_RELAXED);
     out->per_thread_stream = __atomic_load_n(&counters.per_thread_stream, __ATOMIC_RELAXED);
+    out->ctx_synchronize = __atomic_load_n(&counters.ctx_synchronize, __ATOMIC_RELAXED);
 }
 
 /* Lab-only: the device span of the work the last synchronisation waited for (first
@@ -309,8 +315,23 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t 
 }
 
 __attribute__((visibility("default"), noinline))
-CUresult cuStreamSynchronize(CUstream hStream) { return stream_synchronize(0, hStream); }
+CUresult cuStreamSynchronize(CUstream hStream) {
+    (void)hStream;
+    return synchronize(0, 0);
+}
 __attribute__((visibility("default"), noinline))
 CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
-    return stream_synchronize(1, hStream);
+    (void)hStream;
+    return synchronize(1, 0);
+}
+
+/* The whole context. CUDA 13 added the _v2 form, which takes the context, and its runtime
+ * calls it for cudaDeviceSynchronize (torch.cuda.synchronize()): cuGetProcAddress hands
+ * out cuCtxSynchronize_v2 for version 13000 (seen on an H200, driver 580.159). */
+__attribute__((visibility("default"), noinline))
+CUresult cuCtxSynchronize(void) { return synchronize(0, 1); }
+__attribute__((visibility("default"), noinline))
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+    (void)ctx;
+    return synchronize(0, 1);
 }

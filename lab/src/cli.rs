@@ -193,6 +193,10 @@ pub struct EngineArgs {
     /// as engines built with `--default-stream per-thread` do.
     #[arg(long)]
     pub per_thread_stream: bool,
+    /// End each step with cuCtxSynchronize_v2 (the whole device) instead of
+    /// cuStreamSynchronize, as PyTorch on CUDA 13 does for torch.cuda.synchronize().
+    #[arg(long)]
+    pub device_sync: bool,
     /// Model name served.
     #[arg(long, default_value = "lab-model")]
     pub model: String,
@@ -223,6 +227,7 @@ impl EngineArgs {
             x_accel_buffering_no: self.x_accel_buffering_no,
             libcuda_path: self.libcuda.clone(),
             per_thread_stream: self.per_thread_stream,
+            device_sync: self.device_sync,
             host_overhead_ns: self.host_overhead_ms.map_or(d.host_overhead_ns, ms_to_ns),
             async_scheduling: self.async_scheduling,
             kv_cache_tokens: self.kv_cache_tokens,
@@ -300,8 +305,8 @@ fn run_engine(a: EngineArgs) -> anyhow::Result<()> {
         wait_for_stop().await?;
         if let Some(c) = engine.cuda_call_counts() {
             println!(
-                "stand-in driver calls: {} kernel launches, {} graph launches, {} copies, {} synchronisations ({} through _ptsz entry points)",
-                c.launch_kernel, c.graph_launch, c.memcpy_dtoh_async, c.stream_synchronize, c.per_thread_stream
+                "stand-in driver calls: {} kernel launches, {} graph launches, {} copies, {} synchronisations ({} through _ptsz entry points, {} of the whole device)",
+                c.launch_kernel, c.graph_launch, c.memcpy_dtoh_async, c.stream_synchronize, c.per_thread_stream, c.ctx_synchronize
             );
         }
         let (steps, requests) = (engine.step_log(), engine.request_log());

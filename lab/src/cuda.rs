@@ -45,6 +45,7 @@ type CuLaunchKernel = unsafe extern "C" fn(
 type CuGraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult;
 type CuMemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CuResult;
 type CuStreamSynchronize = unsafe extern "C" fn(*mut c_void) -> CuResult;
+type CuCtxSynchronizeV2 = unsafe extern "C" fn(*mut c_void) -> CuResult;
 type LabCudaCounters = unsafe extern "C" fn(*mut CudaCallCounts);
 type LabCudaLastSync = unsafe extern "C" fn(*mut u64, *mut u64);
 
@@ -59,9 +60,11 @@ pub struct CudaCallCounts {
     pub stream_synchronize: u64,
     /// Of the above, calls through the `_ptsz` entry points.
     pub per_thread_stream: u64,
+    /// Of the synchronisations, calls through `cuCtxSynchronize` / `cuCtxSynchronize_v2`.
+    pub ctx_synchronize: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<CudaCallCounts>() == 48);
+const _: () = assert!(std::mem::size_of::<CudaCallCounts>() == 56);
 
 const LAB_GRAPH_MAGIC: u64 = 0x4c41_4247_5241_5048;
 
@@ -86,6 +89,8 @@ pub struct CudaDriver {
     graph_launch: CuGraphLaunch,
     memcpy_dtoh_async: CuMemcpyDtoHAsync,
     stream_synchronize: CuStreamSynchronize,
+    /// Steps end with the whole device's synchronisation instead of the stream's.
+    ctx_synchronize: Option<CuCtxSynchronizeV2>,
     /// The stand-in's device span of the last synchronised work (None: another driver).
     last_sync: Option<LabCudaLastSync>,
     kernel: Box<LabFunction>,
@@ -121,8 +126,14 @@ fn dlerror_string() -> String {
 impl CudaDriver {
     /// dlopens the driver at `path` (a libcuda.so.1) and calls cuInit(0). With
     /// `per_thread_stream` the engine calls the `_ptsz` entry points, as a runtime built
-    /// with `--default-stream per-thread` (PyTorch's option) does.
-    pub fn open(path: &Path, per_thread_stream: bool) -> Result<Self, CudaError> {
+    /// with `--default-stream per-thread` (PyTorch's option) does. With `device_sync` each
+    /// step ends with `cuCtxSynchronize_v2`, as PyTorch on CUDA 13 does for
+    /// `torch.cuda.synchronize()`, instead of `cuStreamSynchronize`.
+    pub fn open(
+        path: &Path,
+        per_thread_stream: bool,
+        device_sync: bool,
+    ) -> Result<Self, CudaError> {
         let cpath =
             CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| CudaError::Open {
                 path: path.to_path_buf(),
@@ -173,6 +184,13 @@ impl CudaDriver {
                     stream_synchronize: std::mem::transmute::<*mut c_void, CuStreamSynchronize>(
                         entry("cuStreamSynchronize", "cuStreamSynchronize_ptsz")?,
                     ),
+                    ctx_synchronize: if device_sync {
+                        Some(std::mem::transmute::<*mut c_void, CuCtxSynchronizeV2>(sym(
+                            "cuCtxSynchronize_v2",
+                        )?))
+                    } else {
+                        None
+                    },
                     last_sync: sym("lab_cuda_last_sync")
                         .ok()
                         .map(|p| std::mem::transmute::<*mut c_void, LabCudaLastSync>(p)),
@@ -259,6 +277,12 @@ impl CudaDriver {
 
     /// Blocks until the queued simulated work is done.
     pub fn synchronize(&mut self) -> Result<(), CudaError> {
+        if let Some(ctx_synchronize) = self.ctx_synchronize {
+            // SAFETY: plain call; a null context is the current one.
+            return check("cuCtxSynchronize_v2", unsafe {
+                ctx_synchronize(std::ptr::null_mut())
+            });
+        }
         // SAFETY: plain call with the default stream.
         check("cuStreamSynchronize", unsafe {
             (self.stream_synchronize)(std::ptr::null_mut())

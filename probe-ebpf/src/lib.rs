@@ -291,6 +291,9 @@ pub const CUDA_SYMBOLS: &[(&str, u32)] = &[
         abi::CU_STREAM_SYNCHRONIZE | abi::CU_PER_THREAD,
     ),
     ("cuCtxSynchronize", abi::CU_CTX_SYNCHRONIZE),
+    // CUDA 13's runtime calls this form for cudaDeviceSynchronize (torch.cuda.synchronize()):
+    // cuGetProcAddress hands it out for version 13000 (seen on an H200, driver 580.159).
+    ("cuCtxSynchronize_v2", abi::CU_CTX_SYNCHRONIZE),
     ("cuEventSynchronize", abi::CU_EVENT_SYNCHRONIZE),
 ];
 

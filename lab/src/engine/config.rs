@@ -68,6 +68,9 @@ pub struct EngineConfig {
     /// Call the driver's per-thread default stream entry points (`cuLaunchKernel_ptsz`...),
     /// as engines built with `--default-stream per-thread` do.
     pub per_thread_stream: bool,
+    /// End each step with `cuCtxSynchronize_v2` (the whole device), as PyTorch on CUDA 13
+    /// does for `torch.cuda.synchronize()`, instead of `cuStreamSynchronize`.
+    pub device_sync: bool,
     /// Load this libcuda.so.1 instead of writing the embedded stand-in to a temp dir; a
     /// path that does not exist yet gets the stand-in written there and kept.
     pub libcuda_path: Option<PathBuf>,
@@ -99,6 +102,7 @@ impl Default for EngineConfig {
             host_overhead_ns: 0,
             async_scheduling: false,
             per_thread_stream: false,
+            device_sync: false,
             libcuda_path: None,
         }
     }

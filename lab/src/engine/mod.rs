@@ -142,7 +142,11 @@ impl Engine {
         let scheduler = thread::Builder::new()
             .name("lab-scheduler".into())
             .spawn(move || {
-                let driver = match CudaDriver::open(&thread_path, thread_cfg.per_thread_stream) {
+                let driver = match CudaDriver::open(
+                    &thread_path,
+                    thread_cfg.per_thread_stream,
+                    thread_cfg.device_sync,
+                ) {
                     Ok(d) => {
                         let _ = ready_tx.send(Ok(()));
                         d
