@@ -41,7 +41,8 @@ tasks:
           `fixtures NAME..`: those scenarios only
   dist    the shipped profiler: release binary (lto, stripped) with its size, the CUPTI hook,
           shell completions (bash, zsh, fish) and man pages, in dist/
-  gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs a CUDA workload
+  gpu-check  on a machine with an NVIDIA GPU: real NVML and libcuda uprobes vs CUDA workloads
+          (ctypes and, where python3 has it, PyTorch); `gpu-check --help`
   watchdog SECS PROGRAM [ARGS..]  run PROGRAM; after SECS print where its threads wait, kill
           it and exit 124 (`test` runs each test binary so, for 600 s at most)";
 
@@ -59,7 +60,7 @@ fn main() {
         "fixtures" => fixtures::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "fuzz" => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "dist" => dist::run(),
-        "gpu-check" => gpu::run(),
+        "gpu-check" => gpu::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "test-kernels" => kernels::run(),
         "watchdog" => watchdog::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         "" | "help" | "-h" | "--help" => {

@@ -76,7 +76,7 @@ fn install(missing: &[&str]) -> Result<()> {
     result
 }
 
-fn mount_tracefs() -> Result<()> {
+pub(crate) fn mount_tracefs() -> Result<()> {
     if [
         "/sys/kernel/tracing/events",
         "/sys/kernel/debug/tracing/events",

@@ -1,41 +1,113 @@
 //! `cargo xtask gpu-check`: on a machine with an NVIDIA GPU, exercises the real
-//! NVML library and the libcuda uprobes against a small CUDA workload (PTX JIT
-//! through the driver, no toolkit needed: eager steps, the same through the `_ptsz`
-//! entry points, and CUDA graph replays), and checks what tokenscope recorded.
-//! The CUPTI hook is loaded into the workload too (CUDA_INJECTION64_PATH); it
-//! needs a libcupti (CUDA toolkit, TOKENSCOPE_CUPTI_LIB, or the PyPI wheel the
-//! cupti-hook tests unpack into target/tmp/cupti-wheel), and without one the
-//! check says so instead of failing. It prints one table: calls seen per probed
-//! symbol, and the steps CPU-timed (libcuda calls) beside GPU-timed (CUPTI).
+//! NVML library and the libcuda uprobes against small CUDA workloads and checks what
+//! tokenscope recorded: one that calls the driver through ctypes (PTX JIT, no toolkit
+//! needed: eager steps, the same through the `_ptsz` entry points, and CUDA graph
+//! replays), and, where python3 has torch, one that calls it as engines do (cudart and
+//! cuBLAS, eager and CUDA graph steps). The CUPTI hook is loaded into both
+//! (CUDA_INJECTION64_PATH); it needs a libcupti (CUDA toolkit, TOKENSCOPE_CUPTI_LIB,
+//! libcupti.so.12 beside prebuilt binaries, or the PyPI wheel the cupti-hook tests unpack
+//! into target/tmp/cupti-wheel), and without one the check says so instead of failing.
+//! It prints one table: calls seen per probed symbol, and the steps CPU-timed (libcuda
+//! calls) beside GPU-timed (CUPTI).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
 const STEPS: u32 = 50;
 
-pub(crate) fn run() -> Result<()> {
+const USAGE: &str = "\
+usage: cargo xtask gpu-check [--prebuilt DIR] [--keep DIR]
+
+  --prebuilt DIR  use DIR/tokenscope and DIR/libtokenscope_cupti_hook.so (and DIR/libcupti.so.12
+                  when there) instead of installing packages and building: for GPU machines
+                  with no network or no Rust toolchain
+  --keep DIR      leave the recording (gpu.tsrec) and the report (report.txt) in DIR
+
+example, binaries built on another machine and copied beside the workspace:
+  xtask gpu-check --prebuilt .gpu --keep /tmp/gpu-check";
+
+struct Options {
+    prebuilt: Option<PathBuf>,
+    keep: Option<PathBuf>,
+}
+
+fn options(args: &[String]) -> Result<Options> {
+    let mut opts = Options {
+        prebuilt: None,
+        keep: None,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || {
+            args.next()
+                .map(PathBuf::from)
+                .with_context(|| format!("{arg} needs a folder\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--prebuilt" => opts.prebuilt = Some(value()?),
+            "--keep" => opts.keep = Some(value()?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument '{other}'\n{USAGE}"),
+        }
+    }
+    Ok(opts)
+}
+
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let opts = options(args)?;
     if !Path::new("/dev/nvidia0").exists() && Command::new("nvidia-smi").output().is_err() {
         bail!("no NVIDIA GPU here (/dev/nvidia0 missing, no nvidia-smi): gpu-check needs one");
     }
-    crate::setup::run()?;
-    crate::cargo(&[
-        "build",
-        "--release",
-        "--bin",
-        "tokenscope",
-        "-p",
-        "tokenscope",
-        "-p",
-        "tokenscope-cupti-hook",
-    ])?;
-    let hook = crate::root().join("target/release/libtokenscope_cupti_hook.so");
-    let bin = crate::root().join("target/release/tokenscope");
+    let (bin, hook) = match &opts.prebuilt {
+        Some(dir) => {
+            crate::setup::mount_tracefs()?;
+            let dir = std::fs::canonicalize(dir)
+                .with_context(|| format!("--prebuilt {}", dir.display()))?;
+            (
+                dir.join("tokenscope"),
+                dir.join("libtokenscope_cupti_hook.so"),
+            )
+        }
+        None => {
+            crate::setup::run()?;
+            // No `--bin`: it would leave the hook's cdylib out of target/release.
+            crate::cargo(&[
+                "build",
+                "--release",
+                "-p",
+                "tokenscope",
+                "-p",
+                "tokenscope-cupti-hook",
+            ])?;
+            let release = crate::target_dir().join("release");
+            (
+                release.join("tokenscope"),
+                release.join("libtokenscope_cupti_hook.so"),
+            )
+        }
+    };
+    for file in [&bin, &hook] {
+        if !file.is_file() {
+            bail!("{} is missing", file.display());
+        }
+    }
     let dir = std::env::temp_dir().join(format!("tokenscope-gpu-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let workload = dir.join("workload.py");
-    std::fs::write(&workload, include_str!("workload.py"))?;
+    let workloads = [
+        (dir.join("workload.py"), include_str!("workload.py")),
+        (
+            dir.join("workload_torch.py"),
+            include_str!("workload_torch.py"),
+        ),
+    ];
+    for (path, text) in &workloads {
+        std::fs::write(path, text)?;
+    }
     let libcuda = String::from_utf8(
         Command::new("python3")
             .args([
@@ -46,7 +118,8 @@ pub(crate) fn run() -> Result<()> {
             .stdout,
     )?;
     let libcuda = resolve(libcuda.trim())
-        .context("libcuda.so.1 not found by ctypes.util.find_library('cuda')")?;
+        .or_else(driver_dir_libcuda)
+        .context("libcuda.so.1 not found (ctypes.util.find_library('cuda'), /usr/local/nvidia)")?;
     println!("gpu-check: libcuda at {libcuda}");
 
     let out = dir.join("gpu.tsrec");
@@ -64,25 +137,33 @@ pub(crate) fn run() -> Result<()> {
             out.as_os_str(),
         ],
     )?;
-    let mut workload_cmd = Command::new("python3");
-    workload_cmd
-        .arg(&workload)
-        .arg(STEPS.to_string())
-        .env("CUDA_INJECTION64_PATH", &hook)
-        .env("TOKENSCOPE_CUPTI_SOCKET", &socket);
-    match cupti_lib() {
-        Some(lib) => {
-            println!("gpu-check: libcupti {lib}");
-            workload_cmd.env("TOKENSCOPE_CUPTI_LIB", lib);
-        }
+    let cupti = cupti_lib(opts.prebuilt.as_deref());
+    match &cupti {
+        Some(lib) => println!("gpu-check: libcupti {lib}"),
         None => println!("gpu-check: no libcupti found; the hook will say so"),
     }
-    let output = workload_cmd.output()?;
-    let said = String::from_utf8_lossy(&output.stdout);
-    print!("{said}{}", String::from_utf8_lossy(&output.stderr));
+    let mut said = String::new();
+    let mut failed = None;
+    for (workload, _) in &workloads {
+        let mut cmd = Command::new("python3");
+        cmd.arg(workload)
+            .arg(STEPS.to_string())
+            .env("CUDA_INJECTION64_PATH", &hook)
+            .env("TOKENSCOPE_CUPTI_SOCKET", &socket);
+        if let Some(lib) = &cupti {
+            cmd.env("TOKENSCOPE_CUPTI_LIB", lib);
+        }
+        let output = cmd.output()?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        print!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        said.push_str(&stdout);
+        if !output.status.success() && failed.is_none() {
+            failed = Some(workload.display().to_string());
+        }
+    }
     print!("{}", rec.stop_output()?);
-    if !output.status.success() {
-        bail!("the CUDA workload failed");
+    if let Some(workload) = failed {
+        bail!("the CUDA workload {workload} failed");
     }
     let phases = said
         .lines()
@@ -116,6 +197,12 @@ pub(crate) fn run() -> Result<()> {
     print_calls(&String::from_utf8_lossy(&all.stdout));
     let text = Command::new(&bin).arg("report").arg(&out).output()?;
     let text = String::from_utf8_lossy(&text.stdout);
+    if let Some(keep) = &opts.keep {
+        std::fs::create_dir_all(keep)?;
+        std::fs::copy(&out, keep.join("gpu.tsrec"))?;
+        std::fs::write(keep.join("report.txt"), text.as_bytes())?;
+        println!("gpu-check: recording and report kept in {}", keep.display());
+    }
     println!("gpu-check: steps, CPU-timed (libcuda calls) and on the device (CUPTI):");
     for line in text
         .lines()
@@ -159,19 +246,38 @@ fn print_calls(dump: &str) {
     }
 }
 
-/// TOKENSCOPE_CUPTI_LIB, a libcupti the loader knows, or the PyPI wheel the cupti-hook
-/// tests unpack (carried to a GPU machine with no network).
-fn cupti_lib() -> Option<String> {
+/// TOKENSCOPE_CUPTI_LIB, a libcupti the loader knows, one beside prebuilt binaries, or the
+/// PyPI wheel the cupti-hook tests unpack.
+fn cupti_lib(prebuilt: Option<&Path>) -> Option<String> {
     if let Ok(lib) = std::env::var("TOKENSCOPE_CUPTI_LIB") {
         return Some(lib);
     }
     if let Some(lib) = resolve("libcupti.so.12") {
         return Some(lib);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| crate::root().join("target"), std::path::PathBuf::from);
-    let wheel = target.join("tmp/cupti-wheel/nvidia/cuda_cupti/lib/libcupti.so.12");
-    wheel.exists().then(|| wheel.display().to_string())
+    let beside = prebuilt.map(|dir| dir.join("libcupti.so.12"));
+    let wheel = crate::target_dir().join("tmp/cupti-wheel/nvidia/cuda_cupti/lib/libcupti.so.12");
+    beside
+        .into_iter()
+        .chain([wheel])
+        .find(|lib| lib.exists())
+        .and_then(|lib| std::fs::canonicalize(lib).ok())
+        .map(|lib| lib.display().to_string())
+}
+
+/// Container images mount the driver's libraries under /usr/local/nvidia, which the
+/// loader's cache may not list.
+fn driver_dir_libcuda() -> Option<String> {
+    [
+        "/usr/local/nvidia/lib64",
+        "/usr/local/nvidia/lib",
+        "/usr/lib/x86_64-linux-gnu",
+    ]
+    .iter()
+    .map(|dir| Path::new(dir).join("libcuda.so.1"))
+    .find(|lib| lib.exists())
+    .and_then(|lib| std::fs::canonicalize(lib).ok())
+    .map(|lib| lib.display().to_string())
 }
 
 /// find_library gives a soname; the uprobes need the file behind it.
