@@ -53,6 +53,10 @@ pub struct Point {
     pub ttft_ns: Option<u64>,
     /// Arrival of each token event (CLOCK_MONOTONIC ns).
     pub token_ns: Vec<u64>,
+    /// The response head's I/O here (its status line), when seen: what a token written
+    /// apart from it may wait behind (Nagle, rule 7).
+    #[serde(skip)]
+    pub head_ns: Option<u64>,
     /// Socket I/Os that carried the response.
     pub ios: u32,
     /// Most token events carried by one I/O (more than 1 = coalescing).
@@ -376,6 +380,7 @@ impl Request {
                 ios: token_ns.len() as u32,
                 max_tokens_per_io: u32::from(!token_ns.is_empty()),
                 token_ns,
+                head_ns: None,
                 done: true,
                 compressed: false,
                 record_ns: Vec::new(),

@@ -83,3 +83,78 @@ fn held_segments_are_nagle_unless_the_reader_sat_on_another_streams_data() {
     let prompt = stream(1, &waiting, &vec![MS / 5; waiting.len()]);
     assert!(nagle(&input(&[a, prompt])).is_some());
 }
+
+/// `n` keep-alive responses read by one process (a threaded client), heads 1 ms apart:
+/// each head crosses in 0.05 ms, its 16 tokens are written 2 ms apart from 2 ms after the
+/// head, and the first `held` responses' tokens all wait for the head's delayed ACK, 40 ms
+/// after it and 4 ms longer for each earlier response (an earlier head's ACK comes last).
+fn behind_heads(n: usize, held: usize, head_apart: bool) -> Vec<Request> {
+    (0..n)
+        .map(|i| {
+            let head = 1_000 * MS + i as u64 * MS;
+            let first = if head_apart { head + 2 * MS } else { head };
+            let sent: Vec<u64> = (0..16).map(|k| first + k * 2 * MS).collect();
+            let release = head + 40 * MS + (n - 1 - i) as u64 * 4 * MS;
+            let delay: Vec<u64> = sent
+                .iter()
+                .map(|&s| {
+                    if i < held {
+                        release.max(s) - s + MS / 20
+                    } else {
+                        MS / 20
+                    }
+                })
+                .collect();
+            let mut r = stream(i, &sent, &delay);
+            r.points[0].head_ns = Some(head + MS / 20);
+            r.points[1].head_ns = Some(head);
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn first_tokens_held_behind_the_response_head_are_nagle_and_cost_ttft() {
+    // All eight streams held at once: each looks like data the reader left unread
+    // while the others were held, which the sender's holds must not excuse.
+    let reqs = behind_heads(8, 8, true);
+    let f = nagle(&input(&reqs)).expect("eight first tokens held 38-66 ms behind their heads");
+    let figure = |name: &str| {
+        f.diagnosis
+            .evidence
+            .figures
+            .iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("figure {name}: {:?}", f.diagnosis.evidence.figures))
+            .value
+    };
+    assert_eq!(figure("first tokens held behind the head"), 8.0);
+    // Written 2 ms after the head, read 40-68 ms after it: 38-66 ms longer on the hop.
+    let p50 = figure("first-token hold p50");
+    assert!((50.0..=54.0).contains(&p50), "{p50}");
+    let want: Vec<(usize, u64)> = (0..8)
+        .map(|i| (i, (38 + (7 - i as u64) * 4) * MS))
+        .collect();
+    assert_eq!(
+        f.ttft.into_iter().collect::<Vec<_>>(),
+        want,
+        "each request's TTFT"
+    );
+    assert!(
+        f.itl.is_empty(),
+        "the gaps after the first token are not the finding's"
+    );
+
+    // Five of eight is still the pattern; one of eight, or heads written with the
+    // first token, or tokens not held, is not.
+    assert!(nagle(&input(&behind_heads(8, 5, true))).is_some());
+    assert!(nagle(&input(&behind_heads(8, 1, true))).is_none());
+    assert!(nagle(&input(&behind_heads(8, 0, true))).is_none());
+    assert!(nagle(&input(&behind_heads(8, 8, false))).is_none());
+    // Without the heads' times (a hop seen only as tokens) the form cannot be told.
+    let mut headless = behind_heads(8, 8, true);
+    for r in &mut headless {
+        r.points[1].head_ns = None;
+    }
+    assert!(nagle(&input(&headless)).is_none());
+}

@@ -22,7 +22,21 @@ type SoFar = (u64, (u64, usize), (u64, usize));
 
 impl Readers {
     /// The tokens of the readers `wanted` picks.
+    #[cfg(test)]
     pub(super) fn of(reqs: &[&Request], wanted: impl Fn(u32) -> bool) -> Readers {
+        Readers::without(reqs, wanted, &HashMap::new())
+    }
+
+    /// The same, leaving out each request's tokens sent within its `held` windows (the
+    /// sender held them: they were never waiting at the reader, so they say nothing of
+    /// its being busy; a process that reads many Nagle-held streams at once would
+    /// otherwise look busy to each).
+    pub(super) fn without(
+        reqs: &[&Request],
+        wanted: impl Fn(u32) -> bool,
+        held: &HashMap<usize, Vec<(u64, u64)>>,
+    ) -> Readers {
+        let none = Vec::new();
         let mut tokens: HashMap<u32, Vec<(u64, u64, usize)>> = HashMap::new();
         for (i, r) in reqs.iter().enumerate() {
             for hop in socket_hops(r) {
@@ -30,8 +44,12 @@ impl Readers {
                     continue;
                 };
                 let v = tokens.entry(p.pid).or_default();
+                let windows = held.get(&i).unwrap_or(&none);
                 for (&read, d) in p.token_ns.iter().zip(hop.delays(&r.points)) {
-                    v.push((read.saturating_sub(d), read, i));
+                    let sent = read.saturating_sub(d);
+                    if !windows.iter().any(|&(a, b)| sent >= a && sent <= b) {
+                        v.push((sent, read, i));
+                    }
                 }
             }
         }

@@ -304,6 +304,10 @@ fn mapped_client_point(
         comm: client.comm.clone(),
         ttft_ns: token_ns.first().map(|t| t.saturating_sub(start_ns)),
         token_ns,
+        head_ns: x
+            .response_first_ns
+            .and_then(|t| crate::stitch::wire::peer_read_ns(server, client, t))
+            .map(|(ts, _)| ts),
         ios: per_read.len() as u32,
         max_tokens_per_io: per_read.values().copied().max().unwrap_or(0),
         done: x.done(),
@@ -338,6 +342,7 @@ fn point(kind: PointKind, c: &Connection, x: &Exchange, start_ns: u64) -> Point 
         comm: c.comm.clone(),
         ttft_ns: first.map(|t| t.saturating_sub(start_ns)),
         token_ns,
+        head_ns: x.response_first_ns,
         ios: x.response_ios,
         max_tokens_per_io: max_per_io(|| x.tokens().map(|t| t.io)),
         done: x.done(),
