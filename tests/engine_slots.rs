@@ -99,16 +99,7 @@ fn two_slots_make_requests_wait_and_rule_13_says_so_and_how_much() {
         "no GPU source: rule 6 has no steps"
     );
     assert_eq!(d["evidence"]["requests"], 4, "the four that waited: {d:#}");
-    let figure = |name: &str| -> f64 {
-        d["evidence"]["figures"]
-            .as_array()
-            .expect("figures")
-            .iter()
-            .find(|f| f["name"] == name)
-            .and_then(|f| f["value"].as_f64())
-            .unwrap_or_else(|| panic!("figure {name}: {d:#}"))
-    };
-    assert_eq!(figure("streams at once (most)"), 2.0);
+    assert_eq!(figure(d, "streams at once (most)"), 2.0);
     check_report_schema(&report).expect("the report with rule 13 follows the schema");
 
     // What bench saw: the two that found a slot start at once; the others wait.
@@ -117,7 +108,7 @@ fn two_slots_make_requests_wait_and_rule_13_says_so_and_how_much() {
     let mut waits: Vec<u64> = t[2..].iter().map(|x| x - free).collect();
     waits.sort_unstable();
     let measured_p50 = (waits[1] + waits[2]) as f64 / 2.0;
-    within_25_percent("wait p50", figure("wait p50") * 1e6, measured_p50);
+    within_25_percent("wait p50", figure(d, "wait p50") * 1e6, measured_p50);
 
     // What the fix saves: TTFT p95 with two slots against six, same load.
     let p95 = |v: &[u64]| collector::analyze::percentile(v, 950) as f64;

@@ -285,15 +285,19 @@ fn gpu_timed_prefill_matches_the_log_with_whole_prompt_prefills() {
     );
 }
 
+/// The lab engine's line of stand-in driver calls per entry point.
+fn driver_calls(run: &Run) -> &str {
+    run.stdout
+        .lines()
+        .find(|l| l.starts_with("stand-in driver calls:"))
+        .unwrap_or_else(|| panic!("the engine printed its driver calls: {}", run.stdout))
+}
+
 #[test]
 fn per_thread_stream_entry_points_give_the_same_steps() {
     let run = prefill_matches(&["--per-thread-stream"], "_ptsz entry points");
     // The driver counted every call as coming through a _ptsz entry point.
-    let calls = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("stand-in driver calls:"))
-        .unwrap_or_else(|| panic!("the engine printed its driver calls: {}", run.stdout));
+    let calls = driver_calls(&run);
     let numbers: Vec<u64> = calls
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|w| w.parse().ok())
@@ -324,11 +328,7 @@ fn steps_that_end_with_the_whole_device_synchronised_are_steps() {
     // PyTorch on CUDA 13: torch.cuda.synchronize() -> cudaDeviceSynchronize ->
     // cuCtxSynchronize_v2, which a CUDA 12 driver does not export.
     let run = prefill_matches(&["--device-sync"], "cuCtxSynchronize_v2");
-    let calls = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("stand-in driver calls:"))
-        .unwrap_or_else(|| panic!("the engine printed its driver calls: {}", run.stdout));
+    let calls = driver_calls(&run);
     let number_before = |what: &str| -> u64 {
         let head = &calls[..calls
             .find(what)

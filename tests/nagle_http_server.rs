@@ -86,19 +86,10 @@ fn first_tokens_held_behind_the_head_are_diagnosed_and_the_saving_is_what_nodela
     let d = rule_7(&held.report)
         .unwrap_or_else(|| panic!("rule 7 on the held run: {:#}", held.report["diagnoses"]));
     println!("{}", d["finding"]);
-    let figure = |name: &str| {
-        d["evidence"]["figures"]
-            .as_array()
-            .expect("figures")
-            .iter()
-            .find(|f| f["name"] == name)
-            .and_then(|f| f["value"].as_f64())
-            .unwrap_or_else(|| panic!("figure {name}: {d:#}"))
-    };
     // Every request after the first on its connection (the first one's ACK is quick).
     let keep_alive = (STREAMS * (ROUNDS - 1)) as f64;
     assert!(
-        figure("first tokens held behind the head") >= keep_alive * 0.75,
+        figure(d, "first tokens held behind the head") >= keep_alive * 0.75,
         "{d:#}"
     );
     // The rule's prediction for the fixed server against the fixed server measured.

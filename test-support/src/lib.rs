@@ -29,7 +29,7 @@ pub use nginx::{
 pub use recorder::{wait_timeout, Recorder};
 pub use report::{
     assert_no_secrets_in_outputs, assert_rule_with_evidence, assert_within,
-    assert_within_a_millisecond, ns, off_range, point, point_kinds, prefill_steps,
+    assert_within_a_millisecond, figure, ns, off_range, point, point_kinds, prefill_steps,
     report_files_out, report_json, report_json_with, report_text, reported_by_first_token,
     tokens_at, MS,
 };

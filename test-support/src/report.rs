@@ -223,3 +223,14 @@ pub fn assert_rule_with_evidence(report: &serde_json::Value, rule: u64) {
         "rule {rule} names a fix"
     );
 }
+
+/// A diagnosis's evidence figure by name (panics, showing the diagnosis, without it).
+pub fn figure(diagnosis: &serde_json::Value, name: &str) -> f64 {
+    diagnosis["evidence"]["figures"]
+        .as_array()
+        .expect("figures")
+        .iter()
+        .find(|f| f["name"] == name)
+        .and_then(|f| f["value"].as_f64())
+        .unwrap_or_else(|| panic!("figure {name}: {diagnosis:#}"))
+}
