@@ -104,6 +104,37 @@ static __always_inline void submit(void *data, __u64 size)
 		count(TS_CNT_DROPPED);
 }
 
+/* A socket's ports, in one read of the pair (host order). */
+struct ts_ports {
+	__u16 sport;
+	__u16 dport;
+};
+
+static __always_inline struct ts_ports read_ports(struct sock *sk)
+{
+	/* skc_portpair: skc_dport (network order) in its first two bytes, skc_num after. */
+	struct {
+		__be16 dport;
+		__u16 num;
+	} pair = {};
+	bpf_core_read(&pair, sizeof(pair), &sk->__sk_common.skc_portpair);
+	struct ts_ports p = { .sport = pair.num, .dport = bpf_ntohs(pair.dport) };
+	return p;
+}
+
+/* The header of an event made in the owning task, from what the caller already has:
+ * its pid/tid, CPU and time (each helper call saved counts on every I/O). */
+static __always_inline void fill_header_task(struct ts_header *h, __u32 kind, __u64 id, __u32 cpu,
+					     __u64 ts_ns)
+{
+	h->ts_ns = ts_ns;
+	h->kind = kind;
+	h->cpu = cpu;
+	h->pid = id >> 32;
+	h->tid = (__u32)id;
+	bpf_get_current_comm(h->comm, sizeof(h->comm));
+}
+
 /* process_ctx: the event runs in the owning task (not softirq), so pid/comm are its own. */
 static __always_inline void fill_header(struct ts_header *h, __u32 kind, int process_ctx)
 {
@@ -122,22 +153,29 @@ static __always_inline void fill_header(struct ts_header *h, __u32 kind, int pro
 	}
 }
 
-static __always_inline void read_sock(struct ts_sock *out, struct sock *sk)
+/* The socket's 4-tuple, its ports already read. */
+static __always_inline void read_sock_with(struct ts_sock *out, struct sock *sk, struct ts_ports ports)
 {
 	__builtin_memset(out, 0, sizeof(*out));
 	out->skaddr = (__u64)sk;
 	out->family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	out->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	out->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	out->sport = ports.sport;
+	out->dport = ports.dport;
 	if (out->family == AF_INET) {
-		__be32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__builtin_memcpy(out->saddr, &a, 4);
-		a = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(out->daddr, &a, 4);
+		/* skc_addrpair: skc_daddr in its first four bytes, skc_rcv_saddr after. */
+		__be32 pair[2] = {};
+		bpf_core_read(pair, sizeof(pair), &sk->__sk_common.skc_addrpair);
+		__builtin_memcpy(out->daddr, &pair[0], 4);
+		__builtin_memcpy(out->saddr, &pair[1], 4);
 	} else {
 		BPF_CORE_READ_INTO(out->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
 		BPF_CORE_READ_INTO(out->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
 	}
+}
+
+static __always_inline void read_sock(struct ts_sock *out, struct sock *sk)
+{
+	read_sock_with(out, sk, read_ports(sk));
 }
 
 /* fd -> struct file -> struct socket -> struct sock, through the current task's fd

@@ -50,6 +50,9 @@ struct {
 struct io_scratch {
 	struct ts_io_event ev;
 	__u8 spill[TS_PAYLOAD_MAX];
+	/* The I/O's iovec array, read whole: a user read costs ~100 ns in a VM, whatever
+	 * its size, and one per iovec was half of a writev's probe. */
+	struct iovec iov[TS_IOV_MAX];
 };
 
 /* One slot per CPU, indexed by CPU id. A plain array, not a per-CPU one: per-CPU
@@ -139,9 +142,10 @@ static __always_inline int is_send_syscall(__u32 sys)
 	return sys >= TS_SYS_WRITE && sys <= TS_SYS_SENDMSG;
 }
 
-/* Copies up to `want` bytes of the user buffer(s) into ev->payload. */
-static __always_inline void copy_payload(struct ts_io_event *ev, const struct io_args *a, __u32 want)
+/* Copies up to `want` bytes of the user buffer(s) into ev->payload (s->ev). */
+static __always_inline void copy_payload(struct io_scratch *s, const struct io_args *a, __u32 want)
 {
+	struct ts_io_event *ev = &s->ev;
 	if (a->shape == SHAPE_BUF) {
 		__u32 len = want;
 		if (len > TS_PAYLOAD_MAX)
@@ -163,15 +167,21 @@ static __always_inline void copy_payload(struct ts_io_event *ev, const struct io
 		iov = m.msg_iov;
 		vlen = m.msg_iovlen;
 	}
+	__u64 n = vlen < TS_IOV_MAX ? vlen : TS_IOV_MAX;
+	__u32 iov_bytes = (__u32)n * sizeof(struct iovec);
+	if (iov_bytes > sizeof(s->iov))
+		iov_bytes = sizeof(s->iov);
+	if (iov_bytes == 0)
+		return;
+	if (bpf_probe_read_user(s->iov, iov_bytes, iov)) {
+		ev->flags |= TS_IO_F_PAYLOAD_FAULT;
+		return;
+	}
 	__u32 off = 0;
 	for (int i = 0; i < TS_IOV_MAX; i++) {
-		if (i >= vlen || off >= want)
+		if (i >= n || off >= want)
 			break;
-		struct iovec v;
-		if (bpf_probe_read_user(&v, sizeof(v), &iov[i])) {
-			ev->flags |= TS_IO_F_PAYLOAD_FAULT;
-			break;
-		}
+		struct iovec v = s->iov[i];
 		__u64 len = v.iov_len;
 		if (len > want - off)
 			len = want - off;
@@ -197,24 +207,29 @@ static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id
 	if (!s)
 		return 0;
 	struct ts_io_event *ev = &s->ev;
+	/* Each helper call below runs for every TCP I/O of the host (~60 ns each in a VM):
+	 * the ports in one read, the rest only for wanted sockets, the clock read once. */
+	struct ts_ports ports = read_ports(sk);
+	__u64 now = 0;
 	if (cfg_tls) {
-		/* Read once for both: the TLS note wants every receive's socket. */
-		read_sock(&ev->sock, sk);
-		if (dir == TS_DIR_RECV)
-			tls_note_recv(tid, &ev->sock);
-		if (!port_wanted(ev->sock.sport, ev->sock.dport))
-			return 0;
-	} else {
-		/* The ports alone first: most of a host's TCP I/O stops here. */
-		__u16 sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-		if (!port_wanted(sport, dport))
-			return 0;
-		read_sock(&ev->sock, sk);
+		/* The TLS note wants every receive's socket, wanted or not. */
+		read_sock_with(&ev->sock, sk, ports);
+		if (dir == TS_DIR_RECV) {
+			now = bpf_ktime_get_ns();
+			tls_note_recv(tid, &ev->sock, now);
+		}
 	}
+	if (!port_wanted(ports.sport, ports.dport))
+		return 0;
+	if (!cfg_tls)
+		read_sock_with(&ev->sock, sk, ports);
 	if (!sock_netns_wanted(sk))
 		return 0;
-	fill_header(&ev->hdr, TS_EV_IO, 1);
+	/* A send is timed when the application made it (its syscall's entry): by the time
+	 * the socket layer returns, loopback has already delivered it to the receiver. A
+	 * receive is timed when its bytes reached the application (now). */
+	__u64 ts_ns = dir == TS_DIR_SEND && a ? a->ts_ns : now ? now : bpf_ktime_get_ns();
+	fill_header_task(&ev->hdr, TS_EV_IO, id, cpu, ts_ns);
 	ev->dir = dir;
 	ev->syscall = TS_SYS_NONE;
 	ev->fd = -1;
@@ -225,15 +240,10 @@ static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id
 
 	tls_note_socket(tid, &ev->sock);
 	if (a) {
-		/* A send is timed when the application made it: by the time the socket
-		 * layer returns, loopback has already delivered it to the receiver. A
-		 * receive is timed when its bytes reached the application (now). */
-		if (dir == TS_DIR_SEND)
-			ev->hdr.ts_ns = a->ts_ns;
 		ev->syscall = a->syscall;
 		ev->fd = a->fd;
 		__u32 cap = cfg_payload_cap < TS_PAYLOAD_MAX ? cfg_payload_cap : TS_PAYLOAD_MAX;
-		copy_payload(ev, a, (__u32)ret < cap ? (__u32)ret : cap);
+		copy_payload(s, a, (__u32)ret < cap ? (__u32)ret : cap);
 	}
 	__u64 size = TS_IO_EVENT_HEAD_SIZE + (__u64)ev->payload_len;
 	if (size > TS_IO_EVENT_SIZE)

@@ -98,8 +98,12 @@ typedef struct {
 struct sock_common {
 	__be32 skc_daddr;
 	__be32 skc_rcv_saddr;
+	/* Each pair is a union member over the two fields before it in the kernel: one
+	 * read for both (a helper call costs ~60 ns in a VM). */
+	__u64 skc_addrpair;
 	__be16 skc_dport;
 	__u16 skc_num;
+	__u32 skc_portpair;
 	unsigned short skc_family;
 	struct in6_addr skc_v6_daddr;
 	struct in6_addr skc_v6_rcv_saddr;

@@ -67,10 +67,10 @@ struct {
 /* Called by the socket layer's probe for every TCP receive of a traced process,
  * before port filters (a tie to an unwanted socket must not fall back to a wanted one),
  * with the socket as the probe read it. */
-static __always_inline void tls_note_recv(__u32 tid, const struct ts_sock *sock)
+static __always_inline void tls_note_recv(__u32 tid, const struct ts_sock *sock, __u64 ts_ns)
 {
 	struct last_recv r = {};
-	r.ts_ns = bpf_ktime_get_ns();
+	r.ts_ns = ts_ns;
 	r.sock = *sock;
 	bpf_map_update_elem(&TLS_LAST_RECV, &tid, &r, BPF_ANY);
 }
