@@ -1,9 +1,12 @@
-//! Privileged: rule 7 against a server we did not write. Python's http.server streams
-//! SSE as many small Python servers do (the head in one write, then a write per event,
-//! TCP_NODELAY unset) to http.client on keep-alive connections: after the first request
-//! of each connection the kernel holds every first token until the client's delayed ACK
-//! of the head, ~40 ms. The same server with TCP_NODELAY is the fix, measured in the same
-//! run: what the rule says the fix saves must be what it saved, by the clients' clocks.
+//! Privileged: a server we did not write. Python's http.server streams SSE as many
+//! small Python servers do (the head in one write, then a write per event) to
+//! http.client on keep-alive connections.
+//! - Rule 7: with TCP_NODELAY unset, after the first request of each connection the
+//!   kernel holds every first token until the client's delayed ACK of the head, ~40 ms.
+//!   The same server with TCP_NODELAY is the fix, measured in the same run: what the rule
+//!   says the fix saves must be what it saved, by the clients' clocks.
+//! - Each event written in five pieces through writev(2) and sendmsg(2): the probes read
+//!   the iovec array whole, and every token is still seen where it was written.
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
@@ -22,6 +25,10 @@ struct Run {
 }
 
 fn run(mode: &str) -> Run {
+    run_load(mode, STREAMS, ROUNDS)
+}
+
+fn run_load(mode: &str, streams: usize, rounds: usize) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -37,7 +44,7 @@ fn run(mode: &str) -> Run {
     let rec = Recorder::start(dir.path(), &["--port", &port.to_string()]);
     let client = Command::new("python3")
         .args([script, "client", &port.to_string()])
-        .args([STREAMS.to_string(), ROUNDS.to_string()])
+        .args([streams.to_string(), rounds.to_string()])
         .output()
         .expect("python3 http.client");
     let path = rec.path.clone();
@@ -51,7 +58,7 @@ fn run(mode: &str) -> Run {
     );
     let client_ttft_ms: Vec<f64> =
         serde_json::from_slice(&client.stdout).expect("the client's TTFTs, JSON");
-    assert_eq!(client_ttft_ms.len(), STREAMS * ROUNDS);
+    assert_eq!(client_ttft_ms.len(), streams * rounds);
     Run {
         report: report_json_with(&path, &[]),
         client_ttft_ms,
@@ -116,4 +123,22 @@ fn first_tokens_held_behind_the_head_are_diagnosed_and_the_saving_is_what_nodela
         "no rule 7 with TCP_NODELAY: {:#}",
         fixed.report["diagnoses"]
     );
+}
+
+#[test]
+fn events_written_in_pieces_through_writev_and_sendmsg_are_every_token() {
+    for mode in ["writev", "sendmsg"] {
+        let run = run_load(mode, 2, 3);
+        let requests = run.report["requests"].as_array().expect("requests");
+        assert_eq!(requests.len(), 6, "{mode}: every request");
+        for r in requests {
+            for kind in ["engine_write", "client_read"] {
+                let p = point(r, kind).unwrap_or_else(|| panic!("{mode}: {kind} point: {r:#}"));
+                assert_eq!(p["tokens"], 16, "{mode}: every token at {kind}: {p:#}");
+            }
+        }
+        println!(
+            "{mode}: 6 requests, 16 tokens each at the engine's writes and the client's reads"
+        );
+    }
 }

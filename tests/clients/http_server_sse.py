@@ -1,12 +1,15 @@
 """Python's own http.server streaming OpenAI chat chunks as many small Python servers
 do: the response head in one write, then one write per event, TCP_NODELAY unset unless
 asked; and http.client reading N keep-alive streams at once, each timing its own TTFT.
+`writev` and `sendmsg` (TCP_NODELAY set) write each event in five pieces through that
+call, as servers that gather their buffers do.
 
-usage: http_server_sse.py serve PORT nagle|nodelay
+usage: http_server_sse.py serve PORT nagle|nodelay|writev|sendmsg
        http_server_sse.py client PORT STREAMS ROUNDS   (prints the TTFTs in ms, JSON)"""
 import http.client
 import http.server
 import json
+import os
 import socket
 import sys
 import threading
@@ -15,7 +18,9 @@ import time
 TOKENS = 16
 
 
-def serve(port, nodelay):
+def serve(port, mode):
+    nodelay = mode != "nagle"
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -34,8 +39,15 @@ def serve(port, nodelay):
                 time.sleep(0.002)
                 chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
                          "choices": [{"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}]}
-                event = ("data: " + json.dumps(chunk) + "\n\n").encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                data = json.dumps(chunk).encode()
+                size = len(data) + len("data: \n\n")
+                parts = [b"%x\r\n" % size, b"data: ", data, b"\n\n", b"\r\n"]
+                if mode == "writev":
+                    os.writev(self.connection.fileno(), parts)
+                elif mode == "sendmsg":
+                    self.connection.sendmsg(parts)
+                else:
+                    self.wfile.write(b"".join(parts))
             done = b"data: [DONE]\n\n"
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
 
@@ -78,6 +90,6 @@ def client(port, streams, rounds):
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(int(sys.argv[2]), sys.argv[3] == "nodelay")
+        serve(int(sys.argv[2]), sys.argv[3])
     else:
         client(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
