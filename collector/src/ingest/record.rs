@@ -279,6 +279,16 @@ impl RecordWriter {
         Ok(w)
     }
 
+    /// Ends zstd frames before `limit` plain bytes instead of the window (tests: many
+    /// boundaries from few events). Before anything is pushed.
+    #[cfg(test)]
+    fn with_zstd_frame_limit(mut self, limit: usize) -> Self {
+        assert_eq!(self.written, 0, "set before any frame");
+        self.encoder = frame::Encoder::with_frame_limit(FORMAT_VERSION, frame::ZSTD_LEVEL, limit)
+            .expect("a zstd encoder");
+        self
+    }
+
     pub fn push(&mut self, event: Event) -> Result<(), RecordError> {
         self.pending.push(event);
         if self.pending.len() >= BATCH_EVENTS {

@@ -39,9 +39,22 @@ const COMM_ESCAPE: char = '\0';
 /// Format 4: the sockets a file's table holds at most (see `SockTable`).
 pub(super) const SOCK_SLOTS: u32 = 4096;
 
+/// A zstd frame of the stream ends before its input passes this (the window), and the
+/// next record frame starts a new one: the streaming encoder keeps its input in a
+/// buffer of window + block size that wraps every ~1.1 MiB, and from the first wrap on
+/// compresses in its slower extDict mode (half of zstd's instructions on issue 17's
+/// load). Ending frames first: 2.7% fewer instructions on the recorder's path, files
+/// 1.1% larger (matches do not reach into the frame before). Readers need nothing new:
+/// a zstd stream may hold many frames.
+const ZSTD_FRAME_INPUT: usize = 1 << WINDOW_LOG;
+
 /// The writing side of formats 3 and 4: one per file.
 pub(super) struct Encoder {
     zstd: zstd::stream::write::Encoder<'static, Vec<u8>>,
+    level: i32,
+    /// Plain bytes in the current zstd frame, and where it is ended.
+    frame_input: usize,
+    frame_limit: usize,
     plain: Vec<u8>,
     packer: Packer,
     ts_deltas: Vec<u64>,
@@ -51,10 +64,21 @@ pub(super) struct Encoder {
 impl Encoder {
     /// `version` 3 or 4 (3 for tests that check older files still read).
     pub(super) fn for_format(version: u32, level: i32) -> io::Result<Encoder> {
-        let mut zstd = zstd::stream::write::Encoder::new(Vec::new(), level)?;
-        zstd.window_log(WINDOW_LOG)?;
+        Encoder::with_frame_limit(version, level, ZSTD_FRAME_INPUT)
+    }
+
+    /// `for_format` with zstd frames ended before `frame_limit` plain bytes (tests cross
+    /// many boundaries with few events).
+    pub(super) fn with_frame_limit(
+        version: u32,
+        level: i32,
+        frame_limit: usize,
+    ) -> io::Result<Encoder> {
         Ok(Encoder {
-            zstd,
+            zstd: zstd_encoder(level)?,
+            level,
+            frame_input: 0,
+            frame_limit,
             plain: Vec::new(),
             packer: Packer::for_format(version),
             ts_deltas: Vec::new(),
@@ -78,9 +102,22 @@ impl Encoder {
         self.packer.pack(&mut batch);
         self.plain.clear();
         batch.encode_vec(&mut self.plain);
+        // The old zstd frame's end (its last block mark and checksum) leads this record
+        // frame's bytes; a reader finishes that frame and begins the next in one go.
+        let mut epilogue = None;
+        if self.frame_input > 0 && self.frame_input + self.plain.len() > self.frame_limit {
+            let old = std::mem::replace(&mut self.zstd, zstd_encoder(self.level)?);
+            epilogue = Some(old.finish()?);
+            self.frame_input = 0;
+        }
+        self.frame_input += self.plain.len();
         self.zstd.write_all(&self.plain)?;
         self.zstd.flush()?;
         let packed = self.zstd.get_mut();
+        if let Some(mut epilogue) = epilogue {
+            epilogue.extend_from_slice(packed);
+            *packed = epilogue;
+        }
         prost::encoding::encode_varint(packed.len() as u64 + 4, out);
         out.extend_from_slice(&crc32(packed).to_le_bytes());
         out.extend_from_slice(packed);
@@ -89,6 +126,12 @@ impl Encoder {
         self.prints = batch.prints;
         Ok(batch.events)
     }
+}
+
+fn zstd_encoder(level: i32) -> io::Result<zstd::stream::write::Encoder<'static, Vec<u8>>> {
+    let mut zstd = zstd::stream::write::Encoder::new(Vec::new(), level)?;
+    zstd.window_log(WINDOW_LOG)?;
+    Ok(zstd)
 }
 
 /// A frame's events packed into their batch (what `unpack_events` undoes), with what
