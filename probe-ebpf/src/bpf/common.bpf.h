@@ -138,15 +138,13 @@ static __always_inline void fill_header_task(struct ts_header *h, __u32 kind, __
 /* process_ctx: the event runs in the owning task (not softirq), so pid/comm are its own. */
 static __always_inline void fill_header(struct ts_header *h, __u32 kind, int process_ctx)
 {
-	h->ts_ns = bpf_ktime_get_ns();
-	h->kind = kind;
-	h->cpu = bpf_get_smp_processor_id();
 	if (process_ctx) {
-		__u64 id = bpf_get_current_pid_tgid();
-		h->pid = id >> 32;
-		h->tid = (__u32)id;
-		bpf_get_current_comm(h->comm, sizeof(h->comm));
+		fill_header_task(h, kind, bpf_get_current_pid_tgid(), bpf_get_smp_processor_id(),
+				 bpf_ktime_get_ns());
 	} else {
+		h->ts_ns = bpf_ktime_get_ns();
+		h->kind = kind;
+		h->cpu = bpf_get_smp_processor_id();
 		h->pid = 0;
 		h->tid = 0;
 		__builtin_memset(h->comm, 0, sizeof(h->comm));

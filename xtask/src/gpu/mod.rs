@@ -257,9 +257,13 @@ fn cupti_lib(prebuilt: Option<&Path>) -> Option<String> {
     }
     let beside = prebuilt.map(|dir| dir.join("libcupti.so.12"));
     let wheel = crate::target_dir().join("tmp/cupti-wheel/nvidia/cuda_cupti/lib/libcupti.so.12");
-    beside
+    first_existing(beside.into_iter().chain([wheel]))
+}
+
+/// The first of `files` that exists, as the file behind any links.
+fn first_existing(files: impl IntoIterator<Item = std::path::PathBuf>) -> Option<String> {
+    files
         .into_iter()
-        .chain([wheel])
         .find(|lib| lib.exists())
         .and_then(|lib| std::fs::canonicalize(lib).ok())
         .map(|lib| lib.display().to_string())
@@ -268,16 +272,15 @@ fn cupti_lib(prebuilt: Option<&Path>) -> Option<String> {
 /// Container images mount the driver's libraries under /usr/local/nvidia, which the
 /// loader's cache may not list.
 fn driver_dir_libcuda() -> Option<String> {
-    [
-        "/usr/local/nvidia/lib64",
-        "/usr/local/nvidia/lib",
-        "/usr/lib/x86_64-linux-gnu",
-    ]
-    .iter()
-    .map(|dir| Path::new(dir).join("libcuda.so.1"))
-    .find(|lib| lib.exists())
-    .and_then(|lib| std::fs::canonicalize(lib).ok())
-    .map(|lib| lib.display().to_string())
+    first_existing(
+        [
+            "/usr/local/nvidia/lib64",
+            "/usr/local/nvidia/lib",
+            "/usr/lib/x86_64-linux-gnu",
+        ]
+        .iter()
+        .map(|dir| Path::new(dir).join("libcuda.so.1")),
+    )
 }
 
 /// find_library gives a soname; the uprobes need the file behind it.

@@ -9,6 +9,7 @@
 mod engine;
 mod gpu;
 mod host;
+mod nagle;
 mod network;
 mod preempt;
 mod readers;
@@ -80,7 +81,7 @@ pub(super) fn run_with(input: &Input, fixed: Fixed) -> Vec<Finding> {
     out.extend(prefix);
     out.extend(engine::prefill_stalls_decode(input, prefix_cache_fixed));
     out.extend(engine::queueing(input, &prefix_removed));
-    out.extend(network::nagle(input));
+    out.extend(nagle::nagle(input));
     out.extend(network::retransmits(input));
     out.extend(network::slow_client(input));
     out.extend(gpu::gpu_throttled(input));
