@@ -17,6 +17,9 @@ const SOURCES: &[&str] = &[
     "src/bpf/tls.bpf.h",
 ];
 
+/// Where a clang would be installed (Debian's clang-19 links itself into /usr/bin).
+const CLANG_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin"];
+
 fn main() {
     for s in SOURCES {
         println!("cargo:rerun-if-changed={s}");
@@ -31,6 +34,13 @@ fn main() {
         return stub(&obj, "TOKENSCOPE_SKIP_BPF is set");
     }
     let Some(clang) = find_clang() else {
+        // Built again once clang is installed (`cargo xtask setup` after a first build),
+        // or the stub would stay in this target directory for good.
+        for dir in CLANG_DIRS {
+            if Path::new(dir).is_dir() {
+                println!("cargo:rerun-if-changed={dir}");
+            }
+        }
         return stub(&obj, "clang not found (run `cargo xtask setup`)");
     };
     let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
