@@ -227,7 +227,8 @@ mod tests {
                         fingerprint: print,
                         kind: 1,
                         ..Default::default()
-                    }],
+                    }]
+                    .into(),
                     ..Default::default()
                 }),
                 ..Default::default()

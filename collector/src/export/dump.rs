@@ -465,7 +465,7 @@ mod tests {
                     stream_id: 3,
                     sniff: Some(Sniff {
                         body_bytes: 90,
-                        sse: vec![SseEvent {
+                        sse: smallvec::smallvec![SseEvent {
                             fingerprint: 1,
                             kind: SseKind::Choice as i32,
                             ..Default::default()

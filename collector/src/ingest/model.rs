@@ -32,6 +32,9 @@ pub struct Event {
 /// An event's comm: a string kept inline up to 24 bytes (a kernel comm is at most 15).
 pub type Comm = compact_str::CompactString;
 
+/// A sniff's SSE events: one inline (a token per I/O is the common case).
+pub type SseEvents = smallvec::SmallVec<[SseEvent; 1]>;
+
 pub mod event {
     // Socket I/O is most events and carries its sniff inline; boxing it would cost an
     // allocation per event to save memory on the rarer kinds.
@@ -270,65 +273,67 @@ pub struct SockIo {
 }
 
 /// What the captured payload showed, read as part of its socket's byte stream
-/// in one direction (see protocol::stream), with nothing private kept.
-#[derive(Clone, PartialEq, prost::Message)]
+/// in one direction (see protocol::stream), with nothing private kept. Its protobuf
+/// encoding is written by hand (model/messages.rs: the bytes prost's derive wrote), each
+/// field's wire type and tag in its doc.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sniff {
     /// 64-bit FNV-1a of the captured prefix, in recordings written before be611d6; 0 since
     /// (no reader joins by it: SSE events, bodies and prefixes carry their own prints, and
     /// hashing every captured byte was 8% of the recorder's CPU).
-    #[prost(fixed64, tag = "1")]
+    /// Wire: fixed64, tag = 1.
     pub fingerprint: u64,
     /// An HTTP head that completed in this I/O, or the TLS record headers in it.
-    #[prost(oneof = "sniff::Kind", tags = "10, 11, 12")]
+    /// Wire: oneof = sniff::Kind, tags = 10, 11, 12.
     pub kind: Option<sniff::Kind>,
     /// The first byte of a new HTTP message is in this I/O.
-    #[prost(bool, tag = "20")]
+    /// Wire: bool, tag = 20.
     pub message_start: bool,
     /// The HTTP message (head and body) ended in this I/O.
-    #[prost(bool, tag = "21")]
+    /// Wire: bool, tag = 21.
     pub message_end: bool,
     /// Message body bytes in this I/O (after chunked framing is removed).
-    #[prost(uint64, tag = "22")]
+    /// Wire: uint64, tag = 22.
     pub body_bytes: u64,
     /// Set on the I/O where the body's fingerprint became known.
-    #[prost(message, optional, tag = "23")]
+    /// Wire: message, optional, tag = 23.
     pub body_print: Option<BodyPrint>,
-    /// Server-sent events that ended in this I/O, in order.
-    #[prost(message, repeated, tag = "24")]
-    pub sse: Vec<SseEvent>,
+    /// Server-sent events that ended in this I/O, in order (tag 24, repeated message):
+    /// nearly always one (a token), kept inline rather than in an allocation per I/O.
+    pub sse: SseEvents,
     /// Bytes that could not be read as HTTP or TLS (garbage, another protocol,
     /// or a stream the parser lost because bytes went uncaptured).
-    #[prost(bool, tag = "25")]
+    /// Wire: bool, tag = 25.
     pub unparsed: bool,
     /// The body is compressed (Content-Encoding). A gzip event stream is inflated to
     /// read its events; other encodings hide them.
-    #[prost(bool, tag = "26")]
+    /// Wire: bool, tag = 26.
     pub compressed: bool,
     /// On the I/O that ended a request body: the hash of its first 1, 2, 3, ... KiB
     /// (whole KiB only, up to 64 KiB, until bytes went uncaptured). Prompts that share
     /// a prefix share the first hashes.
-    #[prost(fixed64, repeated, tag = "27")]
+    /// Wire: fixed64, repeated, tag = 27.
     pub prefix_prints: Vec<u64>,
     /// HTTP/2: what each stream did in this I/O, in frame order (empty for HTTP/1.x
     /// and TLS records). Each stream's own sniff carries its head, body and events as
     /// an HTTP/1.x message would; the fields above describe the connection only.
-    #[prost(message, repeated, tag = "28")]
+    /// Wire: message, repeated, tag = 28.
     pub h2_streams: Vec<H2StreamSniff>,
     /// HTTP/2 frames that belong to no request (SETTINGS, PING, GOAWAY,
     /// connection WINDOW_UPDATE, PRIORITY): counted, never an exchange.
-    #[prost(uint32, tag = "29")]
+    /// Wire: uint32, tag = 29.
     pub h2_control_frames: u32,
     /// Malformed HTTP/2 input in this I/O (bad lengths, unknown frame types, truncated
     /// HPACK, oversized header blocks): counted, the frame skipped.
-    #[prost(uint32, tag = "30")]
+    /// Wire: uint32, tag = 30.
     pub h2_errors: u32,
     /// This I/O opened an HTTP/2 connection: the client preface, or a server's
     /// first SETTINGS.
-    #[prost(bool, tag = "31")]
+    /// Wire: bool, tag = 31.
     pub h2_preface: bool,
     /// The parser bounds this I/O reached, one bit per `protocol::limits::Limit`
     /// (`Sniff::hit`, `Sniff::hits`). Tag 32 (a gzip-only flag) is retired.
-    #[prost(uint32, tag = "33")]
+    /// Wire: uint32, tag = 33.
     pub limits: u32,
 }
 

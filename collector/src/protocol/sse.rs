@@ -6,7 +6,7 @@
 use super::limits::MAX_SSE_EVENT as MAX_EVENT;
 use super::print;
 use super::shape::{self, Verdict};
-use crate::ingest::model::{SseEvent, SseKind};
+use crate::ingest::model::{SseEvent, SseEvents, SseKind};
 
 #[derive(Debug, Default)]
 pub struct SseSplitter {
@@ -30,13 +30,13 @@ pub struct SseSplitter {
 impl SseSplitter {
     /// Feeds body bytes; returns the events that ended inside them.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        let mut done = Vec::new();
+        let mut done = SseEvents::new();
         self.feed_into(bytes, &mut done);
-        done
+        done.into_vec()
     }
 
     /// [`SseSplitter::feed`] appending to `done`, whose room the caller keeps.
-    pub fn feed_into(&mut self, bytes: &[u8], done: &mut Vec<SseEvent>) {
+    pub fn feed_into(&mut self, bytes: &[u8], done: &mut SseEvents) {
         let mut rest = bytes;
         while let Some((&b, after)) = rest.split_first() {
             // An event that begins and ends inside these bytes (nearly all do) is read
@@ -143,7 +143,7 @@ fn whole_event(bytes: &[u8], ndjson: bool) -> Option<(&[u8], usize)> {
 /// An event's lines -> its data (the `data:` lines joined by LF) -> what it is, onto
 /// `done`. One `data:` line (what every streaming API sends) is read in place; several
 /// are joined in `joined`.
-fn finish(event: &[u8], joined: &mut Vec<u8>, done: &mut Vec<SseEvent>) {
+fn finish(event: &[u8], joined: &mut Vec<u8>, done: &mut SseEvents) {
     if memchr::memchr(b'\n', event).is_none() {
         if let Some(data) = event.strip_prefix(b"data:") {
             return verdicts(data.strip_prefix(b" ").unwrap_or(data), done);
@@ -174,7 +174,7 @@ fn finish(event: &[u8], joined: &mut Vec<u8>, done: &mut Vec<SseEvent>) {
 }
 
 /// One event's data -> its verdicts onto `done`, each carrying the data's print.
-fn verdicts(data: &[u8], done: &mut Vec<SseEvent>) {
+fn verdicts(data: &[u8], done: &mut SseEvents) {
     let print = print(data);
     let event = |v: Verdict| SseEvent {
         fingerprint: print,

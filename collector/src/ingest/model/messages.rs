@@ -7,12 +7,12 @@
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
-    check_wire_type, decode_varint, encode_key, encode_varint, encoded_len_varint, key_len,
-    skip_field, uint32, uint64, DecodeContext, WireType,
+    bool, check_wire_type, decode_varint, encode_key, encode_varint, encoded_len_varint, fixed64,
+    key_len, message, skip_field, uint32, uint64, DecodeContext, WireType,
 };
 use prost::{DecodeError, Message};
 
-use super::{event, Addr, Comm, Event, Sock, SockIo};
+use super::{event, sniff, Addr, Comm, Event, Sniff, Sock, SockIo, SseEvent};
 use crate::ingest::record::EventBatch;
 
 impl Event {
@@ -254,6 +254,164 @@ impl Message for Sock {
     }
 }
 
+/// As prost's derive wrote it when `sse` was a `Vec` (fields in tag order, defaults left
+/// out, `prefix_prints` packed); `sse` is a `SmallVec` now, which the derive cannot read
+/// into.
+impl Message for Sniff {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        // Every field named: one added to Sniff does not compile until written here.
+        let Sniff {
+            fingerprint,
+            kind,
+            message_start,
+            message_end,
+            body_bytes,
+            body_print,
+            sse,
+            unparsed,
+            compressed,
+            prefix_prints,
+            h2_streams,
+            h2_control_frames,
+            h2_errors,
+            h2_preface,
+            limits,
+        } = self;
+        if *fingerprint != 0 {
+            fixed64::encode(1, fingerprint, buf);
+        }
+        if let Some(kind) = kind {
+            kind.encode(buf);
+        }
+        if *message_start {
+            bool::encode(20, message_start, buf);
+        }
+        if *message_end {
+            bool::encode(21, message_end, buf);
+        }
+        if *body_bytes != 0 {
+            uint64::encode(22, body_bytes, buf);
+        }
+        if let Some(p) = body_print {
+            message::encode(23, p, buf);
+        }
+        message::encode_repeated(24, sse, buf);
+        if *unparsed {
+            bool::encode(25, unparsed, buf);
+        }
+        if *compressed {
+            bool::encode(26, compressed, buf);
+        }
+        fixed64::encode_packed(27, prefix_prints, buf);
+        message::encode_repeated(28, h2_streams, buf);
+        if *h2_control_frames != 0 {
+            uint32::encode(29, h2_control_frames, buf);
+        }
+        if *h2_errors != 0 {
+            uint32::encode(30, h2_errors, buf);
+        }
+        if *h2_preface {
+            bool::encode(31, h2_preface, buf);
+        }
+        if *limits != 0 {
+            uint32::encode(33, limits, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let named = |field| named("Sniff", field);
+        match tag {
+            1 => fixed64::merge(wire_type, &mut self.fingerprint, buf, ctx)
+                .map_err(named("fingerprint")),
+            10..=12 => {
+                sniff::Kind::merge(&mut self.kind, tag, wire_type, buf, ctx).map_err(named("kind"))
+            }
+            20 => bool::merge(wire_type, &mut self.message_start, buf, ctx)
+                .map_err(named("message_start")),
+            21 => bool::merge(wire_type, &mut self.message_end, buf, ctx)
+                .map_err(named("message_end")),
+            22 => uint64::merge(wire_type, &mut self.body_bytes, buf, ctx)
+                .map_err(named("body_bytes")),
+            23 => message::merge(
+                wire_type,
+                self.body_print.get_or_insert_with(Default::default),
+                buf,
+                ctx,
+            )
+            .map_err(named("body_print")),
+            24 => {
+                // As prost's `message::merge_repeated`, into the inline vector.
+                check_wire_type(WireType::LengthDelimited, wire_type).map_err(named("sse"))?;
+                let mut e = SseEvent::default();
+                message::merge(WireType::LengthDelimited, &mut e, buf, ctx)
+                    .map_err(named("sse"))?;
+                self.sse.push(e);
+                Ok(())
+            }
+            25 => bool::merge(wire_type, &mut self.unparsed, buf, ctx).map_err(named("unparsed")),
+            26 => {
+                bool::merge(wire_type, &mut self.compressed, buf, ctx).map_err(named("compressed"))
+            }
+            27 => fixed64::merge_repeated(wire_type, &mut self.prefix_prints, buf, ctx)
+                .map_err(named("prefix_prints")),
+            28 => message::merge_repeated(wire_type, &mut self.h2_streams, buf, ctx)
+                .map_err(named("h2_streams")),
+            29 => uint32::merge(wire_type, &mut self.h2_control_frames, buf, ctx)
+                .map_err(named("h2_control_frames")),
+            30 => {
+                uint32::merge(wire_type, &mut self.h2_errors, buf, ctx).map_err(named("h2_errors"))
+            }
+            31 => {
+                bool::merge(wire_type, &mut self.h2_preface, buf, ctx).map_err(named("h2_preface"))
+            }
+            33 => uint32::merge(wire_type, &mut self.limits, buf, ctx).map_err(named("limits")),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        let s = self;
+        let flag = |tag, on: bool| if on { key_len(tag) + 1 } else { 0 };
+        let varint = |tag, v: u64| {
+            if v != 0 {
+                key_len(tag) + encoded_len_varint(v)
+            } else {
+                0
+            }
+        };
+        (if s.fingerprint != 0 {
+            key_len(1) + 8
+        } else {
+            0
+        }) + s.kind.as_ref().map_or(0, sniff::Kind::encoded_len)
+            + flag(20, s.message_start)
+            + flag(21, s.message_end)
+            + varint(22, s.body_bytes)
+            + s.body_print
+                .as_ref()
+                .map_or(0, |p| message::encoded_len(23, p))
+            + message::encoded_len_repeated(24, &s.sse)
+            + flag(25, s.unparsed)
+            + flag(26, s.compressed)
+            + fixed64::encoded_len_packed(27, &s.prefix_prints)
+            + message::encoded_len_repeated(28, &s.h2_streams)
+            + varint(29, u64::from(s.h2_control_frames))
+            + varint(30, u64::from(s.h2_errors))
+            + flag(31, s.h2_preface)
+            + varint(33, u64::from(s.limits))
+    }
+
+    fn clear(&mut self) {
+        *self = Sniff::default();
+    }
+}
+
 /// An error with the field it was met in, as prost's derive says it.
 fn named(message: &'static str, field: &'static str) -> impl FnOnce(DecodeError) -> DecodeError {
     move |mut e| {
@@ -302,4 +460,141 @@ fn merge_comm(wire_type: WireType, comm: &mut Comm, buf: &mut impl Buf) -> Resul
         .map_err(|_| DecodeError::new("invalid string value: data is not UTF-8 encoded"))?;
     comm.push_str(text);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use crate::ingest::model::{
+        sniff, BodyPrint, H2StreamSniff, Header, HttpResponseHead, Sniff, SseEvent,
+    };
+
+    /// `Sniff` as prost's derive had it (its `sse` a `Vec`): the hand-written encoding
+    /// must write these bytes and read them back.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Derived {
+        #[prost(fixed64, tag = "1")]
+        fingerprint: u64,
+        #[prost(oneof = "sniff::Kind", tags = "10, 11, 12")]
+        kind: Option<sniff::Kind>,
+        #[prost(bool, tag = "20")]
+        message_start: bool,
+        #[prost(bool, tag = "21")]
+        message_end: bool,
+        #[prost(uint64, tag = "22")]
+        body_bytes: u64,
+        #[prost(message, optional, tag = "23")]
+        body_print: Option<BodyPrint>,
+        #[prost(message, repeated, tag = "24")]
+        sse: Vec<SseEvent>,
+        #[prost(bool, tag = "25")]
+        unparsed: bool,
+        #[prost(bool, tag = "26")]
+        compressed: bool,
+        #[prost(fixed64, repeated, tag = "27")]
+        prefix_prints: Vec<u64>,
+        #[prost(message, repeated, tag = "28")]
+        h2_streams: Vec<H2StreamSniff>,
+        #[prost(uint32, tag = "29")]
+        h2_control_frames: u32,
+        #[prost(uint32, tag = "30")]
+        h2_errors: u32,
+        #[prost(bool, tag = "31")]
+        h2_preface: bool,
+        #[prost(uint32, tag = "33")]
+        limits: u32,
+    }
+
+    fn sse(n: u64) -> SseEvent {
+        SseEvent {
+            fingerprint: n,
+            kind: 1,
+            api: 2,
+            choice: 3,
+            token: 1,
+            text_print: n << 40,
+        }
+    }
+
+    fn derived(s: &Sniff) -> Derived {
+        Derived {
+            fingerprint: s.fingerprint,
+            kind: s.kind.clone(),
+            message_start: s.message_start,
+            message_end: s.message_end,
+            body_bytes: s.body_bytes,
+            body_print: s.body_print,
+            sse: s.sse.to_vec(),
+            unparsed: s.unparsed,
+            compressed: s.compressed,
+            prefix_prints: s.prefix_prints.clone(),
+            h2_streams: s.h2_streams.clone(),
+            h2_control_frames: s.h2_control_frames,
+            h2_errors: s.h2_errors,
+            h2_preface: s.h2_preface,
+            limits: s.limits,
+        }
+    }
+
+    #[test]
+    fn sniffs_are_written_and_read_as_prost_derive_did() {
+        let full = Sniff {
+            fingerprint: u64::MAX - 7,
+            kind: Some(sniff::Kind::HttpResponse(Box::new(HttpResponseHead {
+                version: "HTTP/1.1".into(),
+                status: 200,
+                headers: vec![Header {
+                    name: "content-type".into(),
+                    value: Some("text/event-stream".into()),
+                }],
+                complete: true,
+            }))),
+            message_start: true,
+            message_end: true,
+            body_bytes: 300,
+            body_print: Some(BodyPrint {
+                hash: 9,
+                length: 1 << 20,
+            }),
+            sse: (1..=3).map(sse).collect(),
+            unparsed: true,
+            compressed: true,
+            prefix_prints: vec![1, u64::MAX],
+            h2_streams: vec![H2StreamSniff {
+                stream_id: 3,
+                sniff: Some(Sniff {
+                    sse: [sse(4)].into_iter().collect(),
+                    message_end: true,
+                    ..Sniff::default()
+                }),
+                ..H2StreamSniff::default()
+            }],
+            h2_control_frames: 2,
+            h2_errors: 1,
+            h2_preface: true,
+            limits: 5,
+        };
+        let one_event = Sniff {
+            sse: [sse(5)].into_iter().collect(),
+            body_bytes: 120,
+            ..Sniff::default()
+        };
+        for s in [full, one_event, Sniff::default()] {
+            let theirs = derived(&s).encode_to_vec();
+            assert_eq!(s.encode_to_vec(), theirs, "{s:?}");
+            assert_eq!(s.encoded_len(), theirs.len(), "{s:?}");
+            assert_eq!(Sniff::decode(&theirs[..]).expect("reads"), s);
+        }
+        // A field this reading does not know is skipped, as the derive skipped it.
+        let mut unknown = Sniff::default().encode_to_vec();
+        prost::encoding::uint32::encode(40, &7, &mut unknown);
+        assert_eq!(Sniff::decode(&unknown[..]).expect("reads"), Sniff::default());
+        // Damaged bytes are the errors the derive gave.
+        for bad in [&[0xc2, 0x01, 5, 9][..], &[0xc2, 0x01, 2, 0x08, 0x80], &[0xa0, 0x01]] {
+            let ours = Sniff::decode(bad).expect_err("damaged").to_string();
+            let theirs = Derived::decode(bad).expect_err("damaged").to_string();
+            assert_eq!(ours.replace("Sniff.", "Derived."), theirs, "{bad:x?}");
+        }
+    }
 }

@@ -428,7 +428,7 @@ fn batches_written_by_hand_are_what_prost_writes() {
                 sock: event(3).sock().cloned(),
                 fd: -1,
                 sniff: Some(Sniff {
-                    sse: vec![SseEvent::default(); n],
+                    sse: vec![SseEvent::default(); n].into(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -596,14 +596,14 @@ fn batches_read_by_hand_are_what_prost_reads() {
                 message_end: true,
                 body_bytes: 1 << 35,
                 body_print: Some(BodyPrint { hash: 3, length: 9 }),
-                sse: vec![sse(0), sse(1), crate::ingest::model::SseEvent::default()],
+                sse: vec![sse(0), sse(1), crate::ingest::model::SseEvent::default()].into(),
                 unparsed: true,
                 compressed: true,
                 prefix_prints: vec![5, 6],
                 h2_streams: vec![H2StreamSniff {
                     stream_id: 3,
                     sniff: Some(Sniff {
-                        sse: vec![sse(2)],
+                        sse: vec![sse(2)].into(),
                         ..Default::default()
                     }),
                     ..Default::default()
