@@ -19,7 +19,7 @@ pub struct Samples {
     /// Counts per bucket once folded (`exact` is then empty): page `b / PER_OCTAVE`,
     /// made on first use, holds buckets `b` of one octave (a few pages per series, as
     /// its values span a few powers of two).
-    pages: Vec<Option<Box<[u64]>>>,
+    pages: Vec<Option<Box<[u64; PER_OCTAVE as usize]>>>,
     folded: bool,
     count: usize,
     sum: u128,
@@ -52,14 +52,24 @@ impl Samples {
         }
     }
 
+    /// Inlined, with the page's first use out of line: every value of a long recording
+    /// comes here (2.3 M calls in a 20 s bench replay).
+    #[inline]
     fn count_in_bucket(&mut self, v: u64) {
         let b = bucket(v);
         let (page, at) = ((b / PER_OCTAVE) as usize, (b % PER_OCTAVE) as usize);
+        match self.pages.get_mut(page) {
+            Some(Some(counts)) => counts[at] += 1,
+            _ => self.count_in_new_page(page, at),
+        }
+    }
+
+    #[cold]
+    fn count_in_new_page(&mut self, page: usize, at: usize) {
         if self.pages.len() <= page {
             self.pages.resize(page + 1, None);
         }
-        self.pages[page].get_or_insert_with(|| vec![0; PER_OCTAVE as usize].into_boxed_slice())
-            [at] += 1;
+        self.pages[page].get_or_insert_with(|| Box::new([0; PER_OCTAVE as usize]))[at] += 1;
     }
 
     pub fn len(&self) -> usize {

@@ -481,15 +481,16 @@ fn unpack_events(
         let ts = prev_ts.wrapping_add(unzigzag(batch.ts_deltas[i]) as u64);
         events[i].ts_ns = ts;
         prev_ts = ts;
-        let tid = events[i].tid;
+        // One lookup of the thread's last event (an entry: this is per event).
+        let last = last_of_tid.entry(events[i].tid).or_insert(i);
+        let j = std::mem::replace(last, i);
         if events[i].comm.is_empty() {
-            if let Some(&j) = last_of_tid.get(&tid) {
+            if j != i {
                 events[i].comm = events[j].comm.clone();
             }
         } else if events[i].comm.starts_with(COMM_ESCAPE) {
             events[i].comm.remove(0);
         }
-        last_of_tid.insert(tid, i);
         if let (Some(table), Some((sock, fd))) = (&mut socks, sock_of(&mut events[i])) {
             table.unpack(sock, fd)?;
         }
