@@ -147,7 +147,8 @@ pub struct Pipeline {
     cfg: Config,
     pending: Reorder,
     /// The events of `pending`, by slot; `free` lists the empty slots.
-    slab: Vec<Option<Event>>,
+    /// Events waiting, by slot (a free slot keeps its last event until reused).
+    slab: Vec<Event>,
     free: Vec<u32>,
     seq: u64,
     /// The newest event time pushed, and the time of the last event let through.
@@ -196,7 +197,7 @@ impl Pipeline {
         self.out.last_event_ns = self.out.last_event_ns.max(event.ts_ns);
         if event.ts_ns < self.released_ns {
             self.out.late_events += 1;
-            self.feed(event);
+            self.feed(&event);
             return;
         }
         self.newest_ns = self.newest_ns.max(event.ts_ns);
@@ -204,11 +205,11 @@ impl Pipeline {
         let ts_ns = event.ts_ns;
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slab[slot as usize] = Some(event);
+                self.slab[slot as usize] = event;
                 slot
             }
             None => {
-                self.slab.push(Some(event));
+                self.slab.push(event);
                 u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 events waiting")
             }
         };
@@ -221,8 +222,7 @@ impl Pipeline {
         while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
             let p = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
-            let event = self.take_slot(p.slot);
-            self.feed(event);
+            self.feed_slot(p.slot);
             let due = *self
                 .next_advance_ns
                 .get_or_insert(p.ts_ns + self.cfg.advance_every_ns);
@@ -232,12 +232,15 @@ impl Pipeline {
         }
     }
 
-    /// The event waiting in `slot`; the slot is free again.
-    fn take_slot(&mut self, slot: u32) -> Event {
+    /// Feeds the event waiting in `slot` where it lies (an event is a few hundred bytes,
+    /// and moving it out cost a copy per event); the slot is free again. Its event stays
+    /// there until the slot is reused (clearing its body here cost a copy too).
+    fn feed_slot(&mut self, slot: u32) {
+        let slab = std::mem::take(&mut self.slab);
+        self.feed(&slab[slot as usize]);
+        // The empty vector `take` left needs no drop (a call per event otherwise).
+        std::mem::forget(std::mem::replace(&mut self.slab, slab));
         self.free.push(slot);
-        self.slab[slot as usize]
-            .take()
-            .expect("a pending event's slot holds it")
     }
 
     /// The clock reached `now_ns` (event time): events older than the reorder window
@@ -247,8 +250,7 @@ impl Pipeline {
         while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
             let p = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
-            let event = self.take_slot(p.slot);
-            self.feed(event);
+            self.feed_slot(p.slot);
         }
         self.released_ns = self.released_ns.max(through);
         self.stitcher.pass_time(through);
@@ -319,8 +321,7 @@ impl Pipeline {
     pub fn flush(&mut self) {
         while let Some(p) = self.pending.pop() {
             self.released_ns = p.ts_ns;
-            let event = self.take_slot(p.slot);
-            self.feed(event);
+            self.feed_slot(p.slot);
         }
         self.advance();
         let last = self.stitcher.finish();
@@ -346,7 +347,7 @@ impl Pipeline {
         self.out
     }
 
-    fn feed(&mut self, event: Event) {
+    fn feed(&mut self, event: &Event) {
         match &event.body {
             Some(Body::Nvml(s)) => self.out.nvml.push((event.ts_ns, s.clone())),
             Some(Body::Gpu(g)) => {
@@ -372,12 +373,12 @@ impl Pipeline {
             }
             Some(Body::Ring(r)) => self.out.drops.push((event.ts_ns, r.dropped)),
             Some(Body::Cuda(_)) => {
-                if let Some(mut step) = self.calls.push(&event) {
+                if let Some(mut step) = self.calls.push(event) {
                     self.timer.time(&mut step);
                     self.out.steps.push(step);
                 }
             }
-            _ => self.stitcher.push(&event),
+            _ => self.stitcher.push(event),
         }
     }
 
