@@ -259,7 +259,20 @@ fn prefill_starts(
             continue;
         };
         // Drop those that started, or whose prefill ended in a step without prefill work.
-        queue.retain(|&i| started[i].is_none() && ended_in[i].is_some_and(|e| e >= k));
+        // The queue is in the order prefills end: those are at its front, but for ones
+        // started in this step behind one that was not (then the whole queue is looked
+        // at; a pass over it per step was O(steps x requests) over top's window).
+        let gone = |i: usize| started[i].is_some() || ended_in[i].is_none_or(|e| e < k);
+        while queue.front().is_some_and(|&i| gone(i)) {
+            queue.pop_front();
+        }
+        if queue
+            .iter()
+            .take_while(|&&i| ended_in[i] == Some(k))
+            .any(|&i| gone(i))
+        {
+            queue.retain(|&i| !gone(i));
+        }
         let starts = match rows {
             Some(rows) => rows.saturating_sub(decoders[k] + active.len() as u64),
             None if s.kind == StepKind::Decode => 0,
@@ -328,9 +341,15 @@ pub fn shares(requests: &[&Request], steps: &mut [GpuStep]) -> Vec<Option<GpuSha
     let steps: &[GpuStep] = steps;
     let started = prefill_starts(&windows, &ended_in, &last_in, steps);
     let ids: Vec<usize> = requests.iter().map(|r| r.id).collect();
+    // Each engine's steps, listed once (not once per request: 1.7 M pointers for the
+    // 1,280 requests and 1,304 steps of a 20 s bench, far more over top's window).
+    let engine_steps: HashMap<u32, Vec<&GpuStep>> = by_pid
+        .iter()
+        .map(|(&pid, ks)| (pid, ks.iter().map(|&k| &steps[k]).collect()))
+        .collect();
     let joined = Joined {
         windows: &windows,
-        by_pid: &by_pid,
+        engine_steps: &engine_steps,
         steps,
         started: &started,
         ended_in: &ended_in,
@@ -347,7 +366,8 @@ pub fn shares(requests: &[&Request], steps: &mut [GpuStep]) -> Vec<Option<GpuSha
 /// step found: what one request's share is read from.
 struct Joined<'a> {
     windows: &'a [Option<Window<'a>>],
-    by_pid: &'a HashMap<u32, Vec<usize>>,
+    /// Each engine's steps in start order.
+    engine_steps: &'a HashMap<u32, Vec<&'a GpuStep>>,
     steps: &'a [GpuStep],
     started: &'a [Option<usize>],
     ended_in: &'a [Option<usize>],
@@ -364,11 +384,7 @@ impl Joined<'_> {
     fn share(&self, i: usize, w: &Window<'_>, ids: &[usize]) -> GpuShare {
         let steps = self.steps;
         // Its engine's steps, in start order (steps are sorted by start).
-        let mine: Vec<&GpuStep> = self
-            .by_pid
-            .get(&w.pid)
-            .map(|ks| ks.iter().map(|&k| &steps[k]).collect())
-            .unwrap_or_default();
+        let mine: &[&GpuStep] = self.engine_steps.get(&w.pid).map_or(&[], Vec::as_slice);
         let from = |t: u64| mine.partition_point(|s| s.start_ns < t);
         let mut share = GpuShare::default();
         if let (Some(first), Some(last)) = (self.started[i], self.ended_in[i]) {
@@ -399,7 +415,7 @@ impl Joined<'_> {
                     .sum(),
             );
         }
-        share.stalled_by = self.stalls(i, w, &mine, ids);
+        share.stalled_by = self.stalls(i, w, mine, ids);
         share
     }
 
