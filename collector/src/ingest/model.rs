@@ -495,14 +495,18 @@ pub struct HttpResponseHead {
     pub complete: bool,
 }
 
-/// A header: its name always, its value only for allow-listed names.
-#[derive(Clone, PartialEq, prost::Message)]
+/// A header: its name always, its value only for allow-listed names. Both inline up to
+/// 24 bytes (nearly every name and kept value), so reading a head does not allocate per
+/// header; its protobuf encoding is written by hand (model/messages.rs) for that.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Header {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, optional, tag = "2")]
-    pub value: Option<String>,
+    /// Wire: string, tag = 1.
+    pub name: CompactString,
+    /// Wire: string, optional, tag = 2.
+    pub value: Option<CompactString>,
 }
+
+pub use compact_str::CompactString;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TlsRecords {

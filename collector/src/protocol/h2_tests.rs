@@ -334,7 +334,7 @@ fn client_requests_decode_with_redacted_heads() {
             ];
             h.extend(len.map(|l| Header {
                 name: "content-length".into(),
-                value: Some(l),
+                value: Some(l.into()),
             }));
             h
         };
@@ -506,7 +506,7 @@ fn joined_mid_connection_resolves_only_entries_inserted_after_the_join() {
     let pairs = |h: &crate::ingest::model::HttpResponseHead| -> Vec<(String, Option<String>)> {
         h.headers
             .iter()
-            .map(|x| (x.name.clone(), x.value.clone()))
+            .map(|x| (x.name.to_string(), x.value.as_ref().map(|v| v.to_string())))
             .collect()
     };
     let expect = vec![

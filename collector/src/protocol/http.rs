@@ -3,7 +3,7 @@
 //! request target loses its query string. Authorization, Cookie and every
 //! other value never get past this module.
 
-use crate::ingest::model::{sniff, Header, HttpRequestHead, HttpResponseHead};
+use crate::ingest::model::{sniff, CompactString, Header, HttpRequestHead, HttpResponseHead};
 
 /// Headers whose values describe framing or routing, never secrets or content.
 const VALUE_ALLOWED: &[&str] = &[
@@ -117,13 +117,15 @@ pub fn redacted(name: &[u8], value: &[u8]) -> Option<Header> {
     if name.is_empty() || !name.iter().all(is_token_char) {
         return None;
     }
-    let name = text(name).to_ascii_lowercase();
+    // A token is ASCII: the name is as it was written, lower-cased in place.
+    let mut name = CompactString::from_utf8_lossy(name);
+    name.make_ascii_lowercase();
     let value = if name == "traceparent" {
-        trace_parent(value.trim_ascii())
+        trace_parent(value.trim_ascii()).map(CompactString::from)
     } else {
         VALUE_ALLOWED
             .contains(&name.as_str())
-            .then(|| text(value.trim_ascii()))
+            .then(|| CompactString::from_utf8_lossy(value.trim_ascii()))
     };
     Some(Header { name, value })
 }

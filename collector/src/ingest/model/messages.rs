@@ -12,7 +12,7 @@ use prost::encoding::{
 };
 use prost::{DecodeError, Message};
 
-use super::{event, sniff, Addr, Comm, Event, Sniff, Sock, SockIo, SseEvent};
+use super::{event, sniff, Addr, Comm, Event, Header, Sniff, Sock, SockIo, SseEvent};
 use crate::ingest::record::EventBatch;
 
 impl Event {
@@ -159,7 +159,7 @@ impl Message for Event {
             2 => uint32::merge(wire_type, &mut self.pid, buf, ctx).map_err(named("pid")),
             3 => uint32::merge(wire_type, &mut self.tid, buf, ctx).map_err(named("tid")),
             4 => uint32::merge(wire_type, &mut self.cpu, buf, ctx).map_err(named("cpu")),
-            5 => merge_comm(wire_type, &mut self.comm, buf).map_err(named("comm")),
+            5 => merge_text(wire_type, &mut self.comm, buf).map_err(named("comm")),
             10..=17 => {
                 event::Body::merge(&mut self.body, tag, wire_type, buf, ctx).map_err(named("body"))
             }
@@ -412,6 +412,51 @@ impl Message for Sniff {
     }
 }
 
+/// As prost's derive wrote it when its fields were `String`s: the name unless empty,
+/// the value whenever it is set (an optional field, even empty).
+impl Message for Header {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if !self.name.is_empty() {
+            encode_bytes(1, self.name.as_bytes(), buf);
+        }
+        if let Some(value) = &self.value {
+            encode_bytes(2, value.as_bytes(), buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let named = |field| named("Header", field);
+        match tag {
+            1 => merge_text(wire_type, &mut self.name, buf).map_err(named("name")),
+            2 => merge_text(
+                wire_type,
+                self.value.get_or_insert_with(Default::default),
+                buf,
+            )
+            .map_err(named("value")),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        (if self.name.is_empty() {
+            0
+        } else {
+            bytes_len(1, self.name.len())
+        }) + self.value.as_ref().map_or(0, |v| bytes_len(2, v.len()))
+    }
+
+    fn clear(&mut self) {
+        *self = Header::default();
+    }
+}
+
 /// An error with the field it was met in, as prost's derive says it.
 fn named(message: &'static str, field: &'static str) -> impl FnOnce(DecodeError) -> DecodeError {
     move |mut e| {
@@ -449,9 +494,10 @@ fn merge_addr(wire_type: WireType, addr: &mut Addr, buf: &mut impl Buf) -> Resul
     Ok(())
 }
 
-/// As prost's `string::merge`: the field's text replaces the comm; bytes that are not
+/// As prost's `string::merge` (a comm, a header's name or value): the field's text replaces
+/// the string; bytes that are not
 /// UTF-8 leave it empty and are an error.
-fn merge_comm(wire_type: WireType, comm: &mut Comm, buf: &mut impl Buf) -> Result<(), DecodeError> {
+fn merge_text(wire_type: WireType, comm: &mut Comm, buf: &mut impl Buf) -> Result<(), DecodeError> {
     comm.clear();
     let len = field_len(wire_type, buf)?;
     let mut bytes = smallvec::SmallVec::<[u8; 32]>::from_elem(0, len);
@@ -504,6 +550,49 @@ mod tests {
         h2_preface: bool,
         #[prost(uint32, tag = "33")]
         limits: u32,
+    }
+
+    /// `Header` as prost's derive had it (`String`s).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct DerivedHeader {
+        #[prost(string, tag = "1")]
+        name: String,
+        #[prost(string, optional, tag = "2")]
+        value: Option<String>,
+    }
+
+    #[test]
+    fn headers_are_written_and_read_as_prost_derive_did() {
+        let long = "x".repeat(40); // past CompactString's inline 24 bytes
+        for (name, value) in [
+            ("content-type", Some("text/event-stream")),
+            ("x-empty", Some("")),
+            ("authorization", None),
+            ("", None),
+            (long.as_str(), Some(long.as_str())),
+        ] {
+            let ours = Header {
+                name: name.into(),
+                value: value.map(Into::into),
+            };
+            let theirs = DerivedHeader {
+                name: name.into(),
+                value: value.map(Into::into),
+            }
+            .encode_to_vec();
+            assert_eq!(ours.encode_to_vec(), theirs, "{ours:?}");
+            assert_eq!(ours.encoded_len(), theirs.len(), "{ours:?}");
+            assert_eq!(Header::decode(&theirs[..]).expect("reads"), ours);
+        }
+        for bad in [&[0x0a, 0x02, 0xff, 0xfe][..], &[0x12, 0x05, b'a']] {
+            let ours = Header::decode(bad).expect_err("damaged").to_string();
+            let theirs = DerivedHeader::decode(bad).expect_err("damaged").to_string();
+            assert_eq!(
+                ours.replace("Header.", "DerivedHeader."),
+                theirs,
+                "{bad:x?}"
+            );
+        }
     }
 
     fn sse(n: u64) -> SseEvent {
@@ -589,9 +678,16 @@ mod tests {
         // A field this reading does not know is skipped, as the derive skipped it.
         let mut unknown = Sniff::default().encode_to_vec();
         prost::encoding::uint32::encode(40, &7, &mut unknown);
-        assert_eq!(Sniff::decode(&unknown[..]).expect("reads"), Sniff::default());
+        assert_eq!(
+            Sniff::decode(&unknown[..]).expect("reads"),
+            Sniff::default()
+        );
         // Damaged bytes are the errors the derive gave.
-        for bad in [&[0xc2, 0x01, 5, 9][..], &[0xc2, 0x01, 2, 0x08, 0x80], &[0xa0, 0x01]] {
+        for bad in [
+            &[0xc2, 0x01, 5, 9][..],
+            &[0xc2, 0x01, 2, 0x08, 0x80],
+            &[0xa0, 0x01],
+        ] {
             let ours = Sniff::decode(bad).expect_err("damaged").to_string();
             let theirs = Derived::decode(bad).expect_err("damaged").to_string();
             assert_eq!(ours.replace("Sniff.", "Derived."), theirs, "{bad:x?}");

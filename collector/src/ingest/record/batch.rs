@@ -1,7 +1,7 @@
 //! A frame's batch from its protobuf bytes. The two kinds that are nearly every event
 //! (socket I/O and libcuda calls) are read field by field here, and of an I/O's sniff
-//! its flags, counts and SSE events (its heads, prints and HTTP/2 streams go to prost
-//! field by field); everything else, and any event this reading does not take as it is
+//! its flags, counts, HTTP heads and SSE events (its prints and HTTP/2 streams go to
+//! prost field by field); everything else, and any event this reading does not take as it is
 //! (a field of an unexpected wire type, a comm that is not UTF-8, a field it does not
 //! know), goes to prost's own decoding of that event, so the result and every error
 //! are prost's. About half of a replay was prost walking these events through its
@@ -13,7 +13,10 @@ use prost::{DecodeError, Message};
 
 use super::EventBatch;
 use crate::ingest::model::event::Body;
-use crate::ingest::model::{Addr, CudaCall, Event, Sniff, Sock, SockIo, SseEvent};
+use crate::ingest::model::{
+    sniff, Addr, CompactString, CudaCall, Event, Header, HttpRequestHead, HttpResponseHead, Sniff,
+    Sock, SockIo, SseEvent,
+};
 
 /// The batch in `plain`.
 pub(super) fn decode(plain: &[u8]) -> Result<EventBatch, DecodeError> {
@@ -250,6 +253,18 @@ fn sock_io(io: &mut SockIo, mut buf: &[u8]) -> Option<()> {
 fn sniff(s: &mut Sniff, mut buf: &[u8]) -> Option<()> {
     while !buf.is_empty() {
         match key(&mut buf)? {
+            // An HTTP head (a few I/Os of each exchange, but prost's generic reading of
+            // its headers was 4% of a replay): read here when it is the sniff's first.
+            (10, LEN) if s.kind.is_none() => {
+                let mut head = Box::<HttpRequestHead>::default();
+                request_head(&mut head, take_message(&mut buf)?)?;
+                s.kind = Some(sniff::Kind::HttpRequest(head));
+            }
+            (11, LEN) if s.kind.is_none() => {
+                let mut head = Box::<HttpResponseHead>::default();
+                response_head(&mut head, take_message(&mut buf)?)?;
+                s.kind = Some(sniff::Kind::HttpResponse(head));
+            }
             (20, VARINT) => s.message_start = varint(&mut buf)? != 0,
             (21, VARINT) => s.message_end = varint(&mut buf)? != 0,
             (22, VARINT) => s.body_bytes = varint(&mut buf)?,
@@ -275,6 +290,59 @@ fn sniff(s: &mut Sniff, mut buf: &[u8]) -> Option<()> {
         }
     }
     Some(())
+}
+
+fn request_head(h: &mut HttpRequestHead, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, LEN) => h.method = text(&mut buf)?,
+            (2, LEN) => h.path = text(&mut buf)?,
+            (3, VARINT) => h.has_query = varint(&mut buf)? != 0,
+            (4, LEN) => h.version = text(&mut buf)?,
+            (5, LEN) => h.headers.push(header(take_message(&mut buf)?)?),
+            (6, VARINT) => h.complete = varint(&mut buf)? != 0,
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+fn response_head(h: &mut HttpResponseHead, mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, LEN) => h.version = text(&mut buf)?,
+            (2, VARINT) => h.status = varint(&mut buf)? as u32,
+            (3, LEN) => h.headers.push(header(take_message(&mut buf)?)?),
+            (4, VARINT) => h.complete = varint(&mut buf)? != 0,
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+fn header(mut buf: &[u8]) -> Option<Header> {
+    let mut h = Header::default();
+    while !buf.is_empty() {
+        match key(&mut buf)? {
+            (1, LEN) => h.name = compact(&mut buf)?,
+            (2, LEN) => h.value = Some(compact(&mut buf)?),
+            _ => return None,
+        }
+    }
+    Some(h)
+}
+
+/// A string field, in an allocation of its length (None where it is not UTF-8: prost
+/// then reads the event and says so).
+fn text(buf: &mut &[u8]) -> Option<String> {
+    Some(std::str::from_utf8(take_message(buf)?).ok()?.to_owned())
+}
+
+/// `text`, inline up to 24 bytes (a header's name or value).
+fn compact(buf: &mut &[u8]) -> Option<CompactString> {
+    Some(CompactString::from(
+        std::str::from_utf8(take_message(buf)?).ok()?,
+    ))
 }
 
 fn sse(e: &mut SseEvent, mut buf: &[u8]) -> Option<()> {
