@@ -146,8 +146,8 @@ impl Output {
 pub struct Pipeline {
     cfg: Config,
     pending: Reorder,
-    /// The events of `pending`, by slot; `free` lists the empty slots.
-    /// Events waiting, by slot (a free slot keeps its last event until reused).
+    /// The events of `pending`, by slot; `free` lists the free slots (each keeps its last
+    /// event until reused).
     slab: Vec<Event>,
     free: Vec<u32>,
     seq: u64,

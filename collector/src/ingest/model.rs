@@ -298,8 +298,9 @@ pub struct Sniff {
     /// Set on the I/O where the body's fingerprint became known.
     /// Wire: message, optional, tag = 23.
     pub body_print: Option<BodyPrint>,
-    /// Server-sent events that ended in this I/O, in order (tag 24, repeated message):
-    /// nearly always one (a token), kept inline rather than in an allocation per I/O.
+    /// Server-sent events that ended in this I/O, in order: nearly always one (a token),
+    /// kept inline rather than in an allocation per I/O.
+    /// Wire: message, repeated, tag = 24.
     pub sse: SseEvents,
     /// Bytes that could not be read as HTTP or TLS (garbage, another protocol,
     /// or a stream the parser lost because bytes went uncaptured).

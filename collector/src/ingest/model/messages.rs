@@ -494,17 +494,16 @@ fn merge_addr(wire_type: WireType, addr: &mut Addr, buf: &mut impl Buf) -> Resul
     Ok(())
 }
 
-/// As prost's `string::merge` (a comm, a header's name or value): the field's text replaces
-/// the string; bytes that are not
-/// UTF-8 leave it empty and are an error.
-fn merge_text(wire_type: WireType, comm: &mut Comm, buf: &mut impl Buf) -> Result<(), DecodeError> {
-    comm.clear();
+/// As prost's `string::merge` (a comm, a header's name or value): the field's text
+/// replaces the string; bytes that are not UTF-8 leave it empty and are an error.
+fn merge_text(wire_type: WireType, out: &mut Comm, buf: &mut impl Buf) -> Result<(), DecodeError> {
+    out.clear();
     let len = field_len(wire_type, buf)?;
     let mut bytes = smallvec::SmallVec::<[u8; 32]>::from_elem(0, len);
     buf.copy_to_slice(&mut bytes);
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| DecodeError::new("invalid string value: data is not UTF-8 encoded"))?;
-    comm.push_str(text);
+    out.push_str(text);
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! A frame's batch from its protobuf bytes. The two kinds that are nearly every event
 //! (socket I/O and libcuda calls) are read field by field here, and of an I/O's sniff
 //! its flags, counts, HTTP heads and SSE events (its prints and HTTP/2 streams go to
-//! prost field by field); everything else, and any event this reading does not take as it is
-//! (a field of an unexpected wire type, a comm that is not UTF-8, a field it does not
+//! prost field by field); everything else, and any event this reading does not take as
+//! it is (a field of an unexpected wire type, a comm that is not UTF-8, a field it does not
 //! know), goes to prost's own decoding of that event, so the result and every error
 //! are prost's. About half of a replay was prost walking these events through its
 //! generic merge loop. Format 4's socket references are ordinary `Sock` messages here
@@ -14,8 +14,8 @@ use prost::{DecodeError, Message};
 use super::EventBatch;
 use crate::ingest::model::event::Body;
 use crate::ingest::model::{
-    sniff, Addr, CompactString, CudaCall, Event, Header, HttpRequestHead, HttpResponseHead, Sniff,
-    Sock, SockIo, SseEvent,
+    sniff, Addr, CudaCall, Event, Header, HttpRequestHead, HttpResponseHead, Sniff, Sock, SockIo,
+    SseEvent,
 };
 
 /// The batch in `plain`.
@@ -324,25 +324,19 @@ fn header(mut buf: &[u8]) -> Option<Header> {
     let mut h = Header::default();
     while !buf.is_empty() {
         match key(&mut buf)? {
-            (1, LEN) => h.name = compact(&mut buf)?,
-            (2, LEN) => h.value = Some(compact(&mut buf)?),
+            (1, LEN) => h.name = text(&mut buf)?,
+            (2, LEN) => h.value = Some(text(&mut buf)?),
             _ => return None,
         }
     }
     Some(h)
 }
 
-/// A string field, in an allocation of its length (None where it is not UTF-8: prost
+/// A string field as a `String` (an allocation of its length) or, for a header's name or
+/// value, a `CompactString` (inline up to 24 bytes); None where it is not UTF-8 (prost
 /// then reads the event and says so).
-fn text(buf: &mut &[u8]) -> Option<String> {
-    Some(std::str::from_utf8(take_message(buf)?).ok()?.to_owned())
-}
-
-/// `text`, inline up to 24 bytes (a header's name or value).
-fn compact(buf: &mut &[u8]) -> Option<CompactString> {
-    Some(CompactString::from(
-        std::str::from_utf8(take_message(buf)?).ok()?,
-    ))
+fn text<T: for<'a> From<&'a str>>(buf: &mut &[u8]) -> Option<T> {
+    Some(T::from(std::str::from_utf8(take_message(buf)?).ok()?))
 }
 
 fn sse(e: &mut SseEvent, mut buf: &[u8]) -> Option<()> {

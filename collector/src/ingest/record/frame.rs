@@ -44,8 +44,8 @@ pub(super) const SOCK_SLOTS: u32 = 4096;
 /// buffer of window + block size that wraps every ~1.1 MiB, and from the first wrap on
 /// compresses in its slower extDict mode (half of zstd's instructions on issue 17's
 /// load). Ending frames first: 2.6% fewer instructions on the recorder's path, files
-/// 0.9% larger (matches do not reach into the frame before; ring_replay, 83,672 records). Readers need nothing new:
-/// a zstd stream may hold many frames.
+/// 0.9% larger (matches do not reach into the frame before; ring_replay, 83,672
+/// records). Readers need nothing new: a zstd stream may hold many frames.
 const ZSTD_FRAME_INPUT: usize = 1 << WINDOW_LOG;
 
 /// The writing side of formats 3 and 4: one per file.
