@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use collector::ingest::record::{ReadAhead, Source};
 use collector::probes::Probes;
 use collector::record::RecordObserver;
 
@@ -396,7 +397,7 @@ fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(selection) = &args.what_if {
         builder = builder.what_if(selection.clone());
     }
-    builder.push_all(reader.as_mut())?;
+    builder.push_all(&mut reader)?;
     let built = builder.try_finish().context("building the report")?;
     let code = if built.slo.iter().all(|r| r.met) {
         ExitCode::SUCCESS
@@ -418,11 +419,20 @@ fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// One recording, or several hosts' joined on one clock (and how each was aligned).
+/// One recording, or several hosts' joined on one clock (and how each was aligned),
+/// read ahead on their own thread (`ReadAhead`) while the caller replays.
 fn open_recordings(
     files: &[PathBuf],
+) -> anyhow::Result<(ReadAhead, Vec<collector::ingest::hosts::Host>)> {
+    let (source, hosts) = open_sources(files)?;
+    let reader = ReadAhead::spawn(source).context("starting the reading thread")?;
+    Ok((reader, hosts))
+}
+
+fn open_sources(
+    files: &[PathBuf],
 ) -> anyhow::Result<(
-    Box<dyn collector::ingest::record::Source>,
+    Box<dyn collector::ingest::record::Source + Send>,
     Vec<collector::ingest::hosts::Host>,
 )> {
     use collector::ingest::hosts::{Joined, MAX_HOSTS};
@@ -465,7 +475,7 @@ fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         Compression::Deflate
     };
     let file = std::io::BufWriter::new(file);
-    let s = match write_trace_streamed(reader.as_mut(), file, windowing, compression) {
+    let s = match write_trace_streamed(&mut reader, file, windowing, compression) {
         Ok(s) => s,
         Err(e) => {
             // Windows already written would make a trace that silently ends early.

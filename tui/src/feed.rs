@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use std::path::PathBuf;
 
 use collector::ingest::hosts::Joined;
-use collector::ingest::record::{FileHeader, RecordError, RecordReader, Source};
+use collector::ingest::record::{FileHeader, ReadAhead, RecordError, RecordReader, Source};
 use collector::ingest::Event;
 pub use collector::record::live::Live;
 
@@ -73,10 +73,13 @@ impl Replay {
     /// that cannot be read from its start fails here; one damaged further on plays up
     /// to the damage (`error`).
     pub fn open(paths: &[PathBuf]) -> anyhow::Result<Replay> {
-        let reader: Box<dyn Source + Send> = match paths {
+        let source: Box<dyn Source + Send> = match paths {
             [one] => Box::new(RecordReader::open(one)?),
             _ => Box::new(Joined::open(paths)?),
         };
+        // Decoded on its own thread a few frames ahead (`--speed 0` plays at the
+        // pipeline's rate, not the pipeline's plus decoding's).
+        let reader: Box<dyn Source + Send> = Box::new(ReadAhead::spawn(source)?);
         let header = reader.header().clone();
         let mut replay = Replay {
             header,

@@ -20,8 +20,11 @@ use prost::Message;
 
 use super::model::Event;
 
+mod ahead;
 mod batch;
 mod frame;
+
+pub use ahead::ReadAhead;
 
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
 /// What `protocol::print` is, as recordings name it (`FileHeader::prints`).
