@@ -5,8 +5,13 @@
 //! `compression_type: COMPRESSION_TYPE_DEFLATE`. Trace processor (the UI, the Python
 //! bindings, traceconv) expands a bundle and reads each packet in its place, so the
 //! sequences, interning and the incremental clock run across bundles unchanged.
+//! Bundles are deflated on a thread of their own (`Deflater`) while the next ones are
+//! encoded, and written in the order they were made: the same bytes as deflating
+//! each in turn.
 
 use std::io::{self, Write};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use flate2::{Compress, FlushCompress, Status};
 
@@ -39,8 +44,7 @@ pub(super) struct Bundles<'a> {
     out: &'a mut dyn Write,
     /// Encoded packets not yet written, each as a Trace.packet field.
     pending: Vec<u8>,
-    compressor: Option<Compress>,
-    deflated: Vec<u8>,
+    deflater: Option<Deflater>,
     /// Bytes written to `out`.
     pub(super) written: u64,
     /// Bytes of the packets before compression (`written` when there is none).
@@ -51,15 +55,14 @@ pub(super) struct Bundles<'a> {
 
 impl<'a> Bundles<'a> {
     pub(super) fn new(out: &'a mut dyn Write, compression: Compression) -> Self {
-        let compressor = match compression {
-            Compression::Deflate => Some(Compress::new(flate2::Compression::new(LEVEL), true)),
+        let deflater = match compression {
+            Compression::Deflate => Some(Deflater::default()),
             Compression::None => None,
         };
         Bundles {
             out,
             pending: Vec::with_capacity(BUNDLE_BYTES + 4096),
-            compressor,
-            deflated: Vec::new(),
+            deflater,
             written: 0,
             encoded: 0,
             bundles: 0,
@@ -83,6 +86,9 @@ impl<'a> Bundles<'a> {
     /// Writes what is pending and flushes.
     pub(super) fn finish(&mut self) -> io::Result<()> {
         self.write_pending()?;
+        while self.deflater.as_ref().is_some_and(|d| d.in_flight > 0) {
+            self.write_deflated(true)?;
+        }
         self.out.flush()
     }
 
@@ -91,42 +97,163 @@ impl<'a> Bundles<'a> {
             return Ok(());
         }
         self.encoded += self.pending.len() as u64;
-        let Some(c) = self.compressor.as_mut() else {
+        let Some(d) = self.deflater.as_mut() else {
             self.out.write_all(&self.pending)?;
             self.written += self.pending.len() as u64;
             self.pending.clear();
             return Ok(());
         };
-        c.reset();
-        self.deflated.clear();
-        loop {
-            // compress_vec fills only the spare capacity: grow it until the stream ends.
-            self.deflated.reserve(self.pending.len() / 4 + 64);
-            let read = c.total_in() as usize;
-            let status = c
-                .compress_vec(
-                    &self.pending[read..],
-                    &mut self.deflated,
-                    FlushCompress::Finish,
-                )
-                .map_err(io::Error::other)?;
-            if status == Status::StreamEnd {
-                break;
-            }
+        let spare = d
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUNDLE_BYTES + 4096));
+        d.send(std::mem::replace(&mut self.pending, spare))?;
+        // Those done are written now; past `IN_FLIGHT` this waits for the oldest.
+        self.write_deflated(false)?;
+        while self
+            .deflater
+            .as_ref()
+            .is_some_and(|d| d.in_flight > IN_FLIGHT)
+        {
+            self.write_deflated(true)?;
         }
-        self.pending.clear();
-        // Trace.packet { compressed_packets: the deflated bundle }.
-        let mut head = Vec::with_capacity(24);
-        let inner = self.deflated.len() as u64;
-        varint(&mut head, 1 << 3 | 2);
-        varint(&mut head, 2 + varint_len(inner) + inner);
-        varint(&mut head, COMPRESSED_PACKETS << 3 | 2);
-        varint(&mut head, inner);
-        self.out.write_all(&head)?;
-        self.out.write_all(&self.deflated)?;
-        self.written += head.len() as u64 + inner;
-        self.bundles += 1;
         Ok(())
+    }
+
+    /// Writes the bundles deflated so far, in the order they were sent; `wait`: at
+    /// least the oldest one, waiting for it.
+    fn write_deflated(&mut self, wait: bool) -> io::Result<()> {
+        let Some(d) = self.deflater.as_mut() else {
+            return Ok(());
+        };
+        let mut wait = wait;
+        while d.in_flight > 0 {
+            let Some((deflated, mut buf)) = d.receive(wait)? else {
+                return Ok(());
+            };
+            wait = false;
+            buf.clear();
+            d.spare.push(buf);
+            // Trace.packet { compressed_packets: the deflated bundle }.
+            let mut head = Vec::with_capacity(24);
+            let inner = deflated.len() as u64;
+            varint(&mut head, 1 << 3 | 2);
+            varint(&mut head, 2 + varint_len(inner) + inner);
+            varint(&mut head, COMPRESSED_PACKETS << 3 | 2);
+            varint(&mut head, inner);
+            self.out.write_all(&head)?;
+            self.out.write_all(&deflated)?;
+            self.written += head.len() as u64 + inner;
+            self.bundles += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Bundles deflated while the next ones are laid out and encoded: zlib is a quarter
+/// of an export's work (callgrind, a bench recording), on its own thread here.
+const IN_FLIGHT: usize = 3;
+
+/// zlib on a thread of its own: bundles go in one at a time and come back deflated in
+/// the same order (one thread, two queues), each with its emptied buffer for reuse.
+struct Deflater {
+    to: Option<mpsc::SyncSender<Vec<u8>>>,
+    from: mpsc::Receiver<io::Result<(Vec<u8>, Vec<u8>)>>,
+    thread: Option<JoinHandle<()>>,
+    /// Sent and not yet received.
+    in_flight: usize,
+    /// Buffers back from the thread for the next bundles.
+    spare: Vec<Vec<u8>>,
+}
+
+impl Default for Deflater {
+    fn default() -> Deflater {
+        let (to, inbox) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT);
+        let (outbox, from) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("tokenscope-deflate".into())
+            .spawn(move || {
+                let mut c = Compress::new(flate2::Compression::new(LEVEL), true);
+                for bundle in inbox {
+                    let deflated = deflate(&mut c, &bundle).map(|d| (d, bundle));
+                    if outbox.send(deflated).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        Deflater {
+            to: Some(to),
+            from,
+            thread,
+            in_flight: 0,
+            spare: Vec::new(),
+        }
+    }
+}
+
+impl Deflater {
+    fn send(&mut self, bundle: Vec<u8>) -> io::Result<()> {
+        let sent = self.to.as_ref().is_some_and(|to| to.send(bundle).is_ok());
+        if !sent {
+            return Err(self.stopped());
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// The oldest bundle deflated (`wait`: waiting for it), or None yet.
+    fn receive(&mut self, wait: bool) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let got = if wait {
+            self.from.recv().ok()
+        } else {
+            match self.from.try_recv() {
+                Ok(got) => Some(got),
+                Err(mpsc::TryRecvError::Empty) => return Ok(None),
+                Err(mpsc::TryRecvError::Disconnected) => None,
+            }
+        };
+        let Some(got) = got else {
+            return Err(self.stopped());
+        };
+        self.in_flight -= 1;
+        got.map(Some)
+    }
+
+    fn stopped(&self) -> io::Error {
+        let why = if self.thread.is_none() {
+            "could not be started"
+        } else {
+            "stopped"
+        };
+        io::Error::other(format!("the thread deflating the trace {why}"))
+    }
+}
+
+impl Drop for Deflater {
+    fn drop(&mut self) {
+        // Closing its queue ends the thread once it is done with what it has.
+        self.to = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One bundle in zlib format.
+fn deflate(c: &mut Compress, bundle: &[u8]) -> io::Result<Vec<u8>> {
+    c.reset();
+    let mut deflated = Vec::new();
+    loop {
+        // compress_vec fills only the spare capacity: grow it until the stream ends.
+        deflated.reserve(bundle.len() / 4 + 64);
+        let read = c.total_in() as usize;
+        let status = c
+            .compress_vec(&bundle[read..], &mut deflated, FlushCompress::Finish)
+            .map_err(io::Error::other)?;
+        if status == Status::StreamEnd {
+            return Ok(deflated);
+        }
     }
 }
 
@@ -170,8 +297,9 @@ mod tests {
         let mut plain = Vec::new();
         let mut file = Vec::new();
         let mut b = Bundles::new(&mut file, Compression::Deflate);
-        // Enough packets for several bundles and a part-filled last one.
-        for i in 0..40_000u32 {
+        // Enough packets for more bundles than are deflated at once (their order
+        // across the deflating thread) and a part-filled last one.
+        for i in 0..120_000u32 {
             let mut p = TracePacket::new();
             p.set_trusted_packet_sequence_id(1 + i % 3);
             p.set_timestamp(u64::from(i) * 1000);
@@ -185,7 +313,11 @@ mod tests {
         let (bundles, encoded, written) = (b.bundles, b.encoded, b.written);
         assert_eq!(written, file.len() as u64);
         assert_eq!(encoded, plain.len() as u64);
-        assert!(bundles >= 3, "{bundles} bundles for {} bytes", plain.len());
+        assert!(
+            bundles > 2 * IN_FLIGHT as u64,
+            "{bundles} bundles for {} bytes",
+            plain.len()
+        );
         assert!(
             written * 2 < encoded,
             "regular packets deflate to under half: {written} of {encoded} bytes"
