@@ -168,9 +168,7 @@ impl Agent<'_> {
     fn feed(&mut self, events: Vec<collector::ingest::Event>) {
         self.metrics.events.inc_by(events.len() as u64);
         self.summary.events += events.len() as u64;
-        for e in events {
-            self.pipeline.push(e);
-        }
+        self.pipeline.push_batch(events);
     }
 
     /// Takes what the pipeline finished: steps and samples join the window; each

@@ -9,11 +9,13 @@
 //! it. `finish` hands over everything at once (tests compare it with the batch stitch).
 
 pub mod cut;
+mod held;
 mod reorder;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use held::Held;
 use reorder::{Pending, Reorder};
 
 use crate::analyze::protocols::{ProtocolTally, Protocols};
@@ -146,10 +148,8 @@ impl Output {
 pub struct Pipeline {
     cfg: Config,
     pending: Reorder,
-    /// The events of `pending`, by slot; `free` lists the free slots (each keeps its last
-    /// event until reused).
-    slab: Vec<Event>,
-    free: Vec<u32>,
+    /// The events of `pending`, in the batches they came in.
+    held: Held,
     seq: u64,
     /// The newest event time pushed, and the time of the last event let through.
     newest_ns: u64,
@@ -173,8 +173,7 @@ impl Pipeline {
         Pipeline {
             cfg,
             pending: Reorder::default(),
-            slab: Vec::new(),
-            free: Vec::new(),
+            held: Held::default(),
             seq: 0,
             newest_ns: 0,
             released_ns: 0,
@@ -190,39 +189,67 @@ impl Pipeline {
         }
     }
 
+    /// One event, in about time order (see `Config`'s reorder window).
     pub fn push(&mut self, event: Event) {
-        self.out.events += 1;
-        let first = self.out.first_event_ns.get_or_insert(event.ts_ns);
-        *first = (*first).min(event.ts_ns);
-        self.out.last_event_ns = self.out.last_event_ns.max(event.ts_ns);
-        if event.ts_ns < self.released_ns {
-            self.out.late_events += 1;
+        let ts_ns = event.ts_ns;
+        if !self.admit(ts_ns) {
             self.feed(&event);
             return;
         }
-        self.newest_ns = self.newest_ns.max(event.ts_ns);
+        let (slot, index) = self.held.single(event);
+        self.held.wait(slot);
+        self.enqueue(ts_ns, slot, index);
+    }
+
+    /// `push` of each event in turn, the batch kept whole while its events wait in the
+    /// reorder window (see `held`): no event is moved.
+    pub fn push_batch(&mut self, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        let slot = self.held.batch(events);
+        for index in 0..self.held.len(slot) as u32 {
+            let ts_ns = self.held.ts_ns(slot, index);
+            if self.admit(ts_ns) {
+                self.held.wait(slot);
+                self.enqueue(ts_ns, slot, index);
+            } else {
+                self.feed_held(slot, index, false);
+            }
+        }
+        self.held.seal(slot);
+    }
+
+    /// Counts an event in; false when it came later than the reorder window allows
+    /// (it is fed at once, out of order).
+    fn admit(&mut self, ts_ns: u64) -> bool {
+        self.out.events += 1;
+        let first = self.out.first_event_ns.get_or_insert(ts_ns);
+        *first = (*first).min(ts_ns);
+        self.out.last_event_ns = self.out.last_event_ns.max(ts_ns);
+        if ts_ns < self.released_ns {
+            self.out.late_events += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Queues the held event at (slot, index) and feeds what is older than the reorder
+    /// window now.
+    fn enqueue(&mut self, ts_ns: u64, slot: u32, index: u32) {
+        self.newest_ns = self.newest_ns.max(ts_ns);
         self.seq += 1;
-        let ts_ns = event.ts_ns;
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slab[slot as usize] = event;
-                slot
-            }
-            None => {
-                self.slab.push(event);
-                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 events waiting")
-            }
-        };
         self.pending.push(Pending {
             ts_ns,
             seq: self.seq,
             slot,
+            index,
         });
         let through = self.newest_ns.saturating_sub(self.cfg.reorder_ns);
         while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
             let p = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
-            self.feed_slot(p.slot);
+            self.feed_held(p.slot, p.index, true);
             let due = *self
                 .next_advance_ns
                 .get_or_insert(p.ts_ns + self.cfg.advance_every_ns);
@@ -232,15 +259,12 @@ impl Pipeline {
         }
     }
 
-    /// Feeds the event waiting in `slot` where it lies (an event is a few hundred bytes,
-    /// and moving it out cost a copy per event); the slot is free again. Its event stays
-    /// there until the slot is reused (clearing its body here cost a copy too).
-    fn feed_slot(&mut self, slot: u32) {
-        let slab = std::mem::take(&mut self.slab);
-        self.feed(&slab[slot as usize]);
-        // The empty vector `take` left needs no drop (a call per event otherwise).
-        std::mem::forget(std::mem::replace(&mut self.slab, slab));
-        self.free.push(slot);
+    /// Feeds the held event at (slot, index) where it lies; `queued`: it came through
+    /// the queue (its batch may go now), not late.
+    fn feed_held(&mut self, slot: u32, index: u32, queued: bool) {
+        let events = self.held.take(slot);
+        self.feed(&events[index as usize]);
+        self.held.put_back(slot, events, queued);
     }
 
     /// The clock reached `now_ns` (event time): events older than the reorder window
@@ -250,7 +274,7 @@ impl Pipeline {
         while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
             let p = self.pending.pop().expect("peeked");
             self.released_ns = p.ts_ns;
-            self.feed_slot(p.slot);
+            self.feed_held(p.slot, p.index, true);
         }
         self.released_ns = self.released_ns.max(through);
         self.stitcher.pass_time(through);
@@ -321,8 +345,9 @@ impl Pipeline {
     pub fn flush(&mut self) {
         while let Some(p) = self.pending.pop() {
             self.released_ns = p.ts_ns;
-            self.feed_slot(p.slot);
+            self.feed_held(p.slot, p.index, true);
         }
+        self.held.seal_open();
         self.advance();
         let last = self.stitcher.finish();
         self.absorb(last);
@@ -481,6 +506,64 @@ mod tests {
         };
         assert_eq!(open_counts(Open::AtTick), (1, 0));
         assert_eq!(open_counts(Open::Never), (0, 0));
+    }
+
+    /// Batches pushed whole give what their events pushed one by one give, late events
+    /// included, and every batch is let go once its events went through.
+    #[test]
+    fn a_batch_pushed_whole_is_its_events_pushed_in_turn() {
+        let mut net = Net::default();
+        for i in 0..12u16 {
+            let t0 = T0 + u64::from(i) * 70 * MS;
+            proxied(&mut net, t0, 40_000 + i, 50_000 + i, &format!("r{i}"));
+        }
+        let mut events = net.events;
+        events.sort_by_key(|e| e.ts_ns);
+        // Out of order as per-CPU buffers drain: some a little late (within the
+        // reorder window), every 97th far later than it allows.
+        for i in (0..events.len() - 5).step_by(11) {
+            events.swap(i, i + 5);
+        }
+        for i in (200..events.len()).step_by(97) {
+            events[i].ts_ns -= 900 * MS;
+        }
+        let cfg = Config {
+            reorder_ns: 50 * MS,
+            ..Config::live()
+        };
+        let outcome = |p: Pipeline| {
+            let out = p.finish();
+            let requests = serde_json::to_string(&out.requests).expect("serialize");
+            (requests, out.events, out.late_events)
+        };
+        let mut one_by_one = Pipeline::new(cfg, false);
+        events.iter().cloned().for_each(|e| one_by_one.push(e));
+        let mut batched = Pipeline::new(cfg, false);
+        let mut rest = events.as_slice();
+        for size in [1, 7, 300, 2, 64].into_iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (batch, after) = rest.split_at(size.min(rest.len()));
+            batched.push_batch(batch.to_vec());
+            rest = after;
+        }
+        batched.push_batch(Vec::new());
+        let (requests, pushed, late) = outcome(one_by_one);
+        assert_eq!(pushed, events.len() as u64);
+        assert!(late > 0, "some events came later than the reorder window");
+        assert!(requests.len() > 1_000, "requests were stitched: {requests}");
+        assert_eq!(outcome(batched), (requests, pushed, late));
+        // Once flushed, nothing is held: neither a batch nor the singles' open batch.
+        let mut whole = Pipeline::new(cfg, false);
+        whole.push_batch(events.clone());
+        let mut singles = Pipeline::new(cfg, false);
+        events.iter().cloned().for_each(|e| singles.push(e));
+        for mut p in [whole, singles] {
+            assert!(p.held.events() > 0, "events wait in the reorder window");
+            p.flush();
+            assert_eq!(p.held.events(), 0, "flushed: nothing held");
+        }
     }
 
     /// A request is served (in flight, at the engine that accepted it) from its arrival

@@ -117,7 +117,7 @@ impl Analysis {
 
     pub fn push(&mut self, batch: Vec<Event>) {
         self.dirty |= !batch.is_empty();
-        for e in batch {
+        for e in &batch {
             self.events_total += 1;
             let second = e.ts_ns / SECOND_NS;
             match self.per_second.iter_mut().rev().find(|(s, _)| *s == second) {
@@ -136,8 +136,8 @@ impl Analysis {
             {
                 self.recent.pop_front();
             }
-            self.pipeline.push(e);
         }
+        self.pipeline.push_batch(batch);
         self.collect();
     }
 

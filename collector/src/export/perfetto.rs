@@ -180,9 +180,7 @@ fn write_batches(
     let mut w = Writer::new(Bundles::new(&mut out, compression));
     let mut uuids = layout::Uuids::default();
     while let Some(batch) = next()? {
-        for e in batch {
-            p.push(e);
-        }
+        p.push_batch(batch);
         windows.take(&mut p);
         while let Some(trace) = windows.ready(&p) {
             w.window(&layout::plan(&trace, &mut uuids))?;

@@ -7,14 +7,16 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// An event waiting in the reorder window: its order, and where it waits in the slab
-/// (the queues move these 24 bytes, not the event's few hundred).
+/// An event waiting in the reorder window: its order, and where it waits (its batch's
+/// slot in `Held` and its index there: the queues move these 24 bytes, not the
+/// event's few hundred).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Pending {
     pub(super) ts_ns: u64,
     /// Arrival number: equal times go in arrival order.
     pub(super) seq: u64,
     pub(super) slot: u32,
+    pub(super) index: u32,
 }
 
 #[derive(Default)]
@@ -83,6 +85,7 @@ mod tests {
                 ts_ns,
                 seq,
                 slot: seq as u32,
+                index: 0,
             };
             ours.push(p);
             heap.push(Reverse(p));

@@ -138,17 +138,29 @@ impl Builder {
     /// Every event of `reader`, a batch at a time (never the whole recording at once).
     pub fn push_all(&mut self, reader: &mut dyn Source) -> Result<(), RecordError> {
         while let Some(batch) = reader.next_batch()? {
-            for event in batch {
-                self.push(event);
-            }
+            self.push_batch(batch);
         }
         Ok(())
     }
 
     pub fn push(&mut self, event: Event) {
         self.pipeline.push(event);
-        self.pushed += 1;
-        if self.pushed.is_multiple_of(LOOK_EVERY) {
+        self.after_push(1);
+    }
+
+    /// `push` of each event in turn, the batch kept whole in the pipeline.
+    pub fn push_batch(&mut self, events: Vec<Event>) {
+        let n = events.len() as u64;
+        self.pipeline.push_batch(events);
+        self.after_push(n);
+    }
+
+    /// Takes what the pipeline finished and cuts the windows that are ready, each
+    /// `LOOK_EVERY` events.
+    fn after_push(&mut self, n: u64) {
+        let before = self.pushed / LOOK_EVERY;
+        self.pushed += n;
+        if self.pushed / LOOK_EVERY != before {
             self.take();
             while let Some(end) = self.ready_end() {
                 self.cut(end);
