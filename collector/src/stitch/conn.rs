@@ -56,6 +56,10 @@ pub struct Connection {
     /// releases finished ones from the front; see `exchange`).
     pub exchanges: Vec<Exchange>,
     pub exchange_base: usize,
+    /// Every exchange numbered below this one has its response ended or is retired:
+    /// where the search for the exchange a response I/O answers starts (each token's
+    /// I/O went through the answered exchanges a keep-alive connection still held).
+    responding_from: usize,
     /// I/Os whose bytes could not be read as HTTP or TLS.
     pub unparsed_ios: u64,
     /// Parser bounds its I/Os reached, by `protocol::limits::Limit` (in `Limit::ALL` order).
@@ -350,6 +354,7 @@ impl Connection {
             retransmits: Vec::new(),
             exchanges: Vec::new(),
             exchange_base: 0,
+            responding_from: 0,
             unparsed_ios: 0,
             limits: [0; Limit::ALL.len()],
             plaintext: false,
@@ -417,6 +422,7 @@ impl Connection {
                 if !self.plaintext {
                     // Exchanges cut from records before the first plaintext are replaced by it.
                     self.exchanges.retain(|x| !x.encrypted || x.retired);
+                    self.responding_from = self.exchange_base;
                     self.plaintext = true;
                 }
             }
@@ -478,13 +484,18 @@ impl Connection {
             {
                 x.request_io(ev.ts_ns, io.bytes, sn);
             }
-        } else if let Some(x) = self
-            .exchanges
-            .iter_mut()
-            .find(|x| x.response_end_ns.is_none() && !x.retired)
-        {
+        } else {
             // Responses answer requests in order: the oldest exchange still waiting.
-            x.response_io(ev.ts_ns, sn);
+            let from = self.responding_from.saturating_sub(self.exchange_base);
+            let waiting = self.exchanges[from.min(self.exchanges.len())..]
+                .iter()
+                .position(|x| x.response_end_ns.is_none() && !x.retired)
+                .map(|k| from + k);
+            self.responding_from =
+                self.exchange_base + waiting.unwrap_or(self.exchanges.len());
+            if let Some(k) = waiting {
+                self.exchanges[k].response_io(ev.ts_ns, sn);
+            }
         }
     }
 
@@ -608,6 +619,9 @@ impl Connection {
             x.response_ios += 1;
             x.records_ns.extend(std::iter::repeat_n(ts, records));
             x.response_end_ns = None;
+            // Its response is open again: the search starts no later than it.
+            let last = self.exchange_base + self.exchanges.len() - 1;
+            self.responding_from = self.responding_from.min(last);
         }
     }
 }
