@@ -491,8 +491,7 @@ impl Connection {
                 .iter()
                 .position(|x| x.response_end_ns.is_none() && !x.retired)
                 .map(|k| from + k);
-            self.responding_from =
-                self.exchange_base + waiting.unwrap_or(self.exchanges.len());
+            self.responding_from = self.exchange_base + waiting.unwrap_or(self.exchanges.len());
             if let Some(k) = waiting {
                 self.exchanges[k].response_io(ev.ts_ns, sn);
             }
