@@ -538,9 +538,13 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };
     let _ = engine.wait();
-    let report = scaling::timed_report(bin, out, Stdio::null());
+    let report = scaling::timed_report(bin, out, Stdio::null(), scaling::Cores::All);
     let _ = std::fs::remove_file(out);
-    let (took, max_rss_kib) = report?;
+    let scaling::Timed {
+        wall: took,
+        rss_kib: max_rss_kib,
+        ..
+    } = report?;
     println!(
         "replay: {} events read, stitched, analyzed and written as JSON in {took:.2?}: {:.0} events/s, peak RSS {} MiB",
         summary.delivered,

@@ -90,11 +90,11 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
         let replica = dir.join(format!("x{factor}.tsrec"));
         let events = replicate(bin, &original, factor, &replica)?;
         let mut runs = (0..ROUNDS)
-            .map(|_| timed_report(bin, &replica, Stdio::null()))
+            .map(|_| timed_report(bin, &replica, Stdio::null(), Cores::All))
             .collect::<Result<Vec<_>>>()?;
         runs.sort();
-        let wall = runs[ROUNDS / 2].0;
-        let max_rss_kib = runs.iter().map(|r| r.1).max().unwrap_or(0);
+        let wall = runs[ROUNDS / 2].wall;
+        let max_rss_kib = runs.iter().map(|r| r.rss_kib).max().unwrap_or(0);
         let trace = dir.join(format!("x{factor}.pftrace"));
         let mut exports = (0..ROUNDS)
             .map(|_| {
@@ -108,13 +108,14 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
                     ],
                     Stdio::null(),
                     Stdio::null(),
+                    Cores::All,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
         let _ = std::fs::remove_file(&trace);
         exports.sort();
-        let export_wall = exports[ROUNDS / 2].0;
-        let export_rss_kib = exports.iter().map(|r| r.1).max().unwrap_or(0);
+        let export_wall = exports[ROUNDS / 2].wall;
+        let export_rss_kib = exports.iter().map(|r| r.rss_kib).max().unwrap_or(0);
         // A second, untimed run: the text report's first line (xtask parses no JSON).
         let requests = super::agent::report_counts(bin, &replica)?.requests as u64;
         let _ = std::fs::remove_file(&replica);
@@ -186,17 +187,42 @@ fn replicate(bin: &Path, input: &Path, factor: u32, output: &Path) -> Result<u64
         .with_context(|| format!("no event count in {:?}", said.trim()))
 }
 
-/// Wall time and peak RSS (KiB) of `tokenscope report --json FILE > stdout`.
-pub(super) fn timed_report(bin: &Path, recording: &Path, stdout: Stdio) -> Result<(Duration, i64)> {
+/// `tokenscope report --json FILE > stdout`, timed.
+pub(super) fn timed_report(
+    bin: &Path,
+    recording: &Path,
+    stdout: Stdio,
+    cores: Cores,
+) -> Result<Timed> {
     timed(
         bin,
         &["report".as_ref(), recording.as_os_str(), "--json".as_ref()],
         stdout,
         Stdio::inherit(),
+        cores,
     )
 }
 
-/// Wall time and peak RSS (KiB) of `tokenscope ARGS` (`stdout`, `stderr`: where its
+/// What a run of tokenscope took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Timed {
+    pub wall: Duration,
+    /// User and system time of all its threads.
+    pub cpu: Duration,
+    /// Peak RSS.
+    pub rss_kib: i64,
+}
+
+/// Where a timed run may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cores {
+    /// Every core of the machine (reading and deflating threads on their own cores).
+    All,
+    /// CPU 0 alone (sched_setaffinity before exec): the rate of one core.
+    One,
+}
+
+/// Wall time, CPU time and peak RSS of `tokenscope ARGS` (`stdout`, `stderr`: where its
 /// output and its summary line go). wait4, not getrusage(RUSAGE_CHILDREN): that is the
 /// largest child so far, not this one.
 pub(super) fn timed(
@@ -204,14 +230,27 @@ pub(super) fn timed(
     args: &[&std::ffi::OsStr],
     stdout: Stdio,
     stderr: Stdio,
-) -> Result<(Duration, i64)> {
+    cores: Cores,
+) -> Result<Timed> {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(bin);
+    command.args(args).stdout(stdout).stderr(stderr);
+    if cores == Cores::One {
+        // SAFETY: sched_setaffinity on this (forked, not yet exec'd) process with a
+        // cpu_set_t it owns; async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let start = Instant::now();
-    let child = Command::new(bin)
-        .args(args)
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .context("start tokenscope")?;
+    let child = command.spawn().context("start tokenscope")?;
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: a zeroed rusage is valid; wait4 fills it.
@@ -229,5 +268,10 @@ pub(super) fn timed(
             .collect::<Vec<_>>()
             .join(" ")
     );
-    Ok((wall, usage.ru_maxrss))
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Ok(Timed {
+        wall,
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+        rss_kib: usage.ru_maxrss,
+    })
 }
