@@ -430,20 +430,35 @@ pub(super) fn prefill_stalls_decode(input: &Input, prefix_cache_fixed: bool) -> 
 /// back. Queueing a prefix cache would remove (rule 4) is not counted here.
 pub(super) fn queueing(input: &Input, prefix_removed: &BTreeMap<usize, u64>) -> Option<Finding> {
     let reqs = &input.requests[..];
-    let mut by_pid: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    // Each engine's steps by start, with the latest end so far: a request's wait reads
+    // only the steps that can overlap it (was every step of its engine, per request:
+    // 15 M step reads a making of top's findings over a full window).
+    let mut by_pid: HashMap<u32, Vec<(u64, u64, u64)>> = HashMap::new();
     for s in input.steps {
         by_pid
             .entry(s.pid)
             .or_default()
-            .push((s.start_ns, s.end_ns));
+            .push((s.start_ns, s.end_ns, 0));
+    }
+    for spans in by_pid.values_mut() {
+        spans.sort_unstable();
+        let mut latest = 0;
+        for span in spans.iter_mut() {
+            latest = latest.max(span.1);
+            span.2 = latest;
+        }
     }
     let busy = |pid: u32, from: u64, to: u64| -> f64 {
         let Some(spans) = by_pid.get(&pid) else {
             return 0.0;
         };
-        let covered: u64 = spans
+        // Steps before `first` end by `from` (so do all before them); from `last` on
+        // they start at `to` or later: neither covers any of the wait.
+        let first = spans.partition_point(|s| s.2 <= from);
+        let last = spans.partition_point(|s| s.0 < to);
+        let covered: u64 = spans[first..last.max(first)]
             .iter()
-            .map(|&(a, b)| b.min(to).saturating_sub(a.max(from)))
+            .map(|&(a, b, _)| b.min(to).saturating_sub(a.max(from)))
             .sum();
         covered as f64 / (to - from).max(1) as f64
     };
