@@ -3,11 +3,12 @@
 //! snapshots and answers keys, so a slow pass never holds a key back. Pure like
 //! `update`: time arrives as arguments, so tests drive it directly.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use collector::diagnose::Diagnosis;
 use collector::gpu::GpuStep;
+use collector::ingest::fast_hash::FastMap;
 use collector::ingest::model::NvmlSample;
 use collector::ingest::Event;
 use collector::pipeline::{Config, Open, Pipeline};
@@ -253,7 +254,7 @@ impl Analysis {
             let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
             self.findings.make(&requests, &mut steps, &nvml, wall_ns);
         }
-        let position: HashMap<&RowKey, usize> =
+        let position: FastMap<&RowKey, usize> =
             rows.iter().enumerate().map(|(i, r)| (&r.key, i)).collect();
         let findings = self.findings.shown(&position);
         drop(position);

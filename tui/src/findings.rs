@@ -6,11 +6,11 @@
 //! ids (the pipeline's) numbered as the pass's positions by request key; a request
 //! newer than the last making gets its share at the next.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use collector::diagnose::{self, Diagnosis};
 use collector::gpu::GpuStep;
+use collector::ingest::fast_hash::FastMap;
 use collector::ingest::model::NvmlSample;
 use collector::stitch::attribution::{self, GpuShare};
 use collector::stitch::Request;
@@ -61,8 +61,8 @@ impl Share {
 #[derive(Debug, Default)]
 pub struct Made {
     /// Id -> request.
-    keys: HashMap<usize, RowKey>,
-    shares: HashMap<RowKey, Share>,
+    keys: FastMap<usize, RowKey>,
+    shares: FastMap<RowKey, Share>,
     /// Largest saving first.
     diagnoses: Vec<Diagnosis>,
 }
@@ -136,7 +136,7 @@ impl Findings {
     }
 
     /// The last making as a pass shows it: `position` numbers the pass's requests.
-    pub fn shown(&self, position: &HashMap<&RowKey, usize>) -> Shown {
+    pub fn shown(&self, position: &FastMap<&RowKey, usize>) -> Shown {
         Shown {
             now: self
                 .made
@@ -154,7 +154,7 @@ impl Findings {
 pub struct Shown {
     made: Arc<Made>,
     /// Id at the making -> position in this pass (absent: gone from the window).
-    now: HashMap<usize, usize>,
+    now: FastMap<usize, usize>,
 }
 
 impl Shown {
