@@ -109,24 +109,16 @@ impl<'a> Bundles<'a> {
             .unwrap_or_else(|| Vec::with_capacity(BUNDLE_BYTES + 4096));
         d.send(std::mem::replace(&mut self.pending, spare))?;
         // Those done are written now; past `IN_FLIGHT` this waits for the oldest.
-        self.write_deflated(false)?;
-        while self
-            .deflater
-            .as_ref()
-            .is_some_and(|d| d.in_flight > IN_FLIGHT)
-        {
-            self.write_deflated(true)?;
-        }
-        Ok(())
+        let full = d.in_flight > IN_FLIGHT;
+        self.write_deflated(full)
     }
 
     /// Writes the bundles deflated so far, in the order they were sent; `wait`: at
     /// least the oldest one, waiting for it.
-    fn write_deflated(&mut self, wait: bool) -> io::Result<()> {
+    fn write_deflated(&mut self, mut wait: bool) -> io::Result<()> {
         let Some(d) = self.deflater.as_mut() else {
             return Ok(());
         };
-        let mut wait = wait;
         while d.in_flight > 0 {
             let Some((deflated, mut buf)) = d.receive(wait)? else {
                 return Ok(());
