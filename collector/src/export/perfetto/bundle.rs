@@ -25,14 +25,18 @@ const COMPRESSED_PACKETS: u64 = 50;
 const BUNDLE_BYTES: usize = 128 * 1024;
 /// zlib's level. zlib-rs on the x30 fixture replay (5.80 MB of packets), best CPU of
 /// five exports: level 1 0.24 s and 1.90 MB, 2 0.23 s 1.51 MB, 3 0.24 s 1.42 MB, 6
-/// 0.30 s 1.26 MB (miniz_oxide: 0.24 s 1.70 MB at 1, 0.28 s 1.36 MB at 3).
-const LEVEL: u32 = 3;
+/// 0.30 s 1.26 MB (miniz_oxide: 0.24 s 1.70 MB at 1, 0.28 s 1.36 MB at 3). With one
+/// window the packets are encoded after the last event, and the export then waits for
+/// the deflating thread: on the bench recording (9.2 MB of packets, encoded in 23 ms)
+/// deflating took 52 ms at level 3 and 39 at level 2, for 2.58 and 2.64 MB (1 gives
+/// 3.44 MB, over a third of the packets' bytes).
+const LEVEL: u32 = 2;
 
 /// How the trace's packets reach the file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Compression {
-    /// Bundles of packets deflated into `compressed_packets` (a quarter of the bytes
-    /// or less); what `tokenscope export` writes by default.
+    /// Bundles of packets deflated into `compressed_packets` (under a third of the
+    /// bytes); what `tokenscope export` writes by default.
     #[default]
     Deflate,
     /// Every packet at the top level of the file, for readers that decode the
