@@ -345,9 +345,9 @@ impl RequestSink {
                 let s = spill.get_or_insert_with(Spill::new);
                 for r in requests {
                     if *tokens {
-                        s.write(&r, true);
+                        s.write(serde_json::to_vec_pretty(&r));
                     } else {
-                        s.write(&super::summary::summary(r), false);
+                        s.write(Ok(super::summary::summary(r)));
                     }
                 }
             }
@@ -369,22 +369,17 @@ impl Spill {
         }
     }
 
-    /// One request as the pretty JSON report nests it (four spaces in, after a comma
-    /// unless it is the first), or on one line (`pretty` false: summaries, a line each).
-    /// A write error is kept for `try_finish`.
-    fn write(&mut self, r: &impl serde::Serialize, pretty: bool) {
+    /// One request's JSON (pretty, or a summary on one line) as the pretty JSON report
+    /// nests it (four spaces in, after a comma unless it is the first). A write error
+    /// is kept for `try_finish`.
+    fn write(&mut self, json: serde_json::Result<Vec<u8>>) {
         let Some(file) = &mut self.file else { return };
         let mut text = Vec::with_capacity(4096);
         if self.count > 0 {
             text.extend_from_slice(b",\n");
         }
         self.count += 1;
-        let pretty = if pretty {
-            serde_json::to_vec_pretty(r)
-        } else {
-            serde_json::to_vec(r)
-        }
-        .expect("a request serializes");
+        let pretty = json.expect("a request serializes");
         // JSON strings hold no raw newline: each line is a line of the document.
         for (i, line) in pretty.split(|&b| b == b'\n').enumerate() {
             if i > 0 {
@@ -656,7 +651,14 @@ mod tests {
         let listed = v["requests"].as_array().expect("requests");
         assert_eq!(listed.len(), 286);
         for (r, full) in listed.iter().zip(&kept.requests) {
-            assert_eq!(*r, super::super::summary::summary(full.clone()));
+            let value = super::super::summary::summary_value(full.clone());
+            assert_eq!(*r, value);
+            let bytes = super::super::summary::summary(full.clone());
+            assert!(
+                bytes == serde_json::to_vec(&value).expect("JSON"),
+                "the summary, byte for byte as through a Value: {}",
+                String::from_utf8_lossy(&bytes)
+            );
             assert!(r["points"][0].get("token_ns").is_none(), "{r:#}");
         }
         let dropped = dropped.finish();

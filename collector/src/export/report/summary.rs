@@ -5,15 +5,87 @@
 //! each) however long its stream, where the arrays cost ~20 bytes a token (`report
 //! --json --tokens` keeps them). Stages that do not apply are left out, not null.
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
+use super::sorted;
 use crate::analyze::summarize;
 use crate::stitch::Request;
 
-/// `r` without its per-token arrays, with their summaries in their place. The arrays
-/// are summed up first and taken out before `r` is serialized: a `Value` of every
-/// token's times, made only to be dropped, was most of this function's cost.
-pub fn summary(mut r: Request) -> Value {
+/// `r` without its per-token arrays, with their summaries in their place, as JSON (keys
+/// sorted at every level). The arrays are summed up first and taken out before `r` is
+/// serialized.
+pub fn summary(mut r: Request) -> Vec<u8> {
+    let points: Vec<(usize, usize, Option<Brief>)> = r
+        .points
+        .iter()
+        .map(|p| (p.token_ns.len(), p.record_ns.len(), brief(&p.itl_ns())))
+        .collect();
+    let delays: Vec<Option<Brief>> = r
+        .forward
+        .iter()
+        .map(|hop| brief(&hop.delay_ns(&r.points)))
+        .collect();
+    let stalls = r
+        .gpu
+        .as_mut()
+        .map(|g| std::mem::take(&mut g.stalled_by).len());
+    for p in &mut r.points {
+        p.token_ns = Vec::new();
+        p.record_ns = Vec::new();
+        p.token_choice = Vec::new();
+    }
+    let (mut points, mut delays) = (points.into_iter(), delays.into_iter());
+    sorted::to_vec(&r, |o| {
+        if o.under("points") {
+            let Some((tokens, records, itl)) = points.next() else {
+                return Ok(());
+            };
+            o.remove("token_ns");
+            o.remove("token_choice");
+            o.remove("record_ns");
+            o.insert("tokens", &tokens)?;
+            if records != 0 {
+                o.insert("records", &records)?;
+            }
+            o.insert("itl", &itl)?;
+        } else if o.under("forward") {
+            if let Some(delay) = delays.next() {
+                o.remove("delay_ns");
+                o.insert("delay", &delay)?;
+            }
+        } else if o.under("stages") {
+            o.retain(|_, v| v != b"null");
+        } else if let (true, Some(stalls)) = (o.under("gpu"), stalls) {
+            o.remove("stalled_by");
+            o.insert("stalls", &stalls)?;
+        }
+        Ok(())
+    })
+    .expect("a request serializes")
+}
+
+/// p50, p99 and max of a series (null when empty; its count is the point's tokens).
+#[derive(Serialize)]
+struct Brief {
+    max_ns: u64,
+    p50_ns: u64,
+    p99_ns: u64,
+}
+
+fn brief(v: &[u64]) -> Option<Brief> {
+    summarize(v).map(|s| Brief {
+        max_ns: s.max_ns,
+        p50_ns: s.p50_ns,
+        p99_ns: s.p99_ns,
+    })
+}
+
+/// The summary as it was made before: `r` through a serde_json `Value`, edited there.
+/// What `summary` must write, byte for byte.
+#[cfg(test)]
+pub(super) fn summary_value(mut r: Request) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let brief = |v: &[u64]| serde_json::to_value(brief(v)).expect("a brief");
     let points: Vec<(usize, usize, Value)> = r
         .points
         .iter()
@@ -62,16 +134,4 @@ pub fn summary(mut r: Request) -> Value {
         g.insert("stalls".into(), json!(stalls));
     }
     v
-}
-
-/// p50, p99 and max of a series (null when empty; its count is the point's tokens).
-fn brief(v: &[u64]) -> Value {
-    match summarize(v) {
-        Some(s) => json!({
-            "p50_ns": s.p50_ns,
-            "p99_ns": s.p99_ns,
-            "max_ns": s.max_ns,
-        }),
-        None => Value::Null,
-    }
 }
