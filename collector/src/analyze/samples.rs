@@ -35,21 +35,32 @@ impl Extend<u64> for Samples {
 }
 
 impl Samples {
+    /// Inlined (2.4 M calls in a 20 s bench replay's statistics: its call was 45
+    /// instructions, a third of them saving and restoring registers), with the fold
+    /// out of line.
+    #[inline]
     pub fn push(&mut self, v: u64) {
         self.count += 1;
         self.sum += u128::from(v);
         self.max = self.max.max(v);
         if self.folded {
             self.count_in_bucket(v);
-            return;
+        } else if self.exact.len() < EXACT_SAMPLES {
+            self.exact.push(v);
+        } else {
+            self.fold(v);
         }
-        self.exact.push(v);
-        if self.exact.len() > EXACT_SAMPLES {
-            for v in std::mem::take(&mut self.exact) {
-                self.count_in_bucket(v);
-            }
-            self.folded = true;
+    }
+
+    /// Every value kept so far, and `v`, into buckets: from here on only counts.
+    #[cold]
+    #[inline(never)]
+    fn fold(&mut self, v: u64) {
+        for kept in std::mem::take(&mut self.exact) {
+            self.count_in_bucket(kept);
         }
+        self.count_in_bucket(v);
+        self.folded = true;
     }
 
     /// Inlined, with the page's first use out of line: every value of a long recording
