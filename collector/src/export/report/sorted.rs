@@ -132,6 +132,14 @@ impl<E: FnMut(&mut Object) -> Result<(), Error>> Writer<E> {
         serde_json::to_writer(&mut self.out, &v)
     }
 
+    /// `{"variant":`, closed by the variant's `Compound::end`.
+    fn open_variant(&mut self, variant: &str) -> Result<(), Error> {
+        self.out.push(b'{');
+        write_key(&mut self.out, variant)?;
+        self.out.push(b':');
+        Ok(())
+    }
+
     fn open_object(&mut self) -> usize {
         let entries = self.spare.pop().unwrap_or_default();
         self.open.push(entries);
@@ -211,6 +219,16 @@ pub(super) struct Compound<'w, E> {
 }
 
 impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> Compound<'w, E> {
+    fn new(w: &'w mut Writer<E>, start: Option<usize>, variant: bool) -> Self {
+        Compound {
+            w,
+            start,
+            first: true,
+            key: None,
+            variant,
+        }
+    }
+
     fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
         if !self.first {
             self.w.out.push(b',');
@@ -221,7 +239,13 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> Compound<'w, E> {
 
     fn end(self) -> Result<(), Error> {
         match self.start {
-            Some(start) => self.w.close_object(start)?,
+            Some(start) => {
+                self.w.close_object(start)?;
+                if self.variant {
+                    // A struct variant's name, pushed as its object opened.
+                    self.w.path.pop();
+                }
+            }
             None => self.w.out.push(b']'),
         }
         if self.variant {
@@ -229,6 +253,14 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> Compound<'w, E> {
         }
         Ok(())
     }
+}
+
+macro_rules! scalars {
+    ($($method:ident: $t:ty),* $(,)?) => {
+        $(fn $method(self, v: $t) -> Result<(), Error> {
+            self.scalar(v)
+        })*
+    };
 }
 
 impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> ser::Serializer for &'w mut Writer<E> {
@@ -242,36 +274,15 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> ser::Serializer for &'w mut
     type SerializeStruct = Compound<'w, E>;
     type SerializeStructVariant = Compound<'w, E>;
 
-    fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.scalar(v)
+    // As serde_json writes them.
+    scalars! {
+        serialize_bool: bool, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32,
+        serialize_i64: i64, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
+        serialize_u64: u64, serialize_f64: f64, serialize_char: char, serialize_str: &str,
     }
     fn serialize_i128(self, v: i128) -> Result<(), Error> {
         // A Value holds what fits 64 bits; to_value errs past that.
         self.scalar(serde_json::Number::from_i128(v).ok_or_else(too_big)?)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.scalar(v)
     }
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
         self.scalar(serde_json::Number::from_u128(v).ok_or_else(too_big)?)
@@ -279,15 +290,6 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> ser::Serializer for &'w mut
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         // A Value keeps an f32 as the f64 it widens to, and writes that.
         self.scalar(f64::from(v))
-    }
-    fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_char(self, v: char) -> Result<(), Error> {
-        self.scalar(v)
-    }
-    fn serialize_str(self, v: &str) -> Result<(), Error> {
-        self.scalar(v)
     }
     fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
         // As a Value has them: an array of numbers.
@@ -329,13 +331,7 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> ser::Serializer for &'w mut
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Compound<'w, E>, Error> {
         self.out.push(b'[');
-        Ok(Compound {
-            w: self,
-            start: None,
-            first: true,
-            key: None,
-            variant: false,
-        })
+        Ok(Compound::new(self, None, false))
     }
     fn serialize_tuple(self, len: usize) -> Result<Compound<'w, E>, Error> {
         self.serialize_seq(Some(len))
@@ -348,25 +344,16 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> ser::Serializer for &'w mut
         _: &'static str,
         _: u32,
         variant: &'static str,
-        len: usize,
+        _: usize,
     ) -> Result<Compound<'w, E>, Error> {
         // {"variant":[...]}: one key, already in order.
-        self.out.push(b'{');
-        serde_json::to_writer(&mut self.out, variant)?;
-        self.out.push(b':');
-        let mut c = self.serialize_seq(Some(len))?;
-        c.variant = true;
-        Ok(c)
+        self.open_variant(variant)?;
+        self.out.push(b'[');
+        Ok(Compound::new(self, None, true))
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'w, E>, Error> {
         let start = self.open_object();
-        Ok(Compound {
-            w: self,
-            start: Some(start),
-            first: true,
-            key: None,
-            variant: false,
-        })
+        Ok(Compound::new(self, Some(start), false))
     }
     fn serialize_struct(self, _: &'static str, len: usize) -> Result<Compound<'w, E>, Error> {
         self.serialize_map(Some(len))
@@ -376,15 +363,12 @@ impl<'w, E: FnMut(&mut Object) -> Result<(), Error>> ser::Serializer for &'w mut
         _: &'static str,
         _: u32,
         variant: &'static str,
-        len: usize,
+        _: usize,
     ) -> Result<Compound<'w, E>, Error> {
-        self.out.push(b'{');
-        serde_json::to_writer(&mut self.out, variant)?;
-        self.out.push(b':');
+        self.open_variant(variant)?;
         self.path.push(Key::Field(variant));
-        let mut c = self.serialize_map(Some(len))?;
-        c.variant = true;
-        Ok(c)
+        let start = self.open_object();
+        Ok(Compound::new(self, Some(start), true))
     }
 }
 
@@ -403,49 +387,26 @@ fn too_big() -> Error {
     ser::Error::custom("number out of range")
 }
 
-impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeSeq for Compound<'_, E> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Error> {
-        Compound::end(self)
-    }
+/// serde's four kinds of array: each element written in turn.
+macro_rules! array {
+    ($kind:ident, $element:ident) => {
+        impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::$kind for Compound<'_, E> {
+            type Ok = ();
+            type Error = Error;
+            fn $element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+                self.element(v)
+            }
+            fn end(self) -> Result<(), Error> {
+                Compound::end(self)
+            }
+        }
+    };
 }
 
-impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeTuple for Compound<'_, E> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Error> {
-        Compound::end(self)
-    }
-}
-
-impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeTupleStruct for Compound<'_, E> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Error> {
-        Compound::end(self)
-    }
-}
-
-impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeTupleVariant for Compound<'_, E> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Error> {
-        Compound::end(self)
-    }
-}
+array!(SerializeSeq, serialize_element);
+array!(SerializeTuple, serialize_element);
+array!(SerializeTupleStruct, serialize_field);
+array!(SerializeTupleVariant, serialize_field);
 
 impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeMap for Compound<'_, E> {
     type Ok = ();
@@ -466,43 +427,39 @@ impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeMap for Compound<
     }
 }
 
-impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeStruct for Compound<'_, E> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), Error> {
-        self.w.entry(Key::Field(key), v)
-    }
-    fn end(self) -> Result<(), Error> {
-        Compound::end(self)
-    }
+/// A struct, and a struct variant's object.
+macro_rules! object {
+    ($kind:ident) => {
+        impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::$kind for Compound<'_, E> {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                v: &T,
+            ) -> Result<(), Error> {
+                self.w.entry(Key::Field(key), v)
+            }
+            fn end(self) -> Result<(), Error> {
+                Compound::end(self)
+            }
+        }
+    };
 }
 
-impl<E: FnMut(&mut Object) -> Result<(), Error>> ser::SerializeStructVariant for Compound<'_, E> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), Error> {
-        self.w.entry(Key::Field(key), v)
-    }
-    fn end(self) -> Result<(), Error> {
-        let w = &mut *self.w;
-        let start = self.start.expect("an object");
-        w.close_object(start)?;
-        w.path.pop();
-        w.out.push(b'}');
-        Ok(())
-    }
-}
+object!(SerializeStruct);
+object!(SerializeStructVariant);
 
 /// A map key as a Value's map has it: strings as they are, numbers and chars as text.
 struct KeyWriter;
+
+macro_rules! numbers {
+    ($($method:ident: $t:ty),* $(,)?) => {
+        $(fn $method(self, v: $t) -> Result<CompactString, Error> {
+            Ok(compact_str::format_compact!("{v}"))
+        })*
+    };
+}
 
 impl ser::Serializer for KeyWriter {
     type Ok = CompactString;
@@ -524,35 +481,11 @@ impl ser::Serializer for KeyWriter {
     fn serialize_bool(self, v: bool) -> Result<CompactString, Error> {
         Ok(if v { "true" } else { "false" }.into())
     }
-    fn serialize_i8(self, v: i8) -> Result<CompactString, Error> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i16(self, v: i16) -> Result<CompactString, Error> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i32(self, v: i32) -> Result<CompactString, Error> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i64(self, v: i64) -> Result<CompactString, Error> {
-        Ok(compact_str::format_compact!("{v}"))
-    }
-    fn serialize_i128(self, v: i128) -> Result<CompactString, Error> {
-        Ok(compact_str::format_compact!("{v}"))
-    }
-    fn serialize_u8(self, v: u8) -> Result<CompactString, Error> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u16(self, v: u16) -> Result<CompactString, Error> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u32(self, v: u32) -> Result<CompactString, Error> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u64(self, v: u64) -> Result<CompactString, Error> {
-        Ok(compact_str::format_compact!("{v}"))
-    }
-    fn serialize_u128(self, v: u128) -> Result<CompactString, Error> {
-        Ok(compact_str::format_compact!("{v}"))
+    // Integers as their decimal text.
+    numbers! {
+        serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+        serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
+        serialize_u64: u64, serialize_u128: u128,
     }
     fn serialize_f32(self, _: f32) -> Result<CompactString, Error> {
         Err(not_a_key())

@@ -15,25 +15,7 @@ use crate::stitch::Request;
 /// sorted at every level). The arrays are summed up first and taken out before `r` is
 /// serialized.
 pub fn summary(mut r: Request) -> Vec<u8> {
-    let points: Vec<(usize, usize, Option<Brief>)> = r
-        .points
-        .iter()
-        .map(|p| (p.token_ns.len(), p.record_ns.len(), brief(&p.itl_ns())))
-        .collect();
-    let delays: Vec<Option<Brief>> = r
-        .forward
-        .iter()
-        .map(|hop| brief(&hop.delay_ns(&r.points)))
-        .collect();
-    let stalls = r
-        .gpu
-        .as_mut()
-        .map(|g| std::mem::take(&mut g.stalled_by).len());
-    for p in &mut r.points {
-        p.token_ns = Vec::new();
-        p.record_ns = Vec::new();
-        p.token_choice = Vec::new();
-    }
+    let (points, delays, stalls) = sum_up(&mut r);
     let (mut points, mut delays) = (points.into_iter(), delays.into_iter());
     sorted::to_vec(&r, |o| {
         if o.under("points") {
@@ -64,6 +46,37 @@ pub fn summary(mut r: Request) -> Vec<u8> {
     .expect("a request serializes")
 }
 
+/// Each point's (tokens, records, ITL), each hop's delay and the GPU's stalls, then
+/// `r`'s per-token arrays emptied.
+type Sums = (
+    Vec<(usize, usize, Option<Brief>)>,
+    Vec<Option<Brief>>,
+    Option<usize>,
+);
+
+fn sum_up(r: &mut Request) -> Sums {
+    let points = r
+        .points
+        .iter()
+        .map(|p| (p.token_ns.len(), p.record_ns.len(), brief(&p.itl_ns())))
+        .collect();
+    let delays = r
+        .forward
+        .iter()
+        .map(|hop| brief(&hop.delay_ns(&r.points)))
+        .collect();
+    let stalls = r
+        .gpu
+        .as_mut()
+        .map(|g| std::mem::take(&mut g.stalled_by).len());
+    for p in &mut r.points {
+        p.token_ns = Vec::new();
+        p.record_ns = Vec::new();
+        p.token_choice = Vec::new();
+    }
+    (points, delays, stalls)
+}
+
 /// p50, p99 and max of a series (null when empty; its count is the point's tokens).
 #[derive(Serialize)]
 struct Brief {
@@ -85,29 +98,12 @@ fn brief(v: &[u64]) -> Option<Brief> {
 #[cfg(test)]
 pub(super) fn summary_value(mut r: Request) -> serde_json::Value {
     use serde_json::{json, Value};
-    let brief = |v: &[u64]| serde_json::to_value(brief(v)).expect("a brief");
-    let points: Vec<(usize, usize, Value)> = r
-        .points
-        .iter()
-        .map(|p| (p.token_ns.len(), p.record_ns.len(), brief(&p.itl_ns())))
-        .collect();
-    let delays: Vec<Value> = r
-        .forward
-        .iter()
-        .map(|hop| brief(&hop.delay_ns(&r.points)))
-        .collect();
-    let stalls = r
-        .gpu
-        .as_mut()
-        .map(|g| std::mem::take(&mut g.stalled_by).len());
-    for p in &mut r.points {
-        p.token_ns = Vec::new();
-        p.record_ns = Vec::new();
-        p.token_choice = Vec::new();
-    }
+    let (points, delays, stalls) = sum_up(&mut r);
+    let brief = |b: Option<Brief>| serde_json::to_value(b).expect("a brief");
     let mut v = serde_json::to_value(&r).expect("a request serializes");
     if let Some(listed) = v.get_mut("points").and_then(Value::as_array_mut) {
         for (p, (tokens, records, itl)) in listed.iter_mut().zip(points) {
+            let itl = brief(itl);
             let Some(o) = p.as_object_mut() else { continue };
             o.remove("token_ns");
             o.remove("token_choice");
@@ -123,7 +119,7 @@ pub(super) fn summary_value(mut r: Request) -> serde_json::Value {
         for (h, delay) in hops.iter_mut().zip(delays) {
             let Some(o) = h.as_object_mut() else { continue };
             o.remove("delay_ns");
-            o.insert("delay".into(), delay);
+            o.insert("delay".into(), brief(delay));
         }
     }
     if let Some(stages) = v.get_mut("stages").and_then(Value::as_object_mut) {
