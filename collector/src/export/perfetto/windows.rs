@@ -138,31 +138,53 @@ impl Windows {
         } = self.cutter.cut(end);
         let mut nvml = std::mem::take(&mut self.nvml);
         self.nvml = nvml.split_off(nvml.partition_point(|(ts, _)| before(*ts)));
-        let diagnoses = diagnose::diagnose(&diagnose::Input {
-            requests: requests.iter().collect(),
-            steps: self.cutter.steps(),
-            nvml: &nvml,
-            shares: &[],
+        // The diagnoses on a thread of their own while the rest of the cut is made
+        // (the counters' pass over every token, the spans split): with one window this
+        // all runs after the last event, when the reading thread's core is idle.
+        let steps_so_far = self.cutter.steps();
+        let diagnose = || {
+            diagnose::diagnose(&diagnose::Input {
+                requests: requests.iter().collect(),
+                steps: steps_so_far,
+                nvml: &nvml,
+                shares: &[],
+            })
+        };
+        let (diagnoses, rest) = std::thread::scope(|s| {
+            let diagnosing = std::thread::Builder::new()
+                .name("tokenscope-diagnose".into())
+                .spawn_scoped(s, diagnose);
+            let (mut cupti, later): (Vec<CuptiSpan>, Vec<CuptiSpan>) =
+                std::mem::take(&mut self.cupti)
+                    .into_iter()
+                    .partition(|s| before(s.start_ns));
+            self.cupti = later;
+            cupti.sort_by_key(|s| s.start_ns);
+            let (mut connections, later): (Vec<Conn>, Vec<Conn>) =
+                std::mem::take(&mut self.connections)
+                    .into_iter()
+                    .partition(|c| before(c.end_ns));
+            self.connections = later;
+            connections.sort_by_key(|c| c.span.first_ns);
+            let mut drops = std::mem::take(&mut self.drops);
+            // Readings come through the pipeline in time order.
+            let keep = drops.partition_point(|&(t, _)| last || before(t));
+            self.drops = drops.split_off(keep);
+            let counters = self.counters.get_or_insert_with(|| Running::new(origin));
+            counters.add(&requests);
+            let end_ns = self.header_end_ns.max(self.last_event_ns).max(origin);
+            let counters = counters.take(end, last.then_some((end_ns, self.dropped)), &drops);
+            let rest = (cupti, connections, counters);
+            let diagnoses = match diagnosing {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had: made here.
+                Err(_) => diagnose(),
+            };
+            (diagnoses, rest)
         });
-        let (mut cupti, later): (Vec<CuptiSpan>, Vec<CuptiSpan>) = std::mem::take(&mut self.cupti)
-            .into_iter()
-            .partition(|s| before(s.start_ns));
-        self.cupti = later;
-        cupti.sort_by_key(|s| s.start_ns);
-        let (mut connections, later): (Vec<Conn>, Vec<Conn>) =
-            std::mem::take(&mut self.connections)
-                .into_iter()
-                .partition(|c| before(c.end_ns));
-        self.connections = later;
-        connections.sort_by_key(|c| c.span.first_ns);
-        let mut drops = std::mem::take(&mut self.drops);
-        // Readings come through the pipeline in time order.
-        let keep = drops.partition_point(|&(t, _)| last || before(t));
-        self.drops = drops.split_off(keep);
-        let counters = self.counters.get_or_insert_with(|| Running::new(origin));
-        counters.add(&requests);
-        let end_ns = self.header_end_ns.max(self.last_event_ns).max(origin);
-        let counters = counters.take(end, last.then_some((end_ns, self.dropped)), &drops);
+        let (cupti, connections, counters) = rest;
         // Stable: ties keep the order of ids.
         requests.sort_by_key(|r| r.start_ns);
         self.cutter.forget_steps(end);

@@ -102,10 +102,23 @@ impl Running {
                 self.queued.add(first, -1);
             }
             for (kind, rate) in RATE_POINTS.iter().zip(&mut self.rates) {
+                // A point's tokens come in time order: one count per run of tokens in
+                // the same bin (a map entry per token was a third of a window's cut).
+                let mut run: Option<(u64, u64)> = None;
                 for t in r.point(*kind).iter().flat_map(|p| &p.token_ns) {
                     let bin = t.saturating_sub(self.start) / RATE_WINDOW_NS;
-                    *rate.bins.entry(bin).or_default() += 1;
-                    rate.hi = rate.hi.max(Some(bin));
+                    match &mut run {
+                        Some((b, n)) if *b == bin => *n += 1,
+                        _ => {
+                            if let Some((b, n)) = run.replace((bin, 1)) {
+                                *rate.bins.entry(b).or_default() += n;
+                            }
+                            rate.hi = rate.hi.max(Some(bin));
+                        }
+                    }
+                }
+                if let Some((b, n)) = run {
+                    *rate.bins.entry(b).or_default() += n;
                 }
             }
         }
