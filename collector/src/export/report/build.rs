@@ -345,9 +345,9 @@ impl RequestSink {
                 let s = spill.get_or_insert_with(Spill::new);
                 for r in requests {
                     if *tokens {
-                        s.write(serde_json::to_vec_pretty(&r));
+                        s.write(&serde_json::to_vec_pretty(&r).expect("a request serializes"));
                     } else {
-                        s.write(Ok(super::summary::summary(r)));
+                        s.write(&super::summary::summary(r));
                     }
                 }
             }
@@ -372,16 +372,15 @@ impl Spill {
     /// One request's JSON (pretty, or a summary on one line) as the pretty JSON report
     /// nests it (four spaces in, after a comma unless it is the first). A write error
     /// is kept for `try_finish`.
-    fn write(&mut self, json: serde_json::Result<Vec<u8>>) {
+    fn write(&mut self, json: &[u8]) {
         let Some(file) = &mut self.file else { return };
         let mut text = Vec::with_capacity(4096);
         if self.count > 0 {
             text.extend_from_slice(b",\n");
         }
         self.count += 1;
-        let pretty = json.expect("a request serializes");
         // JSON strings hold no raw newline: each line is a line of the document.
-        for (i, line) in pretty.split(|&b| b == b'\n').enumerate() {
+        for (i, line) in json.split(|&b| b == b'\n').enumerate() {
             if i > 0 {
                 text.push(b'\n');
             }
