@@ -183,13 +183,17 @@ fn write_batches(
         p.push_batch(batch);
         windows.take(&mut p);
         while let Some(trace) = windows.ready(&p) {
-            w.window(&layout::plan(&trace, &mut uuids))?;
+            let plan = layout::plan(&trace, &mut uuids);
+            w.window(&plan)?;
+            let_go((trace, plan));
         }
     }
     p.flush();
     windows.take(&mut p);
     while let Some(trace) = windows.rest() {
-        w.window(&layout::plan(&trace, &mut uuids))?;
+        let plan = layout::plan(&trace, &mut uuids);
+        w.window(&plan)?;
+        let_go((trace, plan));
     }
     w.out.finish()?;
     Ok(TraceSummary {
@@ -199,6 +203,15 @@ fn write_batches(
         late_events: windows.late_events,
         ..w.summary
     })
+}
+
+/// Frees a written window (its requests and ops: hundreds of thousands of allocations,
+/// milliseconds) on a thread of its own: the next window, or the export's end, need
+/// not wait for it. Where no thread can be had, here.
+fn let_go<T: Send + 'static>(window: T) {
+    let _ = std::thread::Builder::new()
+        .name("tokenscope-free".into())
+        .spawn(move || drop(window));
 }
 
 struct Writer<'a> {
@@ -211,6 +224,8 @@ struct Writer<'a> {
     /// Argument names interned on this sequence, iid = index + 1.
     arg_names: Vec<&'static str>,
     packets: wire::Packets,
+    /// The window's name "token" (index into its plan's names), if it has one.
+    token_name: Option<u32>,
     summary: TraceSummary,
 }
 
@@ -224,6 +239,7 @@ impl<'a> Writer<'a> {
             cats_defined: [false; layout::CATEGORIES.len()],
             arg_names: Vec::new(),
             packets: wire::Packets::default(),
+            token_name: None,
             summary: TraceSummary::default(),
         }
     }
@@ -237,6 +253,9 @@ impl<'a> Writer<'a> {
         self.names_defined = vec![false; plan.names.len()];
         self.cats_defined = [false; layout::CATEGORIES.len()];
         self.arg_names.clear();
+        self.token_name = (plan.names.iter())
+            .position(|n| n == "token")
+            .map(|i| i as u32);
         self.first_packet(plan, index == 0)?;
         for t in &plan.tracks {
             self.descriptor(t)?;
@@ -422,25 +441,26 @@ impl<'a> Writer<'a> {
         }
         let delta_ns = op.ts.checked_sub(self.clock_ns).expect("ops in time order");
         self.clock_ns = op.ts;
-        let packet = self.packets.track_event(&wire::TrackEvent {
-            delta_ns,
-            sequence: self.sequence,
-            kind,
-            track_uuid: plan.tracks[op.track() as usize - 1].uuid,
-            named,
-            counter,
-            flow,
-            annotations: &annotations,
-            interned: interned.as_ref(),
-        })?;
-        // Trace.packet is field 1.
         let buf = self.out.buf();
         let before = buf.len();
-        wire::bytes(buf, 1, packet);
+        self.packets.write_track_event(
+            buf,
+            &wire::TrackEvent {
+                delta_ns,
+                sequence: self.sequence,
+                kind,
+                track_uuid: plan.tracks[op.track() as usize - 1].uuid,
+                named,
+                counter,
+                flow,
+                annotations: &annotations,
+                interned: interned.as_ref(),
+            },
+        )?;
         self.summary.packets += 1;
         let token = named.is_some()
             && op.cat == layout::Cat::Token as u8
-            && plan.names[op.name as usize] == "token";
+            && Some(op.name) == self.token_name;
         if token {
             self.summary.token_bytes += (buf.len() - before) as u64;
         }
