@@ -437,10 +437,11 @@ fn open_sources(
 )> {
     use collector::ingest::hosts::{Joined, MAX_HOSTS};
     match files {
-        [one] => Ok((
-            Box::new(collector::ingest::record::RecordReader::open(one)?),
-            Vec::new(),
-        )),
+        [one] => {
+            let reader = collector::ingest::record::RecordReader::open(one)?;
+            let staged = reader.staged().context("starting the inflating thread")?;
+            Ok((staged, Vec::new()))
+        }
         _ if files.len() > MAX_HOSTS => {
             anyhow::bail!(
                 "{} recordings: at most {MAX_HOSTS} can be joined",
