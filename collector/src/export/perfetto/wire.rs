@@ -263,7 +263,11 @@ mod tests {
             let mut written = Vec::new();
             packets.write_track_event(&mut written, e).expect("encoded");
             let mut through_vectors = Vec::new();
-            bytes(&mut through_vectors, 1, packets.track_event(e).expect("encoded"));
+            bytes(
+                &mut through_vectors,
+                1,
+                packets.track_event(e).expect("encoded"),
+            );
             assert_eq!(written, through_vectors, "the same bytes either way");
             let trace = Trace::parse_from_bytes(&written).expect("decodes");
             assert_eq!(trace.packet.len(), 1, "one packet");
@@ -346,7 +350,12 @@ mod tests {
         });
         let e = p.track_event();
         assert_eq!(
-            (p.timestamp(), e.track_uuid(), e.name_iid(), e.flow_ids_old.clone()),
+            (
+                p.timestamp(),
+                e.track_uuid(),
+                e.name_iid(),
+                e.flow_ids_old.clone()
+            ),
             (u64::MAX, u64::MAX, u64::MAX, vec![u64::MAX])
         );
         let mut counter = |v: f64| {

@@ -51,7 +51,9 @@ impl ReadAhead {
             header: source.header().clone(),
             inline: None,
             ended: false,
-            ahead: Some(Ahead::spawn("tokenscope-read", move || source.next_batch())?),
+            ahead: Some(Ahead::spawn("tokenscope-read", move || {
+                source.next_batch()
+            })?),
         })
     }
 }
