@@ -437,11 +437,10 @@ fn open_sources(
 )> {
     use collector::ingest::hosts::{Joined, MAX_HOSTS};
     match files {
-        [one] => {
-            let reader = collector::ingest::record::RecordReader::open(one)?;
-            let staged = reader.staged().context("starting the inflating thread")?;
-            Ok((staged, Vec::new()))
-        }
+        [one] => Ok((
+            Box::new(collector::ingest::record::RecordReader::open(one)?),
+            Vec::new(),
+        )),
         _ if files.len() > MAX_HOSTS => {
             anyhow::bail!(
                 "{} recordings: at most {MAX_HOSTS} can be joined",

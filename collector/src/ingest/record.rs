@@ -419,56 +419,9 @@ pub struct RecordReader {
     pub header: FileHeader,
     /// Set when the file ended inside a frame of a recording that never completed.
     pub cut_off_at: Option<u64>,
-    inflate: frame::Inflate,
-    /// The frame being read, inflated (its room kept for the next).
-    plain: Vec<u8>,
-    decoding: Decoding,
-}
-
-/// The decoding half of reading a file, and where it failed.
-struct Decoding {
-    path: PathBuf,
-    format: u32,
-    decode: frame::Decode,
+    decoding: frame::Decoding,
     /// A corrupt frame's offset: from format 3 on the frames after it cannot be decoded.
     failed_at: Option<u64>,
-}
-
-impl Decoding {
-    /// Errs once a frame failed (format 3 on).
-    fn check(&self) -> Result<(), RecordError> {
-        match self.failed_at {
-            Some(at) => Err(corrupt_frame(
-                &self.path,
-                at,
-                "the frames after this corrupt one cannot be decoded".into(),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// The frame at `start` could not be read: from format 3 on, nor can those after it.
-    fn failed(&mut self, start: u64, reason: String) -> RecordError {
-        if self.format >= 3 {
-            self.failed_at = Some(start);
-        }
-        corrupt_frame(&self.path, start, reason)
-    }
-
-    /// The events of the frame at `start`, from its batch's bytes.
-    fn events(&mut self, start: u64, plain: &[u8]) -> Result<Vec<Event>, RecordError> {
-        self.decode
-            .events(plain)
-            .map_err(|reason| self.failed(start, reason))
-    }
-}
-
-fn corrupt_frame(path: &Path, offset: u64, reason: String) -> RecordError {
-    RecordError::CorruptFrame {
-        path: path.to_path_buf(),
-        offset,
-        reason,
-    }
 }
 
 impl RecordReader {
@@ -508,13 +461,7 @@ impl RecordReader {
         if header.format_version == 0 {
             return Err(corrupt("format version 0".into()));
         }
-        let (inflate, decode) = frame::for_format(header.format_version).map_err(io_err)?;
-        let decoding = Decoding {
-            path: path.to_path_buf(),
-            format: header.format_version,
-            decode,
-            failed_at: None,
-        };
+        let decoding = frame::Decoding::for_format(header.format_version).map_err(io_err)?;
         Ok(RecordReader {
             path: path.to_path_buf(),
             input,
@@ -522,23 +469,17 @@ impl RecordReader {
             len,
             header,
             cut_off_at: None,
-            inflate,
-            plain: Vec::new(),
             decoding,
+            failed_at: None,
         })
     }
 
     /// The next batch of events, `Ok(None)` at the end.
     pub fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
-        let Some(start) = self.next_inflated()? else {
-            return Ok(None);
-        };
-        self.decoding.events(start, &self.plain).map(Some)
-    }
-
-    /// The next frame read and inflated into `plain`: its offset, `Ok(None)` at the end.
-    fn next_inflated(&mut self) -> Result<Option<u64>, RecordError> {
-        self.decoding.check()?;
+        if let Some(at) = self.failed_at {
+            let reason = "the frames after this corrupt one cannot be decoded".into();
+            return Err(self.corrupt(at, reason));
+        }
         if self.offset >= self.len {
             return Ok(None);
         }
@@ -576,45 +517,15 @@ impl RecordReader {
                 err: e,
             })?;
         self.offset += frame_len;
-        match self.inflate.frame(buf, &mut self.plain) {
-            Ok(()) => Ok(Some(start)),
-            Err(reason) => Err(self.decoding.failed(start, reason)),
+        match self.decoding.events(buf) {
+            Ok(events) => Ok(Some(events)),
+            Err(reason) => {
+                if self.header.format_version >= 3 {
+                    self.failed_at = Some(start);
+                }
+                Err(self.corrupt(start, reason))
+            }
         }
-    }
-
-    /// A source that reads this recording in two stages where that pays (format 3 on,
-    /// more than one CPU): frames read and inflated through the file's zstd stream on a
-    /// thread of its own (`tokenscope-inflate`), while the caller (or its `ReadAhead`)
-    /// decodes the ones before. Decoding was 70% of the reading thread (callgrind, the
-    /// bench recording), which then set the pace of an export's replay.
-    pub fn staged(self) -> io::Result<Box<dyn Source + Send>> {
-        let several_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
-        if !several_cpus {
-            return Ok(Box::new(self));
-        }
-        self.on_two_threads()
-    }
-
-    fn on_two_threads(mut self) -> io::Result<Box<dyn Source + Send>> {
-        if self.header.format_version < 3 {
-            return Ok(Box::new(self));
-        }
-        let header = self.header.clone();
-        let decoding = Decoding {
-            path: self.path.clone(),
-            format: self.decoding.format,
-            decode: std::mem::take(&mut self.decoding.decode),
-            failed_at: None,
-        };
-        let frames = ahead::Ahead::spawn("tokenscope-inflate", move || {
-            let start = self.next_inflated()?;
-            Ok(start.map(|start| (start, std::mem::take(&mut self.plain))))
-        })?;
-        Ok(Box::new(Staged {
-            header,
-            decoding,
-            frames,
-        }))
     }
 
     /// Reads every remaining event.
@@ -626,7 +537,7 @@ impl RecordReader {
         Ok(all)
     }
 
-    fn cut_off<T>(&mut self, at: u64) -> Result<Option<T>, RecordError> {
+    fn cut_off(&mut self, at: u64) -> Result<Option<Vec<Event>>, RecordError> {
         if self.header.complete {
             return Err(RecordError::Truncated {
                 path: self.path.clone(),
@@ -639,29 +550,11 @@ impl RecordReader {
     }
 
     fn corrupt(&self, offset: u64, reason: String) -> RecordError {
-        corrupt_frame(&self.path, offset, reason)
-    }
-}
-
-/// `RecordReader::staged`: the decoding half, fed by the inflating thread.
-struct Staged {
-    header: FileHeader,
-    decoding: Decoding,
-    /// Inflated frames (their offsets), in the file's order.
-    frames: ahead::Ahead<(u64, Vec<u8>)>,
-}
-
-impl Source for Staged {
-    fn header(&self) -> &FileHeader {
-        &self.header
-    }
-
-    fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
-        self.decoding.check()?;
-        let Some((start, plain)) = self.frames.next()? else {
-            return Ok(None);
-        };
-        self.decoding.events(start, &plain).map(Some)
+        RecordError::CorruptFrame {
+            path: self.path.clone(),
+            offset,
+            reason,
+        }
     }
 }
 

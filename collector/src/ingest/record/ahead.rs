@@ -16,13 +16,16 @@ use crate::ingest::Event;
 /// Batches read before the caller asks (a frame is about a thousand events).
 const AHEAD: usize = 4;
 
+type Batch = Result<Option<Vec<Event>>, RecordError>;
+
 pub struct ReadAhead {
     header: FileHeader,
     /// Read in the caller's turn (one CPU): no thread, no channel.
     inline: Option<Box<dyn Source + Send>>,
-    /// The inline source ended: it is not asked again.
+    batches: Option<Receiver<Batch>>,
+    thread: Option<JoinHandle<()>>,
+    /// The source ended (`Ok(None)`): it says so again without asking the thread.
     ended: bool,
-    ahead: Option<Ahead<Vec<Event>>>,
 }
 
 impl ReadAhead {
@@ -41,19 +44,34 @@ impl ReadAhead {
         ReadAhead {
             header: source.header().clone(),
             inline: Some(source),
+            batches: None,
+            thread: None,
             ended: false,
-            ahead: None,
         }
     }
 
     fn thread(mut source: Box<dyn Source + Send>) -> std::io::Result<ReadAhead> {
+        let header = source.header().clone();
+        let (tx, rx) = mpsc::sync_channel::<Batch>(AHEAD);
+        let thread = std::thread::Builder::new()
+            .name("tokenscope-read".into())
+            .spawn(move || loop {
+                let batch = source.next_batch();
+                let end = matches!(batch, Ok(None));
+                // Sending fails once the reader is dropped: nobody is asking any more.
+                // After an error the source is asked again, as its caller would: a
+                // format 1-2 recording goes on at the next frame, a later format says
+                // the same error again (the channel fills and the thread waits).
+                if tx.send(batch).is_err() || end {
+                    return;
+                }
+            })?;
         Ok(ReadAhead {
-            header: source.header().clone(),
+            header,
             inline: None,
+            batches: Some(rx),
+            thread: Some(thread),
             ended: false,
-            ahead: Some(Ahead::spawn("tokenscope-read", move || {
-                source.next_batch()
-            })?),
         })
     }
 }
@@ -64,63 +82,19 @@ impl Source for ReadAhead {
     }
 
     fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
-        match (&mut self.inline, &mut self.ahead) {
-            (Some(_), _) if self.ended => Ok(None),
-            (Some(source), _) => {
-                let batch = source.next_batch();
-                self.ended = matches!(batch, Ok(None));
-                batch
-            }
-            (None, Some(ahead)) => ahead.next(),
-            (None, None) => Ok(None),
-        }
-    }
-}
-
-/// What `next` gives, asked for on a thread of its own: the same items, errors and
-/// end, in its order, at most `AHEAD` early.
-pub(super) struct Ahead<T> {
-    items: Option<Receiver<Result<Option<T>, RecordError>>>,
-    thread: Option<JoinHandle<()>>,
-    /// The end came (`Ok(None)`): it is said again without asking the thread.
-    ended: bool,
-}
-
-impl<T: Send + 'static> Ahead<T> {
-    pub(super) fn spawn(
-        name: &str,
-        mut next: impl FnMut() -> Result<Option<T>, RecordError> + Send + 'static,
-    ) -> std::io::Result<Ahead<T>> {
-        let (tx, rx) = mpsc::sync_channel(AHEAD);
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || loop {
-                let item = next();
-                let end = matches!(item, Ok(None));
-                // Sending fails once the reader is dropped: nobody is asking any more.
-                // After an error the source is asked again, as its caller would: a
-                // format 1-2 recording goes on at the next frame, a later format says
-                // the same error again (the channel fills and the thread waits).
-                if tx.send(item).is_err() || end {
-                    return;
-                }
-            })?;
-        Ok(Ahead {
-            items: Some(rx),
-            thread: Some(thread),
-            ended: false,
-        })
-    }
-
-    pub(super) fn next(&mut self) -> Result<Option<T>, RecordError> {
         if self.ended {
             return Ok(None);
         }
-        let received = self.items.as_ref().map(Receiver::recv);
+        if let Some(source) = self.inline.as_mut() {
+            let batch = source.next_batch();
+            self.ended = matches!(batch, Ok(None));
+            return batch;
+        }
+        let received = self.batches.as_ref().map(Receiver::recv);
         match received {
-            Some(Ok(item)) => {
-                self.ended = matches!(item, Ok(None));
-                item
+            Some(Ok(batch)) => {
+                self.ended = matches!(batch, Ok(None));
+                batch
             }
             // The thread is gone without saying the source ended: it panicked, and the
             // panic goes on here (as it would have without the thread).
@@ -135,10 +109,10 @@ impl<T: Send + 'static> Ahead<T> {
     }
 }
 
-impl<T> Drop for Ahead<T> {
+impl Drop for ReadAhead {
     fn drop(&mut self) {
         // The receiver first: a thread waiting to send wakes to a closed channel.
-        self.items = None;
+        self.batches = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -148,8 +122,6 @@ impl<T> Drop for Ahead<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    type Batch = Result<Option<Vec<Event>>, RecordError>;
 
     /// A source that says what it was scripted to, then panics if asked again.
     struct Scripted {

@@ -397,56 +397,43 @@ fn sock_of(e: &mut Event) -> Option<(&mut Option<Sock>, Option<FdKey>)> {
 }
 
 /// The reading side of a recording's frames, by format.
-/// A frame's bytes -> its batch's bytes, per format: the half of reading that goes
-/// frame after frame through the file's zstd stream (format 3 on).
-pub(super) enum Inflate {
+pub(super) enum Decoding {
     Plain,
     PerFrame,
-    Stream(Box<Decoder<'static>>),
+    Stream {
+        zstd: Box<Decoder<'static>>,
+        last_of_tid: FastMap<u32, usize>,
+        /// The frame being read, unpacked (its room kept for the next).
+        plain: Vec<u8>,
+        /// Format 4's table (None: format 3).
+        socks: Option<Box<SockTable>>,
+    },
 }
 
-/// A frame's batch's bytes -> its events: the other half (format 3 on it undoes
-/// `Encoder::pack` with the file's socket table).
-#[derive(Default)]
-pub(super) struct Decode {
-    /// Format 3 on.
-    packed: Option<Packed>,
-}
+impl Decoding {
+    pub(super) fn for_format(version: u32) -> io::Result<Decoding> {
+        Ok(match version {
+            1 => Decoding::Plain,
+            2 => Decoding::PerFrame,
+            _ => {
+                let mut zstd = Decoder::new()?;
+                zstd.set_parameter(DParameter::WindowLogMax(WINDOW_LOG))?;
+                Decoding::Stream {
+                    zstd: Box::new(zstd),
+                    last_of_tid: FastMap::default(),
+                    plain: Vec::new(),
+                    socks: (version >= 4).then(Box::default),
+                }
+            }
+        })
+    }
 
-struct Packed {
-    last_of_tid: FastMap<u32, usize>,
-    /// Format 4's table (None: format 3).
-    socks: Option<Box<SockTable>>,
-}
-
-/// Both halves of reading a file of `version`.
-pub(super) fn for_format(version: u32) -> io::Result<(Inflate, Decode)> {
-    Ok(match version {
-        1 => (Inflate::Plain, Decode::default()),
-        2 => (Inflate::PerFrame, Decode::default()),
-        _ => {
-            let mut zstd = Decoder::new()?;
-            zstd.set_parameter(DParameter::WindowLogMax(WINDOW_LOG))?;
-            let packed = Packed {
-                last_of_tid: FastMap::default(),
-                socks: (version >= 4).then(Box::default),
-            };
-            let decode = Decode {
-                packed: Some(packed),
-            };
-            (Inflate::Stream(Box::new(zstd)), decode)
-        }
-    })
-}
-
-impl Inflate {
-    /// A frame's bytes (without the length varint) as its batch's bytes, into `plain`
-    /// (its room kept for the next).
-    pub(super) fn frame(&mut self, bytes: Vec<u8>, plain: &mut Vec<u8>) -> Result<(), String> {
-        match self {
-            Inflate::Plain => *plain = bytes,
-            Inflate::PerFrame => *plain = unpack_alone(&bytes)?,
-            Inflate::Stream(zstd) => {
+    /// A frame's events from its bytes (without the length varint).
+    pub(super) fn events(&mut self, bytes: Vec<u8>) -> Result<Vec<Event>, String> {
+        let decoded = match self {
+            Decoding::Plain => super::batch::decode(&bytes),
+            Decoding::PerFrame => super::batch::decode(&unpack_alone(&bytes)?),
+            Decoding::Stream { zstd, plain, .. } => {
                 let (crc, packed) = bytes
                     .split_first_chunk::<4>()
                     .ok_or("a frame shorter than its checksum")?;
@@ -454,18 +441,15 @@ impl Inflate {
                     return Err("checksum mismatch: the frame's bytes are damaged".into());
                 }
                 unpack_in_stream(zstd, packed, plain)?;
+                super::batch::decode(plain)
             }
-        }
-        Ok(())
-    }
-}
-
-impl Decode {
-    /// A frame's events from its batch's bytes.
-    pub(super) fn events(&mut self, plain: &[u8]) -> Result<Vec<Event>, String> {
-        let mut batch = super::batch::decode(plain).map_err(|e| e.to_string())?;
-        if let Some(p) = &mut self.packed {
-            unpack_events(&mut batch, &mut p.last_of_tid, p.socks.as_deref_mut())?;
+        };
+        let mut batch = decoded.map_err(|e| e.to_string())?;
+        if let Decoding::Stream {
+            last_of_tid, socks, ..
+        } = self
+        {
+            unpack_events(&mut batch, last_of_tid, socks.as_deref_mut())?;
         }
         Ok(batch.events)
     }

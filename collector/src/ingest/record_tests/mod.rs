@@ -334,66 +334,6 @@ fn garbage_inside_a_stream_is_an_error_then_and_after() {
     }
 }
 
-/// What a reader gives, call after call (events by their debug form, errors by their
-/// message), up to its end or `calls`.
-fn said(r: &mut dyn Source, calls: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    for _ in 0..calls {
-        match r.next_batch() {
-            Ok(Some(events)) => out.push(format!("{events:?}")),
-            Ok(None) => {
-                out.push("end".into());
-                break;
-            }
-            Err(e) => out.push(format!("error: {e}")),
-        }
-    }
-    out
-}
-
-#[test]
-fn read_in_two_stages_a_recording_gives_what_one_reader_gives() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("r.tsrec");
-    let events = awkward_events();
-    let frames: Vec<&[Event]> = events.chunks(3).collect();
-    write_live(&path, header(), &frames);
-    let good = std::fs::read(&path).expect("read");
-    let mut files = vec![good.clone()];
-    // Cut mid-frame (finished: errors; unfinished: the frames before), damaged inside
-    // the stream, and damaged at random.
-    let frames_at = HEADER_REGION as usize;
-    let mid = frames_at + (good.len() - frames_at) / 2;
-    files.push(good[..mid].to_vec());
-    for finish in [true, false] {
-        write(&path, 700, finish);
-        let bytes = std::fs::read(&path).expect("read");
-        files.push(bytes[..bytes.len() - 5].to_vec());
-    }
-    let mut damaged = good.clone();
-    for b in &mut damaged[mid..mid + 6] {
-        *b ^= 0x5a;
-    }
-    files.push(damaged);
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..20 {
-        let mut bytes = good.clone();
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let at = frames_at + seed as usize % (bytes.len() - frames_at);
-        bytes[at] = (seed >> 32) as u8;
-        files.push(bytes);
-    }
-    for (i, bytes) in files.iter().enumerate() {
-        std::fs::write(&path, bytes).expect("write");
-        let want = said(&mut RecordReader::open(&path).expect("open"), 40);
-        let staged = RecordReader::open(&path).expect("open");
-        let mut staged = staged.on_two_threads().expect("a thread");
-        assert_eq!(said(staged.as_mut(), 40), want, "file {i}");
-    }
-}
-
 #[test]
 fn corrupt_files_give_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
