@@ -250,14 +250,15 @@ pub(crate) fn plan_split(trace: &Trace, uuids: &mut Uuids, alone: usize) -> Plan
 
 /// Orders ops by time, keeping their order among equal times (each track's events
 /// were pushed in begin/end order). Few ops: a stable sort. Many: a least significant
-/// digit radix sort of their times (from the window's first): a window's ops span
-/// about 2^36 ns, so three passes of 12-bit digits, each a scatter of the ops into a
-/// second vector, where the stable comparison sort merged its runs of ops ~18 times
-/// over and was ~600 instructions an op (18% of an export's main thread). Scratch:
-/// as many ops again (a window's ops are ~32 B each).
+/// digit radix sort of their times (`radix`), where the stable comparison sort merged
+/// its runs of ops ~18 times over and was ~600 instructions an op (18% of an export's
+/// main thread). A window's worth (`HALVES` ops or more) is first dealt stably into
+/// those before and those from a time near the middle, and each part sorted on a
+/// thread of its own: the radix sort is memory-bound (17-20 ms for the bench
+/// recording's window on one core, while the other idled). Scratch: as many ops again.
 fn sort_by_time(ops: &mut Vec<Op>) {
     const SMALL: usize = 4096;
-    const DIGIT_BITS: u32 = 11;
+    const HALVES: usize = 1 << 16;
     if ops.len() <= SMALL {
         ops.sort_by_key(|op| op.ts);
         return;
@@ -265,6 +266,68 @@ fn sort_by_time(ops: &mut Vec<Op>) {
     let (min, max) = ops
         .iter()
         .fold((u64::MAX, 0), |(lo, hi), op| (lo.min(op.ts), hi.max(op.ts)));
+    if min == max {
+        return;
+    }
+    if ops.len() < HALVES {
+        let mut scratch = ops.clone();
+        radix(ops, &mut scratch, min);
+        return;
+    }
+    let middle = middle_time(ops, min, max);
+    let mut dealt = Vec::with_capacity(ops.len());
+    dealt.extend(ops.iter().filter(|op| op.ts < middle));
+    let before = dealt.len();
+    dealt.extend(ops.iter().filter(|op| op.ts >= middle));
+    // `ops` is now the scratch of both parts.
+    let sorted_later = std::thread::scope(|s| {
+        let (early, late) = dealt.split_at_mut(before);
+        let (early_scratch, late_scratch) = ops.split_at_mut(before);
+        let other = std::thread::Builder::new()
+            .name("tokenscope-sort".into())
+            .spawn_scoped(s, move || radix(late, late_scratch, middle));
+        radix(early, early_scratch, min);
+        other.map(|t| {
+            t.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    });
+    if sorted_later.is_err() {
+        // No thread to be had: sorted here.
+        radix(&mut dealt[before..], &mut ops[before..], middle);
+    }
+    *ops = dealt;
+}
+
+/// A time with about half the ops before it (from a histogram of their times' top
+/// 12 bits), above `min`.
+fn middle_time(ops: &[Op], min: u64, max: u64) -> u64 {
+    const BUCKETS: usize = 4096;
+    let bits = 64 - (max - min).leading_zeros();
+    let shift = bits.saturating_sub(BUCKETS.ilog2());
+    let mut counts = vec![0usize; BUCKETS];
+    for op in ops {
+        counts[((op.ts - min) >> shift) as usize] += 1;
+    }
+    let mut seen = 0;
+    for (b, n) in counts.iter().enumerate() {
+        seen += n;
+        if seen * 2 >= ops.len() {
+            // At least one op is before the next bucket's start, and not all of them.
+            return min + ((b as u64 + 1) << shift);
+        }
+    }
+    max
+}
+
+/// `ops` (every time at or above `min`) sorted by time, stably, by an LSD radix sort:
+/// a window's ops span about 2^36 ns, so three passes of 12-bit digits, each a
+/// scatter between `ops` and `scratch` (as long); the result ends in `ops`.
+fn radix(ops: &mut [Op], scratch: &mut [Op], min: u64) {
+    const DIGIT_BITS: u32 = 11;
+    let Some(max) = ops.iter().map(|op| op.ts).max() else {
+        return;
+    };
     let bits = 64 - (max - min).leading_zeros();
     if bits == 0 {
         return;
@@ -281,8 +344,7 @@ fn sort_by_time(ops: &mut Vec<Op>) {
             counts[pass as usize * buckets + digit(op.ts, pass)] += 1;
         }
     }
-    let mut scratch = ops.clone();
-    let (mut from, mut to) = (ops, &mut scratch);
+    let (mut from, mut to) = (ops, scratch);
     let mut swapped = false;
     for (pass, starts) in (0..passes).zip(counts.chunks_exact_mut(buckets)) {
         // A digit every op shares leaves the order as it is.
@@ -302,8 +364,8 @@ fn sort_by_time(ops: &mut Vec<Op>) {
         swapped = !swapped;
     }
     if swapped {
-        // `from` is the scratch: the sorted ops go back where the caller holds them.
-        std::mem::swap(from, to);
+        // The sorted ops are in the scratch: back where the caller holds them.
+        to.copy_from_slice(from);
     }
 }
 
@@ -587,12 +649,17 @@ mod tests {
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
         // Few ops (the comparison sort); many over few times (ties), over a window's
         // span of times (three digits), over any u64 (six), and already in order.
+        // Past 2^16 ops, in two parts on two threads.
         for (n, span) in [
             (3_000, 300),
             (20_000, 300),
             (20_000, 60_000_000_000),
             (20_000, u64::MAX),
             (20_000, 0),
+            (100_000, 300),
+            (100_000, 60_000_000_000),
+            (100_000, u64::MAX),
+            (100_000, 0),
         ] {
             let mut ops: Vec<Op> = (0..n)
                 .map(|k| {
