@@ -82,6 +82,9 @@ pub struct Connection {
     sse_room: usize,
 }
 
+/// The most SSE events an exchange makes room for before its first (48 KB).
+const SSE_ROOM_MAX: usize = 1024;
+
 /// A token (or other SSE event) as it crossed one end of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SseArrival {
@@ -481,7 +484,8 @@ impl Connection {
                 self.sse_room = room;
                 self.exchanges.push(Exchange {
                     request_start_ns: ev.ts_ns,
-                    sse: Vec::with_capacity(room),
+                    // (A long answer before does not make every later one hold its room.)
+                    sse: Vec::with_capacity(room.min(SSE_ROOM_MAX)),
                     ..Default::default()
                 });
             }

@@ -313,8 +313,12 @@ fn middle_time(ops: &[Op], min: u64, max: u64) -> u64 {
     for (b, n) in counts.iter().enumerate() {
         seen += n;
         if seen * 2 >= ops.len() {
-            // At least one op is before the next bucket's start, and not all of them.
-            return min + ((b as u64 + 1) << shift);
+            // The next bucket's start: at least half the ops are before it. (Past the
+            // last bucket, max + 1 at most: saturated, every op is before it.)
+            return (b as u64 + 1)
+                .checked_shl(shift)
+                .filter(|&d| d >> shift == b as u64 + 1)
+                .map_or(u64::MAX, |d| min.saturating_add(d));
         }
     }
     max
@@ -649,7 +653,8 @@ mod tests {
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
         // Few ops (the comparison sort); many over few times (ties), over a window's
         // span of times (three digits), over any u64 (six), and already in order.
-        // Past 2^16 ops, in two parts on two threads.
+        // Past 2^16 ops, in two parts on two threads; most ops at the top of u64's range
+        // (the middle saturates), span 1 below.
         for (n, span) in [
             (3_000, 300),
             (20_000, 300),
@@ -660,6 +665,7 @@ mod tests {
             (100_000, 60_000_000_000),
             (100_000, u64::MAX),
             (100_000, 0),
+            (100_000, 1),
         ] {
             let mut ops: Vec<Op> = (0..n)
                 .map(|k| {
@@ -668,6 +674,8 @@ mod tests {
                     rng ^= rng << 17;
                     let ts = match span {
                         0 => u64::from(k) * 3,
+                        1 if rng % 5 == 0 => (1 << 63) + rng % (1 << 62),
+                        1 => u64::MAX - rng % 3,
                         u64::MAX => rng,
                         span => 5_000 + rng % span,
                     };
