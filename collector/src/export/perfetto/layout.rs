@@ -674,7 +674,7 @@ mod tests {
                     rng ^= rng << 17;
                     let ts = match span {
                         0 => u64::from(k) * 3,
-                        1 if rng % 5 == 0 => (1 << 63) + rng % (1 << 62),
+                        1 if rng.is_multiple_of(5) => (1 << 63) + rng % (1 << 62),
                         1 => u64::MAX - rng % 3,
                         u64::MAX => rng,
                         span => 5_000 + rng % span,
