@@ -205,6 +205,29 @@ fn write_batches(
     })
 }
 
+/// Runs `there` on a scoped thread named `name` while `here` runs on this one, for
+/// the parts of a window's cut, layout and sort that need not wait for each other
+/// (with one window they run after the last event, where the reading thread's core
+/// is idle). `there`'s result, or None where no thread could be had: it did not run,
+/// and the caller does that work itself. A panic on the thread goes on here.
+fn beside<T: Send, H>(
+    name: &str,
+    there: impl FnOnce() -> T + Send,
+    here: impl FnOnce() -> H,
+) -> (Option<T>, H) {
+    std::thread::scope(|s| {
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(s, there);
+        let h = here();
+        let t = thread.ok().map(|t| {
+            t.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        (t, h)
+    })
+}
+
 /// Frees a written window (its requests and ops: hundreds of thousands of allocations,
 /// milliseconds) on a thread of its own: the next window, or the export's end, need
 /// not wait for it. Where no thread can be had, here.

@@ -113,7 +113,7 @@ impl<'a> Bundles<'a> {
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(BUNDLE_BYTES + 4096));
         let bundle = std::mem::replace(&mut self.pending, spare);
-        if d.thread.is_some() && d.in_flight < IN_FLIGHT {
+        if d.thread.is_some() && d.in_flight() < IN_FLIGHT {
             d.send(bundle)?;
         } else {
             // The thread has its hands full (or there is none): this one is deflated
@@ -178,10 +178,8 @@ struct Deflater {
     to: Option<mpsc::SyncSender<Vec<u8>>>,
     from: mpsc::Receiver<io::Result<(Vec<u8>, Vec<u8>)>>,
     thread: Option<JoinHandle<()>>,
-    /// Sent and not yet received.
-    in_flight: usize,
-    /// Bundles in the order made, not yet written: None while on the thread, else
-    /// deflated by the caller.
+    /// Bundles in the order made, not yet written: None while on the thread (sent, not
+    /// yet received), else deflated by the caller.
     order: VecDeque<Option<Vec<u8>>>,
     /// zlib for the bundles deflated by the caller.
     own: Option<Compress>,
@@ -213,7 +211,6 @@ impl Default for Deflater {
             to: Some(to),
             from,
             thread,
-            in_flight: 0,
             order: VecDeque::new(),
             own: None,
             spare: Vec::new(),
@@ -227,9 +224,13 @@ impl Deflater {
         if !sent {
             return Err(self.stopped());
         }
-        self.in_flight += 1;
         self.order.push_back(None);
         Ok(())
+    }
+
+    /// Bundles on the thread.
+    fn in_flight(&self) -> usize {
+        self.order.iter().filter(|b| b.is_none()).count()
     }
 
     /// A bundle deflated by the caller, in its place in the order.
@@ -253,7 +254,6 @@ impl Deflater {
         let Some(got) = got else {
             return Err(self.stopped());
         };
-        self.in_flight -= 1;
         got.map(Some)
     }
 

@@ -150,10 +150,7 @@ impl Windows {
                 shares: &[],
             })
         };
-        let (diagnoses, rest) = std::thread::scope(|s| {
-            let diagnosing = std::thread::Builder::new()
-                .name("tokenscope-diagnose".into())
-                .spawn_scoped(s, diagnose);
+        let (diagnosed, rest) = super::beside("tokenscope-diagnose", diagnose, || {
             let (mut cupti, later): (Vec<CuptiSpan>, Vec<CuptiSpan>) =
                 std::mem::take(&mut self.cupti)
                     .into_iter()
@@ -174,16 +171,10 @@ impl Windows {
             counters.add(&requests);
             let end_ns = self.header_end_ns.max(self.last_event_ns).max(origin);
             let counters = counters.take(end, last.then_some((end_ns, self.dropped)), &drops);
-            let rest = (cupti, connections, counters);
-            let diagnoses = match diagnosing {
-                Ok(thread) => thread
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                // No thread to be had: made here.
-                Err(_) => diagnose(),
-            };
-            (diagnoses, rest)
+            (cupti, connections, counters)
         });
+        // No thread to be had: made here.
+        let diagnoses = diagnosed.unwrap_or_else(diagnose);
         let (cupti, connections, counters) = rest;
         // Stable: ties keep the order of ids.
         requests.sort_by_key(|r| r.start_ns);

@@ -78,83 +78,67 @@ impl Packets {
             bytes(out, 1, packet);
             return Ok(());
         }
-        let mut ev = Small::<EVENT_MAX>::default();
-        if let Some((_, cat)) = e.named {
-            ev.uint(CATEGORY_IIDS, cat);
-        }
-        ev.uint(TYPE, e.kind as u64);
-        if let Some((name, _)) = e.named {
-            ev.uint(NAME_IID, name);
-        }
-        ev.uint(TRACK_UUID, e.track_uuid);
-        match e.counter {
-            Some(v) if v.fract() == 0.0 && (0.0..MAX_EXACT).contains(&v) => {
-                ev.uint(COUNTER_VALUE, v as u64)
-            }
-            Some(v) => ev.fixed64(DOUBLE_COUNTER_VALUE, v.to_bits()),
-            None => {}
-        }
-        match e.flow {
-            Some((id, false)) => ev.uint(FLOW_IDS_OLD, id),
-            Some((id, true)) => ev.uint(TERMINATING_FLOW_IDS_OLD, id),
-            None => {}
-        }
-        let mut p = Small::<PACKET_MAX>::default();
-        p.uint(TIMESTAMP, e.delta_ns);
-        p.uint(TRUSTED_PACKET_SEQUENCE_ID, u64::from(e.sequence));
-        p.key(TRACK_EVENT, LENGTH_DELIMITED);
-        p.varint(ev.len as u64);
-        p.extend(ev.bytes());
-        p.uint(
-            SEQUENCE_FLAGS,
-            SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u64,
-        );
-        bytes(out, 1, p.bytes());
+        let mut event = Small::<EVENT_MAX>::default();
+        event_fields(&mut event, e)?;
+        let mut packet = Small::<PACKET_MAX>::default();
+        packet_fields(&mut packet, e, event.bytes())?;
+        bytes(out, 1, packet.bytes());
         Ok(())
     }
 
     /// The encoded TracePacket (without the Trace's field tag and length).
     pub(super) fn track_event(&mut self, e: &TrackEvent) -> Result<&[u8], protobuf::Error> {
-        let ev = &mut self.event;
-        ev.clear();
-        if let Some((_, cat)) = e.named {
-            uint(ev, CATEGORY_IIDS, cat);
-        }
-        for a in e.annotations {
-            bytes(ev, DEBUG_ANNOTATIONS, &a.write_to_bytes()?);
-        }
-        uint(ev, TYPE, e.kind as u64);
-        if let Some((name, _)) = e.named {
-            uint(ev, NAME_IID, name);
-        }
-        uint(ev, TRACK_UUID, e.track_uuid);
-        match e.counter {
-            // Counts (requests in flight, tokens/s, drops) as a varint, 2-5 B where
-            // the double is 10: trace processor reads either (TrackEventTokenizer).
-            Some(v) if v.fract() == 0.0 && (0.0..MAX_EXACT).contains(&v) => {
-                uint(ev, COUNTER_VALUE, v as u64)
-            }
-            Some(v) => fixed64(ev, DOUBLE_COUNTER_VALUE, v.to_bits()),
-            None => {}
-        }
-        match e.flow {
-            Some((id, false)) => uint(ev, FLOW_IDS_OLD, id),
-            Some((id, true)) => uint(ev, TERMINATING_FLOW_IDS_OLD, id),
-            None => {}
-        }
-        let p = &mut self.packet;
-        p.clear();
-        uint(p, TIMESTAMP, e.delta_ns);
-        uint(p, TRUSTED_PACKET_SEQUENCE_ID, u64::from(e.sequence));
-        bytes(p, TRACK_EVENT, &self.event);
-        if let Some(d) = e.interned {
-            bytes(p, INTERNED_DATA, &d.write_to_bytes()?);
-        }
-        // Every event needs the sequence's clock; named ones its interning too.
-        let needs = SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u64;
-        uint(p, SEQUENCE_FLAGS, needs);
-        Ok(&self.packet)
+        let Packets { event, packet } = self;
+        event.clear();
+        event_fields(event, e)?;
+        packet.clear();
+        packet_fields(packet, e, event)?;
+        Ok(packet)
     }
+}
+
+/// A TrackEvent's fields.
+fn event_fields(o: &mut impl Out, e: &TrackEvent) -> Result<(), protobuf::Error> {
+    if let Some((_, cat)) = e.named {
+        o.uint(CATEGORY_IIDS, cat);
+    }
+    for a in e.annotations {
+        o.bytes(DEBUG_ANNOTATIONS, &a.write_to_bytes()?);
+    }
+    o.uint(TYPE, e.kind as u64);
+    if let Some((name, _)) = e.named {
+        o.uint(NAME_IID, name);
+    }
+    o.uint(TRACK_UUID, e.track_uuid);
+    match e.counter {
+        // Counts (requests in flight, tokens/s, drops) as a varint, 2-5 B where
+        // the double is 10: trace processor reads either (TrackEventTokenizer).
+        Some(v) if v.fract() == 0.0 && (0.0..MAX_EXACT).contains(&v) => {
+            o.uint(COUNTER_VALUE, v as u64)
+        }
+        Some(v) => o.fixed64(DOUBLE_COUNTER_VALUE, v.to_bits()),
+        None => {}
+    }
+    match e.flow {
+        Some((id, false)) => o.uint(FLOW_IDS_OLD, id),
+        Some((id, true)) => o.uint(TERMINATING_FLOW_IDS_OLD, id),
+        None => {}
+    }
+    Ok(())
+}
+
+/// A TracePacket's fields around its encoded `event`.
+fn packet_fields(o: &mut impl Out, e: &TrackEvent, event: &[u8]) -> Result<(), protobuf::Error> {
+    o.uint(TIMESTAMP, e.delta_ns);
+    o.uint(TRUSTED_PACKET_SEQUENCE_ID, u64::from(e.sequence));
+    o.bytes(TRACK_EVENT, event);
+    if let Some(d) = e.interned {
+        o.bytes(INTERNED_DATA, &d.write_to_bytes()?);
+    }
+    // Every event needs the sequence's clock; named ones its interning too.
+    let needs = SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u64;
+    o.uint(SEQUENCE_FLAGS, needs);
+    Ok(())
 }
 
 /// A plain event's fields: four varint fields (11 B each at most), a counter's value
@@ -163,6 +147,50 @@ const EVENT_MAX: usize = 4 * 11 + 2 * 12;
 /// Its packet: time (11 B), sequence (6 B), the event's key and length (3 B) and
 /// flags (2 B) around it.
 const PACKET_MAX: usize = EVENT_MAX + 22;
+
+/// Where encoded fields go: a vector, or `Small` on the stack.
+trait Out {
+    fn put(&mut self, b: &[u8]);
+    fn byte(&mut self, b: u8);
+
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    fn key(&mut self, field: u32, wire: u32) {
+        self.varint(u64::from(field << 3 | wire));
+    }
+
+    fn uint(&mut self, field: u32, v: u64) {
+        self.key(field, VARINT);
+        self.varint(v);
+    }
+
+    fn fixed64(&mut self, field: u32, v: u64) {
+        self.key(field, FIXED64);
+        self.put(&v.to_le_bytes());
+    }
+
+    fn bytes(&mut self, field: u32, b: &[u8]) {
+        self.key(field, LENGTH_DELIMITED);
+        self.varint(b.len() as u64);
+        self.put(b);
+    }
+}
+
+impl Out for Vec<u8> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+
+    fn byte(&mut self, b: u8) {
+        self.push(b);
+    }
+}
 
 /// Bytes of a message short enough to be bounded, on the stack.
 struct Small<const N: usize> {
@@ -183,63 +211,30 @@ impl<const N: usize> Small<N> {
     fn bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
+}
 
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.buf[self.len] = v as u8 | 0x80;
-            self.len += 1;
-            v >>= 7;
-        }
-        self.buf[self.len] = v as u8;
-        self.len += 1;
-    }
-
-    fn key(&mut self, field: u32, wire: u32) {
-        self.varint(u64::from(field << 3 | wire));
-    }
-
-    fn uint(&mut self, field: u32, v: u64) {
-        self.key(field, VARINT);
-        self.varint(v);
-    }
-
-    fn fixed64(&mut self, field: u32, v: u64) {
-        self.key(field, FIXED64);
-        self.extend(&v.to_le_bytes());
-    }
-
-    fn extend(&mut self, b: &[u8]) {
+impl<const N: usize> Out for Small<N> {
+    fn put(&mut self, b: &[u8]) {
         self.buf[self.len..self.len + b.len()].copy_from_slice(b);
         self.len += b.len();
     }
+
+    fn byte(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
 }
 
-pub(super) fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+pub(super) fn varint(out: &mut Vec<u8>, v: u64) {
+    Out::varint(out, v);
 }
 
 pub(super) fn key(out: &mut Vec<u8>, field: u32, wire: u32) {
-    varint(out, u64::from(field << 3 | wire));
-}
-
-fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
-    key(out, field, VARINT);
-    varint(out, v);
-}
-
-fn fixed64(out: &mut Vec<u8>, field: u32, v: u64) {
-    key(out, field, FIXED64);
-    out.extend_from_slice(&v.to_le_bytes());
+    Out::key(out, field, wire);
 }
 
 pub(super) fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
-    key(out, field, LENGTH_DELIMITED);
-    varint(out, b.len() as u64);
-    out.extend_from_slice(b);
+    Out::bytes(out, field, b);
 }
 
 #[cfg(test)]

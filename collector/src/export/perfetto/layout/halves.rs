@@ -15,19 +15,13 @@ impl Builder {
     pub(super) fn requests_in_two(&mut self, requests: &[crate::stitch::Request], cites: &Cites) {
         let (first, second) = requests.split_at(requests.len() / 2);
         let start_ns = self.plan.start_ns;
-        let other = std::thread::scope(|s| {
-            let other = std::thread::Builder::new()
-                .name("tokenscope-layout".into())
-                .spawn_scoped(s, || {
-                    let mut other = Builder::new(start_ns);
-                    other.requests(second, cites);
-                    other
-                });
-            self.requests(first, cites);
-            other.ok().map(|t| {
-                t.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
+        let laid_out = || {
+            let mut other = Builder::new(start_ns);
+            other.requests(second, cites);
+            other
+        };
+        let (other, ()) = crate::export::perfetto::beside("tokenscope-layout", laid_out, || {
+            self.requests(first, cites)
         });
         match other {
             Some(other) => self.take_in(other),
