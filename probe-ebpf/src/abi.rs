@@ -146,6 +146,8 @@ pub const SOCK_SIZE: usize = 48;
 pub const STATE_EVENT_SIZE: usize = 96;
 pub const IO_EVENT_HEAD_SIZE: usize = 120;
 pub const IO_EVENT_SIZE: usize = IO_EVENT_HEAD_SIZE + PAYLOAD_MAX;
+/// `struct tls_held` (tls.bpf.h): an I/O record, its SSL* and when it was held.
+pub const TLS_HELD_SIZE: usize = IO_EVENT_SIZE + 16;
 
 const _: () = assert!(size_of::<TsHeader>() == HEADER_SIZE);
 const _: () = assert!(size_of::<TsSock>() == SOCK_SIZE);

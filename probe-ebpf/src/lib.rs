@@ -10,6 +10,9 @@ pub const MAP_EVENTS: &str = "EVENTS";
 pub const MAP_COUNTERS: &str = "COUNTERS";
 /// Per-CPU scratch space for I/O records (an array indexed by CPU id).
 pub const MAP_IO_SCRATCH: &str = "IO_SCRATCH";
+/// TLS writes waiting, by thread, for the socket their thread sends on next
+/// (values `abi::TLS_HELD_SIZE` bytes).
+pub const MAP_TLS_HELD: &str = "TLS_HELD";
 /// Pids to trace when `cfg_filter_pids` is set.
 pub const MAP_PID_FILTER: &str = "PID_FILTER";
 

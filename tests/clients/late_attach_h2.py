@@ -1,7 +1,8 @@
 """HTTP/2 streams already running when the recording starts, then new ones.
 
 Opens one HTTP/2 connection (httpx + h2), starts `early` streaming chat completions
-on it, prints EARLY-STREAMING once every one of them has its first token, then waits
+on it (with none: one short completion, finished, so the connection is idle), prints
+EARLY-STREAMING once every one of them has its first token, then waits
 for a line on stdin (the recording has started) and sends `late` completions on the
 same connection, with a path the connection has not used before. Prints one JSON
 line: the token counts (choice chunks) of the late requests and the early ones.
@@ -40,6 +41,8 @@ async def main():
                        for _ in range(early)]
         for _ in range(early):
             await started.acquire()
+        if early == 0:
+            await stream(client, "/v1/chat/completions", dict(chat, max_tokens=4))
         print("EARLY-STREAMING", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         completion = {"model": "lab-model", "stream": True, "max_tokens": 8,

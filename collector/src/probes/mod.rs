@@ -371,9 +371,17 @@ impl Probes {
     }
 
     /// TLS plaintext calls whose SSL* had no known socket (the session began before
-    /// the recording and no socket I/O has run inside a call on it since).
+    /// the recording and no socket I/O has run inside a call on it since), and writes
+    /// still waiting for their thread's next send (read after the probes detached).
     pub fn tls_untied(&self) -> Result<u64, ProbeError> {
-        self.counter(abi::CNT_TLS_UNTIED)
+        let untied = self.counter(abi::CNT_TLS_UNTIED)?;
+        // Without the TLS uprobes the program that fills it is not loaded.
+        let Some(map) = self.ebpf.map(probe_ebpf::MAP_TLS_HELD) else {
+            return Ok(untied);
+        };
+        let held: BpfHashMap<_, u32, [u8; abi::TLS_HELD_SIZE]> =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Load(e.to_string()))?;
+        Ok(untied + held.keys().filter(Result::is_ok).count() as u64)
     }
 
     fn counter(&self, idx: u32) -> Result<u64, ProbeError> {

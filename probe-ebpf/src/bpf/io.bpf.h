@@ -217,6 +217,8 @@ static __always_inline int emit_io(struct sock *sk, __u32 dir, int ret, __u64 id
 		if (dir == TS_DIR_RECV) {
 			now = bpf_ktime_get_ns();
 			tls_note_recv(tid, &ev->sock, now);
+		} else {
+			tls_release_held(tid, &ev->sock, sk);
 		}
 	}
 	if (!port_wanted(ports.sport, ports.dport))

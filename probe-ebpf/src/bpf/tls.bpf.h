@@ -12,10 +12,13 @@
  * TLS over memory BIOs (Python's asyncio, node) runs no socket I/O inside the calls:
  * the event loop reads the socket, then feeds the bytes to the SSL object on the same
  * thread. An SSL* not yet tied is tied, on a handshake or a read, to the socket the
- * thread last received on, if that was just before (TLS_RECENT_RECV_NS).
+ * thread last received on, if that was just before (TLS_RECENT_NS). A write on such an
+ * SSL* (a session older than the recording, writing before it reads) is held by thread
+ * (TLS_HELD) and goes out on the socket the thread sends on next, if that comes just
+ * after: the event loop hands the bytes the write produced to the socket at once.
  */
 
-#define TLS_RECENT_RECV_NS 50000000ULL
+#define TLS_RECENT_NS 50000000ULL
 
 struct ssl_args {
 	__u64 ssl;
@@ -55,14 +58,35 @@ struct {
 	__type(value, struct ts_sock);
 } SSL_SOCK SEC(".maps");
 
+/* A plaintext record and, while it waits for its socket, the SSL* and when it was made. */
+struct tls_held {
+	struct ts_io_event ev;
+	__u64 ssl;
+	__u64 held_ns;
+};
+
 /* The plaintext record is built here: a uprobe may be preempted (it runs with
  * migration, not preemption, disabled), so it does not share IO_SCRATCH. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct ts_io_event);
+	__type(value, struct tls_held);
 } TLS_SCRATCH SEC(".maps");
+
+/* tid -> a write on an SSL* with no known socket, until the thread's next send. Only
+ * sessions older than the recording land here, each once: a few slots; one left when
+ * the recording ends is counted untied by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct tls_held);
+} TLS_HELD SEC(".maps");
+
+/* Writes held now (at most: an LRU eviction is not subtracted), so every other send
+ * of the host skips the lookup. */
+__u64 tls_held_now = 0;
 
 /* Called by the socket layer's probe for every TCP receive of a traced process,
  * before port filters (a tie to an unwanted socket must not fall back to a wanted one),
@@ -73,6 +97,32 @@ static __always_inline void tls_note_recv(__u32 tid, const struct ts_sock *sock,
 	r.ts_ns = ts_ns;
 	r.sock = *sock;
 	bpf_map_update_elem(&TLS_LAST_RECV, &tid, &r, BPF_ANY);
+}
+
+/* Called by the socket layer's probe for every TCP send of a traced process, before
+ * port filters, with the socket as the probe read it: a write held on this thread
+ * (TLS_HELD) ties its SSL* to that socket and goes out first, if the socket is wanted. */
+static __always_inline void tls_release_held(__u32 tid, const struct ts_sock *sock, struct sock *sk)
+{
+	if (!tls_held_now)
+		return;
+	struct tls_held *h = bpf_map_lookup_elem(&TLS_HELD, &tid);
+	if (!h)
+		return;
+	if (bpf_ktime_get_ns() - h->held_ns < TLS_RECENT_NS) {
+		bpf_map_update_elem(&SSL_SOCK, &h->ssl, sock, BPF_ANY);
+		if (port_wanted(sock->sport, sock->dport) && sock_netns_wanted(sk)) {
+			h->ev.sock = *sock;
+			__u64 size = TS_IO_EVENT_HEAD_SIZE + (__u64)h->ev.payload_len;
+			if (size > TS_IO_EVENT_SIZE)
+				size = TS_IO_EVENT_SIZE;
+			submit(&h->ev, size);
+		}
+	} else {
+		count(TS_CNT_TLS_UNTIED);
+	}
+	if (!bpf_map_delete_elem(&TLS_HELD, &tid))
+		__sync_fetch_and_add(&tls_held_now, -1);
 }
 
 /* Called by the socket layer's probe for every traced I/O: ties a TLS call in
@@ -128,7 +178,7 @@ int up_ssl_return(struct pt_regs *ctx)
 	if (!a.has_sock && !write && !bpf_map_lookup_elem(&SSL_SOCK, &a.ssl)) {
 		/* A memory-BIO session: the bytes came from the thread's last receive. */
 		struct last_recv *r = bpf_map_lookup_elem(&TLS_LAST_RECV, &tid);
-		if (r && a.entry_ns - r->ts_ns < TLS_RECENT_RECV_NS)
+		if (r && a.entry_ns - r->ts_ns < TLS_RECENT_NS)
 			bpf_map_update_elem(&SSL_SOCK, &a.ssl, &r->sock, BPF_ANY);
 	}
 	if (a.call == TS_SSL_DO_HANDSHAKE)
@@ -151,21 +201,26 @@ int up_ssl_return(struct pt_regs *ctx)
 	if (n <= 0)
 		return 0;
 
+	int held = 0;
 	if (!a.has_sock) {
 		struct ts_sock *known = bpf_map_lookup_elem(&SSL_SOCK, &a.ssl);
-		if (!known) {
+		if (known)
+			a.sock = *known;
+		else if (write)
+			held = 1; /* its socket is the one the thread sends on next */
+		else {
 			count(TS_CNT_TLS_UNTIED);
 			return 0;
 		}
-		a.sock = *known;
 	}
-	if (!port_wanted(a.sock.sport, a.sock.dport))
+	if (!held && !port_wanted(a.sock.sport, a.sock.dport))
 		return 0;
 
 	__u32 zero = 0;
-	struct ts_io_event *ev = bpf_map_lookup_elem(&TLS_SCRATCH, &zero);
-	if (!ev)
+	struct tls_held *scratch = bpf_map_lookup_elem(&TLS_SCRATCH, &zero);
+	if (!scratch)
 		return 0;
+	struct ts_io_event *ev = &scratch->ev;
 	fill_header(&ev->hdr, TS_EV_IO, 1);
 	if (write)
 		ev->hdr.ts_ns = a.entry_ns; /* when the application handed the bytes over */
@@ -185,6 +240,19 @@ int up_ssl_return(struct pt_regs *ctx)
 		ev->flags |= TS_IO_F_PAYLOAD_FAULT;
 	else
 		ev->payload_len = len;
+	if (held) {
+		scratch->ssl = a.ssl;
+		scratch->held_ns = bpf_ktime_get_ns();
+		/* A thread holds one write: an older one never found its socket. */
+		int older = bpf_map_lookup_elem(&TLS_HELD, &tid) != 0;
+		if (older)
+			count(TS_CNT_TLS_UNTIED);
+		if (bpf_map_update_elem(&TLS_HELD, &tid, scratch, BPF_ANY))
+			count(TS_CNT_TLS_UNTIED);
+		else if (!older)
+			__sync_fetch_and_add(&tls_held_now, 1);
+		return 0;
+	}
 	__u64 size = TS_IO_EVENT_HEAD_SIZE + (__u64)ev->payload_len;
 	if (size > TS_IO_EVENT_SIZE)
 		size = TS_IO_EVENT_SIZE;
