@@ -256,7 +256,7 @@ impl Analysis {
         }
         let position: FastMap<&RowKey, usize> =
             rows.iter().enumerate().map(|(i, r)| (&r.key, i)).collect();
-        let findings = self.findings.shown(&position);
+        let findings = self.findings.shown(&position, wall_ns);
         drop(position);
         for row in &mut rows {
             row.stalled = findings.stalled(&row.key);

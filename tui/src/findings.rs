@@ -1,8 +1,9 @@
 //! GPU shares and diagnoses of the window: the costly part of a pass (attribution and
 //! the report's rules run over every request and GPU step held; at 3k tokens/s with a
-//! 60 s window, 0.3-1.2 s each). Made at most once a second and no more often than
+//! 60 s window, ~15 ms each). Made at most once a second and no more often than
 //! `COST_FACTOR` times their own last cost, so they take at most 1/COST_FACTOR of a
-//! core whatever the load. Between makings each pass shows the last one's, its request
+//! core whatever the load (at 4k tokens/s: every 3 s or so; the diagnoses panel says
+//! how old they are). Between makings each pass shows the last one's, its request
 //! ids (the pipeline's) numbered as the pass's positions by request key; a request
 //! newer than the last making gets its share at the next.
 
@@ -18,8 +19,8 @@ use collector::stitch::Request;
 use crate::rows::RowKey;
 
 const SECOND_NS: u64 = 1_000_000_000;
-/// A making waits at least this many times its own cost: at most 2% of a core.
-pub const COST_FACTOR: u64 = 50;
+/// A making waits at least this many times its own cost: at most 0.5% of a core.
+pub const COST_FACTOR: u64 = 200;
 
 /// What the screen shows of a request's GPU share (`GpuShare` lists every stalled
 /// gap with its culprits: tens of MB over a busy window, kept only this summed).
@@ -65,6 +66,8 @@ pub struct Made {
     shares: FastMap<RowKey, Share>,
     /// Largest saving first.
     diagnoses: Vec<Diagnosis>,
+    /// Wall time it was made at.
+    wall_ns: u64,
 }
 
 pub struct Findings {
@@ -130,14 +133,17 @@ impl Findings {
             keys,
             shares,
             diagnoses,
+            wall_ns,
         });
         self.made_wall_ns = Some(wall_ns);
         self.cost_ns = started.elapsed().as_nanos() as u64;
     }
 
-    /// The last making as a pass shows it: `position` numbers the pass's requests.
-    pub fn shown(&self, position: &FastMap<&RowKey, usize>) -> Shown {
+    /// The last making as a pass at `wall_ns` shows it: `position` numbers the pass's
+    /// requests.
+    pub fn shown(&self, position: &FastMap<&RowKey, usize>, wall_ns: u64) -> Shown {
         Shown {
+            age_ns: wall_ns.saturating_sub(self.made.wall_ns),
             now: self
                 .made
                 .keys
@@ -155,6 +161,8 @@ pub struct Shown {
     made: Arc<Made>,
     /// Id at the making -> position in this pass (absent: gone from the window).
     now: FastMap<usize, usize>,
+    /// How long before the pass the making was made.
+    pub age_ns: u64,
 }
 
 impl Shown {

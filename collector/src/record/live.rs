@@ -130,7 +130,11 @@ impl Live {
     }
 
     pub fn take_events(&self) -> Vec<Event> {
-        std::mem::take(&mut *lock(&self.shared.events))
+        let mut events = lock(&self.shared.events);
+        // The next batch is about as long as this one: room for it up front, not grown
+        // from nothing by doubling (a copy of every event at each step).
+        let room = events.len();
+        std::mem::replace(&mut *events, Vec::with_capacity(room))
     }
 
     /// Ring-buffer drops so far (None until the recorder has read its counters).

@@ -428,18 +428,16 @@ impl Joined<'_> {
             // Every step with prefill work that ended inside the gap: a long prompt's step
             // may follow a short one's in the same gap, and both stalled it. By its end, not
             // its start: the engine may start the next step before token `a` is written.
+            // An engine's steps end in the order they start: the gap's are a slice.
             let after_a = mine.partition_point(|s| s.end_ns <= a);
-            let within: Vec<&GpuStep> = mine[after_a..]
-                .iter()
-                .take_while(|s| s.end_ns <= b)
-                .filter(|s| s.kind != StepKind::Decode)
-                .copied()
-                .collect();
-            let Some(longest) = within.iter().max_by_key(|s| s.end_ns - s.start_ns) else {
+            let ended = &mine[after_a..];
+            let ended = &ended[..ended.partition_point(|s| s.end_ns <= b)];
+            let within = || ended.iter().filter(|s| s.kind != StepKind::Decode);
+            let Some(longest) = within().max_by_key(|s| s.end_ns - s.start_ns) else {
                 continue;
             };
             let mut culprits: Vec<usize> = Vec::new();
-            for s in &within {
+            for s in within() {
                 culprits.extend(self.waiting(w.pid, s).iter().filter(|&&j| j != i));
             }
             culprits.sort_unstable();
@@ -449,7 +447,7 @@ impl Joined<'_> {
                     token: k + 1,
                     gap_ns: b - a,
                     step_kind: longest.kind,
-                    step_ns: within.iter().map(|s| s.end_ns - s.start_ns).sum(),
+                    step_ns: within().map(|s| s.end_ns - s.start_ns).sum(),
                     requests: culprits.iter().map(|&j| ids[j]).collect(),
                 });
             }

@@ -19,10 +19,7 @@ type Words<'a> = (&'a str, Style, bool);
 type Wrapped = Vec<(String, Style)>;
 
 pub fn render_diagnoses(f: &mut Frame, state: &State, area: Rect) {
-    let title = match state.shown.diagnoses.len() {
-        0 => " diagnoses ".to_string(),
-        n => format!(" diagnoses ({n}) "),
-    };
+    let title = title(state.shown.diagnoses.len(), state.shown.findings.age_ns);
     let block = panels::panel(&title);
     let inner = block.inner(area);
     let dim = Style::new().add_modifier(Modifier::DIM);
@@ -44,6 +41,17 @@ pub fn render_diagnoses(f: &mut Frame, state: &State, area: Rect) {
 }
 
 /// "~402 ms TTFT p95" (ITL p99 when the fix saves no TTFT), as the report rounds it.
+/// The panel's title: how many, and how old they are once that shows (they are remade
+/// every few seconds, within 0.5% of a core).
+fn title(n: usize, age_ns: u64) -> String {
+    let age_s = age_ns / 1_000_000_000;
+    match n {
+        0 => " diagnoses ".to_string(),
+        n if age_s >= 2 => format!(" diagnoses ({n}, as of {age_s} s ago) "),
+        n => format!(" diagnoses ({n}) "),
+    }
+}
+
 pub fn saving_short(d: &Diagnosis) -> String {
     let ms = |ns: u64| format!("~{:.0} ms", ns as f64 / 1e6);
     match (d.saving.ttft_p95_ns, d.saving.itl_p99_ns) {
@@ -203,6 +211,14 @@ mod tests {
                     .join(" ")
             })
             .collect()
+    }
+
+    #[test]
+    fn the_title_says_how_old_the_diagnoses_are_once_that_shows() {
+        const S: u64 = 1_000_000_000;
+        assert_eq!(title(0, 9 * S), " diagnoses ");
+        assert_eq!(title(3, S + S / 2), " diagnoses (3) ");
+        assert_eq!(title(3, 4 * S + 1), " diagnoses (3, as of 4 s ago) ");
     }
 
     #[test]

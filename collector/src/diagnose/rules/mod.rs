@@ -15,7 +15,7 @@ mod preempt;
 mod readers;
 mod slots;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{Diagnosis, Evidence, Figure, Finding, Fix, Input, Saving};
 use crate::stitch::Request;
@@ -174,9 +174,17 @@ impl Draft<'_> {
 
 /// The routes (host + path) the evidence requests went to, most frequent first.
 fn scope(requests: &[&Request], ids: impl Iterator<Item = usize>) -> String {
-    let mut routes: BTreeMap<String, usize> = BTreeMap::new();
+    // Counted by the route's parts (no string per request), then merged by route.
+    let mut parts: HashMap<(Option<&str>, &str), usize> = HashMap::new();
     for i in ids {
-        *routes.entry(requests[i].route()).or_default() += 1;
+        let r = requests[i];
+        *parts.entry((r.host.as_deref(), &r.path)).or_default() += 1;
+    }
+    let mut routes: BTreeMap<String, usize> = BTreeMap::new();
+    for ((host, path), n) in parts {
+        *routes
+            .entry(crate::stitch::request::route(host, path))
+            .or_default() += n;
     }
     let mut v: Vec<(String, usize)> = routes.into_iter().collect();
     v.sort_by_key(|(r, n)| (std::cmp::Reverse(*n), r.clone()));

@@ -32,6 +32,8 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
     // First tokens held behind the response head, the same way; and every hop's head
     // delay (the hop passes the head promptly when Nagle holds the token after it).
     let (mut first_candidates, mut heads, mut firsts) = (Vec::new(), Vec::new(), 0usize);
+    // One hop's delays at a time, in one buffer.
+    let mut delays = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
         let lost = &r.retransmit_ns;
         let held = |sent: u64, read: u64| !lost.iter().any(|&t| t >= sent && t <= read);
@@ -41,7 +43,9 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
             else {
                 continue;
             };
-            let (recv, d) = (&to.token_ns, &hop.delay_ns(&r.points));
+            delays.clear();
+            delays.extend(hop.delays(&r.points));
+            let (recv, d) = (&to.token_ns, &delays[..]);
             all.extend(d.iter().copied());
             for k in 1..d.len().min(recv.len()) {
                 let gap = recv[k].saturating_sub(recv[k - 1]);

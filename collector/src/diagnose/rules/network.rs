@@ -209,12 +209,19 @@ pub(super) fn proxy_holds(input: &Input) -> Vec<Finding> {
     let all = passes(reqs);
     // Per proxy process and route: one nginx serves many locations, each with its own
     // buffering and gzip settings; mixed behaviour is never averaged away.
-    let mut by_proxy: BTreeMap<(u32, String), Vec<&Pass<'_>>> = BTreeMap::new();
+    // Each distinct route's string made once, not once per pass.
+    let mut routes: HashMap<(Option<&str>, &str), String> = HashMap::new();
     for p in &all {
-        by_proxy
-            .entry((p.pid, reqs[p.request].route()))
-            .or_default()
-            .push(p);
+        let r = reqs[p.request];
+        routes
+            .entry((r.host.as_deref(), &r.path))
+            .or_insert_with(|| r.route());
+    }
+    let mut by_proxy: BTreeMap<(u32, &str), Vec<&Pass<'_>>> = BTreeMap::new();
+    for p in &all {
+        let r = reqs[p.request];
+        let route = &routes[&(r.host.as_deref(), r.path.as_str())];
+        by_proxy.entry((p.pid, route)).or_default().push(p);
     }
     let mut out = Vec::new();
     for ((pid, _), ps) in by_proxy {
@@ -386,6 +393,10 @@ fn hold_finding(
 /// Rule 8: TCP retransmits on a request's connections inside its long token gaps.
 pub(super) fn retransmits(input: &Input) -> Option<Finding> {
     let reqs = &input.requests[..];
+    // A spike needs a retransmit inside it: none seen, no typical gap to work out.
+    if reqs.iter().all(|r| r.retransmit_ns.is_empty()) {
+        return None;
+    }
     let all_gaps: Vec<u64> = reqs
         .iter()
         .filter_map(|r| ttft_point(r))
@@ -455,11 +466,14 @@ pub(super) fn slow_client(input: &Input) -> Option<Finding> {
     let mut itl = BTreeMap::new();
     let mut weights = BTreeMap::new();
     let mut lags = Vec::new();
+    let mut delays = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
         let Some(hop) = r.forward.iter().find(|f| f.to == PointKind::ClientRead) else {
             continue;
         };
-        let d = &hop.delay_ns(&r.points);
+        delays.clear();
+        delays.extend(hop.delays(&r.points));
+        let d = &delays[..];
         let (Some(&first), Some(&last)) = (d.first(), d.last()) else {
             continue;
         };
