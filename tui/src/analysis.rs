@@ -64,6 +64,8 @@ pub struct Analysis {
     pub max_requests: usize,
     done: VecDeque<Done>,
     findings: Findings,
+    /// Where a pass pools a route's token gaps (`rows::itl_by_route`).
+    itl_scratch: Vec<u64>,
     steps: VecDeque<GpuStep>,
     nvml: VecDeque<(u64, NvmlSample)>,
     /// Event counts per second of event time (the window's count).
@@ -100,6 +102,7 @@ impl Analysis {
             max_requests: 100_000,
             done: VecDeque::new(),
             findings: Findings::default(),
+            itl_scratch: Vec::new(),
             steps: VecDeque::new(),
             nvml: VecDeque::new(),
             per_second: VecDeque::new(),
@@ -263,7 +266,7 @@ impl Analysis {
         }
         Snapshot {
             clock_ns: self.clock_ns,
-            routes: rows::itl_by_route(requests.iter().map(|r| &**r)),
+            routes: rows::itl_by_route(requests.iter().map(|r| &**r), &mut self.itl_scratch),
             ttft_windows: rows::ttft_over_time(&rows, TTFT_WINDOW_NS),
             gpu: rows::latest_gpu(&self.nvml),
             gpu_steps: self.steps.len(),

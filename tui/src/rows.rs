@@ -2,10 +2,11 @@
 //! row per request, ITL per route, TTFT over time, the GPU summary. Render
 //! reads these and computes nothing heavy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use collector::analyze::{percentile_in_place, summarize};
+use collector::ingest::fast_hash::FastMap;
 use collector::ingest::model::NvmlSample;
 use collector::stitch::request::route;
 use collector::stitch::{PointKind, Request};
@@ -157,32 +158,39 @@ pub struct RouteItl {
     pub histogram: [u64; 9],
 }
 
-pub fn itl_by_route<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Vec<RouteItl> {
+/// `scratch`: where a route's gaps are pooled, kept by the caller from pass to pass (a
+/// full window's quarter million gaps are 2 MB: fresh pages every second otherwise).
+pub fn itl_by_route<'a>(
+    requests: impl IntoIterator<Item = &'a Request>,
+    scratch: &mut Vec<u64>,
+) -> Vec<RouteItl> {
     // Keyed by the route's parts as the requests hold them: no string built per
     // request each pass, only per route at the end.
     type Parts<'r> = (Option<&'r str>, &'r str);
-    let mut by_route: HashMap<Parts, (usize, Vec<u64>)> = HashMap::new();
+    let mut by_parts: FastMap<Parts, Vec<&Request>> = FastMap::default();
     for r in requests {
-        let e = by_route
+        by_parts
             .entry((r.host.as_deref(), r.path.as_str()))
-            .or_default();
-        e.0 += 1;
-        if let Some(p) = r.first_point() {
-            p.itl_into(&mut e.1);
-        }
+            .or_default()
+            .push(r);
     }
     // Named in route order; two pairs of parts that spell one route make one row.
-    let mut routes: BTreeMap<String, (usize, Vec<u64>)> = BTreeMap::new();
-    for ((host, path), (requests, mut gaps)) in by_route {
-        let e = routes.entry(route(host, path)).or_default();
-        e.0 += requests;
-        e.1.append(&mut gaps);
+    let mut routes: BTreeMap<String, Vec<&Request>> = BTreeMap::new();
+    for ((host, path), mut rs) in by_parts {
+        routes.entry(route(host, path)).or_default().append(&mut rs);
     }
     routes
         .into_iter()
-        .map(|(route, (requests, mut gaps))| {
+        .map(|(route, rs)| {
+            let gaps = &mut *scratch;
+            gaps.clear();
+            let points = || rs.iter().filter_map(|r| r.first_point());
+            gaps.reserve(points().map(|p| p.token_ns.len().saturating_sub(1)).sum());
+            for p in points() {
+                p.itl_into(gaps);
+            }
             let mut histogram = [0u64; 9];
-            for g in &gaps {
+            for g in gaps.iter() {
                 let bucket = if *g == 0 {
                     0
                 } else {
@@ -198,12 +206,12 @@ pub fn itl_by_route<'a>(requests: impl IntoIterator<Item = &'a Request>) -> Vec<
             let (p50_ns, p99_ns) = if gaps.is_empty() {
                 (None, None)
             } else {
-                let p50 = percentile_in_place(&mut gaps, 500);
-                (Some(p50), Some(percentile_in_place(&mut gaps, 990)))
+                let p50 = percentile_in_place(gaps, 500);
+                (Some(p50), Some(percentile_in_place(gaps, 990)))
             };
             RouteItl {
                 route,
-                requests,
+                requests: rs.len(),
                 gaps: gaps.len(),
                 p50_ns,
                 p99_ns,
@@ -287,7 +295,7 @@ mod tests {
     fn itl_buckets_put_zero_gaps_apart_and_overflow_last() {
         let mut r = bare_request();
         r.points[0].token_ns = vec![0, 0, 3_000_000, 13_000_000, 2_013_000_000];
-        let h = itl_by_route(&[r]);
+        let h = itl_by_route(&[r], &mut Vec::new());
         assert_eq!(h.len(), 1, "one route");
         // gaps: 0, 3 ms, 10 ms, 2 s
         assert_eq!(h[0].histogram, [1, 1, 0, 1, 0, 0, 0, 0, 1], "bucketed gaps");
@@ -332,7 +340,7 @@ mod tests {
             // Spelled by other parts, the same route as the first two.
             at(None, "b.example/v1/chat", vec![0, 70]),
         ];
-        let routes = itl_by_route(&requests);
+        let routes = itl_by_route(&requests, &mut Vec::new());
         let seen: Vec<(&str, usize, usize)> = routes
             .iter()
             .map(|r| (r.route.as_str(), r.requests, r.gaps))
