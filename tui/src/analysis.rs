@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use collector::diagnose::Diagnosis;
 use collector::gpu::GpuStep;
-use collector::ingest::fast_hash::FastMap;
+use collector::ingest::fast_hash::{FastMap, FastSet};
 use collector::ingest::model::NvmlSample;
 use collector::ingest::Event;
 use collector::pipeline::{Config, Open, Pipeline};
@@ -66,6 +66,9 @@ pub struct Analysis {
     findings: Findings,
     /// Where a pass pools a route's token gaps (`rows::itl_by_route`).
     itl_scratch: Vec<u64>,
+    /// One string per route for the finished requests' rows (`rows::itl_by_route`
+    /// groups by its address); a route no row holds any more is let go at eviction.
+    route_names: FastSet<Arc<str>>,
     steps: VecDeque<GpuStep>,
     nvml: VecDeque<(u64, NvmlSample)>,
     /// Event counts per second of event time (the window's count).
@@ -103,6 +106,7 @@ impl Analysis {
             done: VecDeque::new(),
             findings: Findings::default(),
             itl_scratch: Vec::new(),
+            route_names: FastSet::default(),
             steps: VecDeque::new(),
             nvml: VecDeque::new(),
             per_second: VecDeque::new(),
@@ -200,7 +204,9 @@ impl Analysis {
     fn collect(&mut self) {
         let out = self.pipeline.take();
         self.dirty |= !out.requests.is_empty() || !out.steps.is_empty() || !out.nvml.is_empty();
-        self.done.extend(out.requests.into_iter().map(Done::of));
+        let names = &mut self.route_names;
+        self.done
+            .extend(out.requests.into_iter().map(|r| Done::of(r, names)));
         self.steps.extend(out.steps);
         self.nvml.extend(out.nvml);
         self.unparsed_ios = out.unparsed_ios;
@@ -215,6 +221,7 @@ impl Analysis {
         let cutoff = self.clock_ns.saturating_sub(self.window_ns);
         let before = (self.done.len(), self.steps.len(), self.nvml.len());
         self.done.retain(|d| d.last_ns >= cutoff);
+        self.route_names.retain(|name| Arc::strong_count(name) > 1);
         self.steps.retain(|s| s.end_ns >= cutoff);
         self.nvml.retain(|(t, _)| *t >= cutoff);
         let first_second = cutoff / SECOND_NS;
@@ -266,7 +273,12 @@ impl Analysis {
         }
         Snapshot {
             clock_ns: self.clock_ns,
-            routes: rows::itl_by_route(requests.iter().map(|r| &**r), &mut self.itl_scratch),
+            routes: rows::itl_by_route(
+                rows.iter()
+                    .map(|r| &r.route)
+                    .zip(requests.iter().map(|r| &**r)),
+                &mut self.itl_scratch,
+            ),
             ttft_windows: rows::ttft_over_time(&rows, TTFT_WINDOW_NS),
             gpu: rows::latest_gpu(&self.nvml),
             gpu_steps: self.steps.len(),
@@ -301,9 +313,17 @@ struct Done {
 }
 
 impl Done {
-    fn of(r: Request) -> Done {
+    /// Its row's route is the one string of `names` that spells it.
+    fn of(r: Request, names: &mut FastSet<Arc<str>>) -> Done {
+        let mut row = Row::from_request(0, &r);
+        match names.get(&*row.route) {
+            Some(known) => row.route = Arc::clone(known),
+            None => {
+                names.insert(Arc::clone(&row.route));
+            }
+        }
         Done {
-            row: Row::from_request(0, &r),
+            row,
             last_ns: last_moment(&r),
             request: Arc::new(r),
         }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use collector::analyze::{percentile_in_place, summarize};
 use collector::ingest::fast_hash::FastMap;
 use collector::ingest::model::NvmlSample;
-use collector::stitch::request::route;
 use collector::stitch::{PointKind, Request};
 
 /// Identifies a request across passes (request ids are positions, which move).
@@ -158,26 +157,28 @@ pub struct RouteItl {
     pub histogram: [u64; 9],
 }
 
+/// `items`: each request with its route as its row spells it. Rows of finished
+/// requests share one string per route (`Analysis` interns them), so requests are
+/// grouped by the string's address, not by hashing it (a full window's 3,600 requests
+/// each pass); groups that spell the same route are then merged.
 /// `scratch`: where a route's gaps are pooled, kept by the caller from pass to pass (a
 /// full window's quarter million gaps are 2 MB: fresh pages every second otherwise).
 pub fn itl_by_route<'a>(
-    requests: impl IntoIterator<Item = &'a Request>,
+    items: impl IntoIterator<Item = (&'a Arc<str>, &'a Request)>,
     scratch: &mut Vec<u64>,
 ) -> Vec<RouteItl> {
-    // Keyed by the route's parts as the requests hold them: no string built per
-    // request each pass, only per route at the end.
-    type Parts<'r> = (Option<&'r str>, &'r str);
-    let mut by_parts: FastMap<Parts, Vec<&Request>> = FastMap::default();
-    for r in requests {
-        by_parts
-            .entry((r.host.as_deref(), r.path.as_str()))
-            .or_default()
+    let mut by_string: FastMap<*const u8, (&str, Vec<&Request>)> = FastMap::default();
+    for (route, r) in items {
+        by_string
+            .entry(route.as_ptr())
+            .or_insert_with(|| (route, Vec::new()))
+            .1
             .push(r);
     }
-    // Named in route order; two pairs of parts that spell one route make one row.
-    let mut routes: BTreeMap<String, Vec<&Request>> = BTreeMap::new();
-    for ((host, path), mut rs) in by_parts {
-        routes.entry(route(host, path)).or_default().append(&mut rs);
+    // In route order; two copies of one route's string make one row.
+    let mut routes: BTreeMap<&str, Vec<&Request>> = BTreeMap::new();
+    for (_, (route, mut rs)) in by_string {
+        routes.entry(route).or_default().append(&mut rs);
     }
     routes
         .into_iter()
@@ -210,7 +211,7 @@ pub fn itl_by_route<'a>(
                 (Some(p50), Some(percentile_in_place(gaps, 990)))
             };
             RouteItl {
-                route,
+                route: route.to_string(),
                 requests: rs.len(),
                 gaps: gaps.len(),
                 p50_ns,
@@ -295,7 +296,7 @@ mod tests {
     fn itl_buckets_put_zero_gaps_apart_and_overflow_last() {
         let mut r = bare_request();
         r.points[0].token_ns = vec![0, 0, 3_000_000, 13_000_000, 2_013_000_000];
-        let h = itl_by_route(&[r], &mut Vec::new());
+        let h = itl_by_route([(&Arc::from(r.route()), &r)], &mut Vec::new());
         assert_eq!(h.len(), 1, "one route");
         // gaps: 0, 3 ms, 10 ms, 2 s
         assert_eq!(h[0].histogram, [1, 1, 0, 1, 0, 0, 0, 0, 1], "bucketed gaps");
@@ -340,7 +341,9 @@ mod tests {
             // Spelled by other parts, the same route as the first two.
             at(None, "b.example/v1/chat", vec![0, 70]),
         ];
-        let routes = itl_by_route(&requests, &mut Vec::new());
+        // Each with a string of its own (as rows in flight have).
+        let named: Vec<Arc<str>> = requests.iter().map(|r| r.route().into()).collect();
+        let routes = itl_by_route(named.iter().zip(&requests), &mut Vec::new());
         let seen: Vec<(&str, usize, usize)> = routes
             .iter()
             .map(|r| (r.route.as_str(), r.requests, r.gaps))
