@@ -78,11 +78,15 @@ pub trait RecordObserver {
     fn started(&mut self, probes: &Probes);
     /// Called per event (probes, NVML, CUPTI, ring readings), before it is written.
     fn event(&mut self, _event: &Event) {}
-    /// Called instead of `event` when nothing is written (`Output::Discard`): an
-    /// observer that keeps events takes this one rather than copying it.
-    fn take(&mut self, event: Event) {
-        self.event(&event);
+    /// Where events go instead of `event` when nothing is written (`Output::Discard`):
+    /// an observer that keeps events has them decoded straight into this batch (an
+    /// event is a few hundred bytes: each hop through a call was a copy), and gets
+    /// them at `took`. None: `event` sees each.
+    fn batch(&mut self) -> Option<&mut Vec<Event>> {
+        None
     }
+    /// Events were put in `batch` since the last call: hand them over.
+    fn took(&mut self) {}
     /// A line about an optional source (e.g. NVML on or off, and why).
     fn note(&mut self, _line: &str) {}
     /// The kernel's counters so far (read about every 200 ms): submitted, dropped.
@@ -238,6 +242,7 @@ pub fn run(
         sampler.stop();
         writer.update_header(|h| h.nvml_dropped = dropped)?;
     }
+    observer.took();
     Ok(writer.finish(counters, monotonic_ns())?)
 }
 
@@ -418,8 +423,11 @@ fn emit(
     event: Event,
 ) -> Result<(), RecordError> {
     if writer.discards() {
-        observer.take(event);
-        writer.count_discarded();
+        writer.count_discarded(1);
+        match observer.batch() {
+            Some(batch) => batch.push(event),
+            None => observer.event(&event),
+        }
         return Ok(());
     }
     observer.event(&event);
@@ -474,6 +482,18 @@ fn drain_into(
     counters: &mut Counters,
     observer: &mut dyn RecordObserver,
 ) -> Result<(), RecordError> {
+    if writer.discards() {
+        if let Some(batch) = observer.batch() {
+            let before = batch.len();
+            counters.delivered += probes.drain(|raw| match decoder.decode(raw) {
+                Ok(ev) => batch.push(ev),
+                Err(_) => counters.decode_errors += 1,
+            });
+            writer.count_discarded((batch.len() - before) as u64);
+            observer.took();
+            return Ok(());
+        }
+    }
     let mut result = Ok(());
     counters.delivered += probes.drain(|raw| match decoder.decode(raw) {
         Ok(ev) => {

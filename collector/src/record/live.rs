@@ -47,26 +47,48 @@ struct Shared {
     dropped: Mutex<Option<u64>>,
 }
 
-struct Observer(Arc<Shared>);
+struct Observer {
+    shared: Arc<Shared>,
+    /// Events decoded since the last hand-over (`RecordObserver::batch`).
+    batch: Vec<Event>,
+}
 
 impl RecordObserver for Observer {
     fn started(&mut self, probes: &Probes) {
         let mut lines = vec![probes.io_source_line()];
         lines.extend(probes.skipped.iter().map(|s| format!("probe skipped: {s}")));
-        *lock(&self.0.lines) = lines;
-        *lock(&self.0.started) = Some((probes.attached.len(), probes.skipped.len()));
+        *lock(&self.shared.lines) = lines;
+        *lock(&self.shared.started) = Some((probes.attached.len(), probes.skipped.len()));
     }
 
     fn event(&mut self, event: &Event) {
-        lock(&self.0.events).push(event.clone());
+        lock(&self.shared.events).push(event.clone());
     }
 
-    fn take(&mut self, event: Event) {
-        lock(&self.0.events).push(event);
+    fn batch(&mut self) -> Option<&mut Vec<Event>> {
+        Some(&mut self.batch)
+    }
+
+    /// One lock per drain: the batch is moved over whole when the watcher took the last
+    /// one, else appended. The next batch starts with this one's room, not grown from
+    /// nothing (each doubling copies every event).
+    fn took(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let room = self.batch.len();
+        let mut events = lock(&self.shared.events);
+        if events.is_empty() {
+            std::mem::swap(&mut *events, &mut self.batch);
+        } else {
+            events.append(&mut self.batch);
+        }
+        drop(events);
+        self.batch.reserve(room);
     }
 
     fn note(&mut self, line: &str) {
-        lock(&self.0.notes).push(line.to_string());
+        lock(&self.shared.notes).push(line.to_string());
     }
 
     fn drain_every(&self) -> Duration {
@@ -74,7 +96,7 @@ impl RecordObserver for Observer {
     }
 
     fn counters(&mut self, _submitted: u64, dropped: u64) {
-        *lock(&self.0.dropped) = Some(dropped);
+        *lock(&self.shared.dropped) = Some(dropped);
     }
 }
 
@@ -92,7 +114,10 @@ pub struct Live {
 impl Live {
     pub fn start(opts: RecordOptions) -> Result<Live, LiveError> {
         let shared = Arc::new(Shared::default());
-        let mut observer = Observer(Arc::clone(&shared));
+        let mut observer = Observer {
+            shared: Arc::clone(&shared),
+            batch: Vec::new(),
+        };
         let thread = std::thread::Builder::new()
             .name("tokenscope-record".into())
             .spawn(move || super::run(&opts, &mut observer))
@@ -130,11 +155,7 @@ impl Live {
     }
 
     pub fn take_events(&self) -> Vec<Event> {
-        let mut events = lock(&self.shared.events);
-        // The next batch is about as long as this one: room for it up front, not grown
-        // from nothing by doubling (a copy of every event at each step).
-        let room = events.len();
-        std::mem::replace(&mut *events, Vec::with_capacity(room))
+        std::mem::take(&mut *lock(&self.shared.events))
     }
 
     /// Ring-buffer drops so far (None until the recorder has read its counters).

@@ -113,9 +113,9 @@ impl Sink {
     }
 
     /// Counts an event a discarding sink was not handed (see `discards`).
-    pub(crate) fn count_discarded(&mut self) {
+    pub(crate) fn count_discarded(&mut self, n: u64) {
         if let Kind::Discard { written } = &mut self.kind {
-            *written += 1;
+            *written += n;
         }
     }
 
