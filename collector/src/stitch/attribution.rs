@@ -423,15 +423,26 @@ impl Joined<'_> {
     /// first token ended in.
     fn stalls(&self, i: usize, w: &Window<'_>, mine: &[&GpuStep], ids: &[usize]) -> Vec<Stall> {
         let mut stalls = Vec::new();
+        // The first step that ends after the gap's start: an engine's steps end in the
+        // order they start and a stream's tokens come in order, so it only moves on (a
+        // token out of order looks it up again).
+        let first = w.tokens.first().copied().unwrap_or(0);
+        let (mut after_a, mut last_a) = (mine.partition_point(|s| s.end_ns <= first), first);
         for (k, pair) in w.tokens.windows(2).enumerate() {
             let (a, b) = (pair[0], pair[1]);
             // Every step with prefill work that ended inside the gap: a long prompt's step
             // may follow a short one's in the same gap, and both stalled it. By its end, not
             // its start: the engine may start the next step before token `a` is written.
-            // An engine's steps end in the order they start: the gap's are a slice.
-            let after_a = mine.partition_point(|s| s.end_ns <= a);
+            if a < last_a {
+                after_a = mine.partition_point(|s| s.end_ns <= a);
+            }
+            last_a = a;
+            while mine.get(after_a).is_some_and(|s| s.end_ns <= a) {
+                after_a += 1;
+            }
             let ended = &mine[after_a..];
-            let ended = &ended[..ended.partition_point(|s| s.end_ns <= b)];
+            let inside = ended.iter().take_while(|s| s.end_ns <= b).count();
+            let ended = &ended[..inside];
             let within = || ended.iter().filter(|s| s.kind != StepKind::Decode);
             let Some(longest) = within().max_by_key(|s| s.end_ns - s.start_ns) else {
                 continue;
