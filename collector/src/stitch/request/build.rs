@@ -73,6 +73,14 @@ pub fn build(
         .map(|&e| x(e))
         .find(|x| !x.method.is_empty())
         .unwrap_or(rx);
+    // A path that end could not decode (an HTTP/2 header referring to an HPACK table
+    // entry made before the recording, or a write the probes missed) is read from the
+    // next end that decoded it.
+    let path = chain
+        .iter()
+        .map(|&e| &x(e).path)
+        .find(|p| !p.is_empty())
+        .unwrap_or(&head.path);
     Request {
         id,
         method: head.method.clone(),
@@ -80,7 +88,7 @@ pub fn build(
         path: if rx.encrypted {
             "(encrypted)".into()
         } else {
-            head.path.clone()
+            path.clone()
         },
         host: if rx.encrypted {
             Some(
