@@ -1,9 +1,9 @@
 //! GPU shares and diagnoses of the window: the costly part of a pass (attribution and
 //! the report's rules run over every request and GPU step held; at 3k tokens/s with a
-//! 60 s window, ~15 ms each). Made at most once a second and no more often than
+//! 60 s window, a few ms each). Made at most once a second and no more often than
 //! `COST_FACTOR` times their own last cost, so they take at most 1/COST_FACTOR of a
-//! core whatever the load (at 4k tokens/s: every 3 s or so; the diagnoses panel says
-//! how old they are). Between makings each pass shows the last one's, its request
+//! core whatever the load (a dearer making waits longer; the diagnoses panel says how
+//! old they are). Between makings each pass shows the last one's, its request
 //! ids (the pipeline's) numbered as the pass's positions by request key; a request
 //! newer than the last making gets its share at the next.
 

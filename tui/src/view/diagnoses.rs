@@ -40,9 +40,8 @@ pub fn render_diagnoses(f: &mut Frame, state: &State, area: Rect) {
     f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
-/// "~402 ms TTFT p95" (ITL p99 when the fix saves no TTFT), as the report rounds it.
 /// The panel's title: how many, and how old they are once that shows (they are remade
-/// every few seconds, within 0.5% of a core).
+/// at most once a second, less often when a making is dear: within 0.5% of a core).
 fn title(n: usize, age_ns: u64) -> String {
     let age_s = age_ns / 1_000_000_000;
     match n {
@@ -52,6 +51,7 @@ fn title(n: usize, age_ns: u64) -> String {
     }
 }
 
+/// "~402 ms TTFT p95" (ITL p99 when the fix saves no TTFT), as the report rounds it.
 pub fn saving_short(d: &Diagnosis) -> String {
     let ms = |ns: u64| format!("~{:.0} ms", ns as f64 / 1e6);
     match (d.saving.ttft_p95_ns, d.saving.itl_p99_ns) {
