@@ -21,6 +21,7 @@ use reorder::{Pending, Reorder};
 use crate::analyze::protocols::{ProtocolTally, Protocols};
 use crate::gpu::{GpuStep, StepTimer, StepTracker};
 use crate::ingest::model::{event::Body, GpuActivityKind, NvmlSample};
+use crate::ingest::record::FileHeader;
 use crate::ingest::Event;
 use crate::stitch::{
     attribution, ConnectionSpan, ExchangeSpan, Request, Settle, Settled, Stitcher,
@@ -67,11 +68,26 @@ impl Config {
         }
     }
 
+    /// Replaying the recording `header` heads: its events held no longer than they
+    /// came out of order in it (`FileHeader::disorder_ns`, known once it completed),
+    /// at most the default second. The events are then fed in the same order as with
+    /// the second (an event let through at T - window had every event older than it
+    /// already in: one coming after would be more out of order than the file's
+    /// most), and held a few microseconds in a recording whose recorder sorted its
+    /// drains, so each is still in the cache when it is fed: a tenth less time.
+    pub fn replay_of(header: &FileHeader) -> Config {
+        let mut cfg = Config::replay();
+        if let Some(d) = header.disorder_ns.filter(|_| header.complete) {
+            cfg.reorder_ns = cfg.reorder_ns.min(d);
+        }
+        cfg
+    }
+
     /// Replaying a recording for the Perfetto export (connections drawn too).
-    pub fn export() -> Config {
+    pub fn export_of(header: &FileHeader) -> Config {
         Config {
             connections: true,
-            ..Config::replay()
+            ..Config::replay_of(header)
         }
     }
 

@@ -163,7 +163,7 @@ pub fn write_trace_streamed(
 /// The pipeline a recording is replayed through for a trace.
 pub fn pipeline(header: &FileHeader) -> Pipeline {
     let dropped = header.counters.is_some_and(|c| c.dropped > 0);
-    Pipeline::new(pipeline::Config::export(), dropped)
+    Pipeline::new(pipeline::Config::export_of(header), dropped)
 }
 
 /// Pushes each batch through the pipeline, takes what it finished, and writes each

@@ -104,7 +104,7 @@ pub struct RecordingInfo {
     pub delivered: u64,
     pub dropped: u64,
     pub decode_errors: u64,
-    /// Events later than the replay's reorder window (`pipeline::Config::replay`):
+    /// Events later than the replay's reorder window (`pipeline::Config::replay_of`):
     /// used out of order. Absent when none.
     #[serde(skip_serializing_if = "is_zero")]
     pub late_events: u64,

@@ -585,6 +585,8 @@ fn joined_header(headers: &[FileHeader], hosts: &[Host]) -> FileHeader {
         .max()
         .unwrap_or(0);
     h.complete = headers.iter().all(|x| x.complete);
+    // Each file's own order says nothing of how far apart their lanes merge.
+    h.disorder_ns = None;
     h.payload_cap = headers.iter().map(|x| x.payload_cap).min().unwrap_or(0);
     let mut c = Counters::default();
     for x in headers.iter().filter_map(|x| x.counters) {

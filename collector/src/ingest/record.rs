@@ -119,6 +119,13 @@ pub struct FileHeader {
     /// never match, so recordings of both are not joined.
     #[prost(string, tag = "26")]
     pub prints: String,
+    /// How far out of time order the file's events came, at most: over every event,
+    /// the newest time written before it less its own. Set when the recording
+    /// completes (none in a file cut off, or older than the field). A replay holds
+    /// events that long, not its default second (see `pipeline::Config::replay_of`):
+    /// the same order, from a window that stays in the cache.
+    #[prost(uint64, optional, tag = "27")]
+    pub disorder_ns: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
@@ -231,6 +238,10 @@ pub struct RecordWriter {
     written: u64,
     /// Bytes in the file so far (header region and flushed frames).
     bytes: u64,
+    /// The newest event time pushed, and how far behind it an event came at most
+    /// (`FileHeader::disorder_ns`).
+    newest_ns: u64,
+    disorder_ns: u64,
 }
 
 /// Creates (or truncates) `path` readable and writable by its owner only (0600, also
@@ -268,6 +279,8 @@ impl RecordWriter {
         let encoder = frame::Encoder::for_format(version, frame::ZSTD_LEVEL).map_err(io_err)?;
         header.format_version = version;
         header.complete = false;
+        // Known only once every event is written (a copy's header may carry its source's).
+        header.disorder_ns = None;
         let mut w = RecordWriter {
             path: path.to_path_buf(),
             out: BufWriter::new(file),
@@ -277,6 +290,8 @@ impl RecordWriter {
             frame: Vec::new(),
             written: 0,
             bytes: HEADER_REGION,
+            newest_ns: 0,
+            disorder_ns: 0,
         };
         w.write_header()?;
         Ok(w)
@@ -293,6 +308,8 @@ impl RecordWriter {
     }
 
     pub fn push(&mut self, event: Event) -> Result<(), RecordError> {
+        self.newest_ns = self.newest_ns.max(event.ts_ns);
+        self.disorder_ns = self.disorder_ns.max(self.newest_ns - event.ts_ns);
         self.pending.push(event);
         if self.pending.len() >= BATCH_EVENTS {
             self.flush()?;
@@ -325,6 +342,7 @@ impl RecordWriter {
     ) -> Result<(), RecordError> {
         update(&mut self.header);
         self.header.complete = false;
+        self.header.disorder_ns = None;
         self.write_header()
     }
 
@@ -348,6 +366,7 @@ impl RecordWriter {
         self.header.counters = Some(counters);
         self.header.end_monotonic_ns = end_monotonic_ns;
         self.header.end_realtime_ns = tokenscope_clock::realtime_ns();
+        self.header.disorder_ns = Some(self.disorder_ns);
         self.header.complete = true;
         self.write_header()?;
         self.out.get_ref().sync_all().map_err(|e| self.io(e))?;

@@ -99,7 +99,7 @@ impl Builder {
         let dropped = header.counters.unwrap_or_default().dropped > 0;
         Builder {
             header: header.clone(),
-            pipeline: Pipeline::new(pipeline::Config::replay(), dropped),
+            pipeline: Pipeline::new(pipeline::Config::replay_of(header), dropped),
             cutter: Cutter::default(),
             origin: None,
             next_window: 0,
