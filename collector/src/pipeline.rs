@@ -467,6 +467,42 @@ mod tests {
     use super::*;
     use crate::stitch::testnet::*;
 
+    #[test]
+    fn a_replay_holds_events_as_long_as_its_complete_recording_says_they_came_late() {
+        let done = FileHeader {
+            complete: true,
+            disorder_ns: Some(45),
+            ..Default::default()
+        };
+        assert_eq!(Config::replay_of(&done).reorder_ns, 45);
+        assert!(
+            Config::export_of(&done).connections,
+            "the export's, with connections"
+        );
+        assert_eq!(Config::export_of(&done).reorder_ns, 45);
+        for (complete, disorder) in [(false, Some(45)), (true, None)] {
+            let h = FileHeader {
+                complete,
+                disorder_ns: disorder,
+                ..done.clone()
+            };
+            assert_eq!(
+                Config::replay_of(&h).reorder_ns,
+                Config::replay().reorder_ns,
+                "a recording cut off, or older than the field: the default second"
+            );
+        }
+        let slow = FileHeader {
+            disorder_ns: Some(5_000_000_000),
+            ..done
+        };
+        assert_eq!(
+            Config::replay_of(&slow).reorder_ns,
+            1_000_000_000,
+            "never more than the default"
+        );
+    }
+
     const T0: u64 = 1_000 * MS;
 
     /// A streaming request from the bench to the engine at 1 s: its head, then a token

@@ -724,27 +724,4 @@ fn a_finished_recording_says_how_far_out_of_time_order_its_events_came() {
     w.finish(Counters::default(), 99).expect("finish");
     let done = RecordReader::open(&path).expect("open").header;
     assert_eq!(done.disorder_ns, Some(45));
-    let cfg = crate::pipeline::Config::replay_of(&done);
-    assert_eq!(cfg.reorder_ns, 45, "a replay holds events that long");
-    for (complete, disorder) in [(false, Some(45)), (true, None)] {
-        let h = FileHeader {
-            complete,
-            disorder_ns: disorder,
-            ..done.clone()
-        };
-        assert_eq!(
-            crate::pipeline::Config::replay_of(&h).reorder_ns,
-            crate::pipeline::Config::replay().reorder_ns,
-            "a recording cut off, or older than the field: the default second"
-        );
-    }
-    let slow = FileHeader {
-        disorder_ns: Some(5_000_000_000),
-        ..done
-    };
-    assert_eq!(
-        crate::pipeline::Config::replay_of(&slow).reorder_ns,
-        1_000_000_000,
-        "never more than the default"
-    );
 }
