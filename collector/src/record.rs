@@ -485,9 +485,10 @@ fn drain_into(
     if writer.discards() {
         if let Some(batch) = observer.batch() {
             let before = batch.len();
-            counters.delivered += probes.drain(|raw| match decoder.decode(raw) {
-                Ok(ev) => batch.push(ev),
-                Err(_) => counters.decode_errors += 1,
+            counters.delivered += probes.drain(|raw| {
+                if decoder.decode_into(raw, batch).is_err() {
+                    counters.decode_errors += 1;
+                }
             });
             writer.count_discarded((batch.len() - before) as u64);
             observer.took();

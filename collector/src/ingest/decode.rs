@@ -30,6 +30,15 @@ pub enum DecodeError {
 /// Decodes one ring-buffer record: the event (an I/O's `sniff` still unset) and
 /// the payload prefix it carried (empty for every other kind).
 pub fn decode_record(raw: &[u8]) -> Result<(Event, &[u8]), DecodeError> {
+    let mut event = Event::default();
+    let payload = decode_record_onto(raw, &mut event)?;
+    Ok((event, payload))
+}
+
+/// `decode_record` into `event`, a default one where the caller keeps it (a batch):
+/// an event is 360 bytes, and returning it through each call copied it at each.
+/// Untouched on an error.
+pub fn decode_record_onto<'r>(raw: &'r [u8], event: &mut Event) -> Result<&'r [u8], DecodeError> {
     let hdr: TsHeader = read_prefix(raw).ok_or(DecodeError::Short(raw.len()))?;
     let exact = |expected: usize| {
         if raw.len() == expected {
@@ -89,15 +98,13 @@ pub fn decode_record(raw: &[u8]) -> Result<(Event, &[u8]), DecodeError> {
         }
         other => return Err(DecodeError::UnknownKind(other)),
     };
-    let event = Event {
-        ts_ns: hdr.ts_ns,
-        pid: hdr.pid,
-        tid: hdr.tid,
-        cpu: hdr.cpu,
-        comm: comm(&hdr.comm),
-        body: Some(body),
-    };
-    Ok((event, payload))
+    event.ts_ns = hdr.ts_ns;
+    event.pid = hdr.pid;
+    event.tid = hdr.tid;
+    event.cpu = hdr.cpu;
+    event.comm = comm(&hdr.comm);
+    event.body = Some(body);
+    Ok(payload)
 }
 
 /// The fixed part of an I/O record and its payload prefix.
@@ -219,6 +226,15 @@ pub(crate) mod test_records {
 
     /// An I/O on the socket at kernel address `skaddr`.
     pub(crate) fn io_record_on(skaddr: u64, payload: &[u8]) -> Vec<u8> {
+        io_record_moving(skaddr, payload, 1000)
+    }
+
+    /// An I/O that moved just what the probe copied of it.
+    pub(crate) fn io_record_whole(payload: &[u8]) -> Vec<u8> {
+        io_record_moving(tcp_sock().skaddr, payload, payload.len() as i64)
+    }
+
+    fn io_record_moving(skaddr: u64, payload: &[u8], bytes: i64) -> Vec<u8> {
         let head = abi::TsIoEventHead {
             hdr: header(abi::EV_IO),
             sock: TsSock {
@@ -229,7 +245,7 @@ pub(crate) mod test_records {
             syscall: abi::SYS_SENDTO,
             fd: 3,
             flags: 0,
-            bytes: 1000,
+            bytes,
             payload_len: payload.len() as u32,
             _pad: 0,
         };

@@ -53,14 +53,21 @@ struct BodyState {
 impl StreamParser {
     /// Reads one I/O: `captured` is the payload prefix, `total` the bytes the socket moved.
     pub fn feed(&mut self, captured: &[u8], total: u64) -> Sniff {
+        let mut out = Sniff::default();
+        self.feed_into(captured, total, &mut out);
+        out
+    }
+
+    /// `feed` into `out`, a default `Sniff` where its event holds it (the recorder
+    /// copied each 184-byte sniff returned into its event).
+    pub fn feed_into(&mut self, captured: &[u8], total: u64, out: &mut Sniff) {
         // No hash of the whole prefix (`Sniff::fingerprint` stays 0): nothing joins by
         // it (events and bodies carry their own prints), and hashing every captured byte
         // took 8% of a live recorder's CPU and eight incompressible bytes per I/O.
-        let mut out = Sniff::default();
         self.cut = total > captured.len() as u64;
         match std::mem::take(&mut self.phase) {
             Phase::Lost => {} // resynchronise on a message or record boundary
-            Phase::Pending(buf) => self.pending(buf, captured, &mut out),
+            Phase::Pending(buf) => self.pending(buf, captured, out),
             Phase::LostSse { chunked } => match resume_sse(captured, chunked) {
                 Some(state) => self.phase = Phase::Body(Box::new(state)),
                 None if http::starts_like_head(captured)
@@ -68,7 +75,7 @@ impl StreamParser {
                 None => {
                     out.unparsed = true;
                     self.phase = Phase::LostSse { chunked };
-                    return out;
+                    return;
                 }
             },
             other => self.phase = other,
@@ -76,12 +83,12 @@ impl StreamParser {
         let mut rest = captured;
         while !rest.is_empty() {
             rest = match std::mem::take(&mut self.phase) {
-                Phase::Idle => self.start(rest, &mut out),
-                Phase::Head(buf) => self.head(buf, rest, &mut out),
-                Phase::Body(state) => self.body(state, rest, &mut out),
-                Phase::Tls { skip, partial } => self.tls(skip, partial, rest, &mut out),
+                Phase::Idle => self.start(rest, out),
+                Phase::Head(buf) => self.head(buf, rest, out),
+                Phase::Body(state) => self.body(state, rest, out),
+                Phase::Tls { skip, partial } => self.tls(skip, partial, rest, out),
                 Phase::H2(mut conn) => {
-                    conn.feed(rest, self.cut, &mut out);
+                    conn.feed(rest, self.cut, out);
                     self.phase = Phase::H2(conn);
                     &[]
                 }
@@ -97,9 +104,8 @@ impl StreamParser {
         }
         let uncaptured = total.saturating_sub(captured.len() as u64);
         if uncaptured > 0 {
-            self.skip(uncaptured, &mut out);
+            self.skip(uncaptured, out);
         }
-        out
     }
 
     fn start<'a>(&mut self, rest: &'a [u8], out: &mut Sniff) -> &'a [u8] {
