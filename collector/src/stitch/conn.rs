@@ -446,9 +446,12 @@ impl Connection {
         if sn.unparsed {
             self.unparsed_ios += 1;
         }
-        let streams = sn.h2_streams.iter().filter_map(|s| s.sniff.as_ref());
-        for limit in std::iter::once(sn).chain(streams).flat_map(Sniff::hits) {
-            self.limits[limit as usize] += 1;
+        // (Nearly every I/O reached none: not walked then.)
+        if sn.limits != 0 || !sn.h2_streams.is_empty() {
+            let streams = sn.h2_streams.iter().filter_map(|s| s.sniff.as_ref());
+            for limit in std::iter::once(sn).chain(streams).flat_map(Sniff::hits) {
+                self.limits[limit as usize] += 1;
+            }
         }
         if let Some(sniff::Kind::Tls(t)) = &sn.kind {
             self.tls_records(ev.ts_ns, io.dir(), t);

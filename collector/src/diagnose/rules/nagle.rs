@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::readers::{socket_hops, Readers};
 use super::{fig, fix, median, ms, Draft};
 use crate::diagnose::{Finding, Input};
+use crate::stitch::request::Forward;
+use crate::stitch::{Point, Request};
 
 /// A Nagle stall ends when the peer's delayed ACK fires: the held token reaches the
 /// reader 35-220 ms (Linux: 40 ms minimum, 200 ms maximum) after the one before it...
@@ -15,6 +17,15 @@ const NAGLE_GREW_NS: u64 = 5_000_000;
 /// A response head that crosses the hop within this passed at once (nothing unacked
 /// before it).
 const HEAD_PROMPT_NS: u64 = 5_000_000;
+
+/// The request's socket hops whose both points it has: the hop, the point it reaches
+/// and the one it leaves.
+fn measured_hops(r: &Request) -> impl Iterator<Item = (&Forward, &Point, &Point)> {
+    socket_hops(r).filter_map(|hop| {
+        let to = r.points.get(hop.to_point)?;
+        Some((hop, to, r.points.get(hop.to_point + 1)?))
+    })
+}
 
 /// Rule 7: on a TCP hop, a small write waits (Nagle) for the ACK of the segment before
 /// it, which the peer delays: the held write reaches the reader a delayed-ACK timeout
@@ -26,7 +37,10 @@ const HEAD_PROMPT_NS: u64 = 5_000_000;
 /// where the client's ACK is delayed; measured 43 ms of TTFT against the engine's 2 ms).
 pub(super) fn nagle(input: &Input) -> Option<Finding> {
     let reqs = &input.requests[..];
-    let mut all = Vec::new();
+    // Every token's delay on its hop: counted here, gathered (for their median) only
+    // when enough tokens were held to make a finding (all of top's window's tokens
+    // were pushed on every making: 5 MB, for a figure read once in a while).
+    let mut all = 0;
     // Tokens held as Nagle holds them: (request, token, reader, sent, read, grew).
     let mut candidates = Vec::new();
     // First tokens held behind the response head, the same way; and every hop's head
@@ -37,16 +51,11 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
     for (i, r) in reqs.iter().enumerate() {
         let lost = &r.retransmit_ns;
         let held = |sent: u64, read: u64| !lost.iter().any(|&t| t >= sent && t <= read);
-        for hop in socket_hops(r) {
-            let (Some(to), Some(from)) =
-                (r.points.get(hop.to_point), r.points.get(hop.to_point + 1))
-            else {
-                continue;
-            };
+        for (hop, to, from) in measured_hops(r) {
             delays.clear();
             delays.extend(hop.delays(&r.points));
             let (recv, d) = (&to.token_ns, &delays[..]);
-            all.extend(d.iter().copied());
+            all += d.len();
             for k in 1..d.len().min(recv.len()) {
                 let gap = recv[k].saturating_sub(recv[k - 1]);
                 let grew = d[k].saturating_sub(d[k - 1]);
@@ -88,7 +97,19 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
     // Checked before the readers' table, which indexes every token of the window (25 MB
     // for top's minute at 4k tokens/s), and then only for the readers of candidates.
     let enough = |n: usize, of: usize| n >= 5 && n * 100 >= of;
-    let tokens_held = enough(candidates.len(), all.len()) && median(&all) < 5_000_000;
+    // (Needed only when tokens_held: a held token is a candidate.)
+    let all_p50 = if enough(candidates.len(), all) {
+        delays.clear();
+        for r in reqs {
+            for (hop, _, _) in measured_hops(r) {
+                delays.extend(hop.delays(&r.points));
+            }
+        }
+        median(&delays)
+    } else {
+        0
+    };
+    let tokens_held = enough(candidates.len(), all) && all_p50 < 5_000_000;
     if !tokens_held && !enough(first_candidates.len(), firsts) {
         return None;
     }
@@ -134,7 +155,7 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
         let t = ttft.entry(i).or_insert(0);
         *t = grew.max(*t);
     }
-    let tokens_held = enough(held.len(), all.len());
+    let tokens_held = enough(held.len(), all);
     let firsts_held = enough(first_held.len(), firsts);
     if !tokens_held && !firsts_held {
         return None;
@@ -147,14 +168,14 @@ pub(super) fn nagle(input: &Input) -> Option<Finding> {
              hop that passes the others in {} ms, reaching the reader a delayed-ACK timeout \
              after the previous one",
             held.len(),
-            all.len(),
+            all,
             ms(median(&held)),
-            ms(median(&all))
+            ms(all_p50)
         ));
         figures.extend([
             fig("tokens held", held.len() as f64, "tokens"),
             fig("hold p50", ms(median(&held)), "ms"),
-            fig("hop delay p50", ms(median(&all)), "ms"),
+            fig("hop delay p50", ms(all_p50), "ms"),
         ]);
     } else {
         itl.clear();
