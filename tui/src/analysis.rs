@@ -269,7 +269,10 @@ impl Analysis {
         let findings = self.findings.shown(&position, wall_ns);
         drop(position);
         for row in &mut rows {
-            row.stalled = findings.stalled(&row.key);
+            row.stalled = false;
+        }
+        for i in findings.stalled_rows() {
+            rows[i].stalled = true;
         }
         Snapshot {
             clock_ns: self.clock_ns,

@@ -64,6 +64,8 @@ pub struct Made {
     /// Id -> request.
     keys: FastMap<usize, RowKey>,
     shares: FastMap<RowKey, Share>,
+    /// Ids of the requests with a stalled gap (`Share::stalls`).
+    stalled: Vec<usize>,
     /// Largest saving first.
     diagnoses: Vec<Diagnosis>,
     /// Wall time it was made at.
@@ -123,6 +125,12 @@ impl Findings {
             .filter_map(|(k, g)| Some((k.clone(), Share::of(g.as_ref()?))))
             .collect();
         let keys = requests.iter().map(|r| r.id).zip(row_keys).collect();
+        let stalled = requests
+            .iter()
+            .zip(&gpu)
+            .filter(|(_, g)| g.as_ref().is_some_and(|g| !g.stalled_by.is_empty()))
+            .map(|(r, _)| r.id)
+            .collect();
         let diagnoses = diagnose::diagnose(&diagnose::Input {
             requests,
             steps,
@@ -132,6 +140,7 @@ impl Findings {
         self.made = Arc::new(Made {
             keys,
             shares,
+            stalled,
             diagnoses,
             wall_ns,
         });
@@ -173,8 +182,13 @@ impl Shown {
     }
 
     /// Some of the request's decode gaps waited on other requests' prefill.
-    pub fn stalled(&self, key: &RowKey) -> bool {
-        self.made.shares.get(key).is_some_and(|g| g.stalls > 0)
+    /// Where this pass has the requests whose decode gaps waited on other requests'
+    /// prefill (by id: a row's key looked up for each row was a pass's dearest lookup).
+    pub fn stalled_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        self.made
+            .stalled
+            .iter()
+            .filter_map(|id| self.now.get(id).copied())
     }
 
     /// The request's GPU share, the requests that stalled it numbered as now.

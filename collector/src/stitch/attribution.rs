@@ -400,20 +400,23 @@ impl Joined<'_> {
                 .count() as u32;
         }
         let last = *w.tokens.last().unwrap_or(&w.first);
-        let decode: Vec<&&GpuStep> = mine[from(w.first)..]
+        // Counted and summed in one walk, not gathered (a vector per request of `top`'s
+        // window at every making).
+        let (mut decode_steps, mut timed, mut busy_ns) = (0u32, true, 0u64);
+        for s in mine[from(w.first)..]
             .iter()
             .take_while(|s| s.start_ns <= last)
             .filter(|s| s.end_ns <= last)
-            .collect();
-        share.decode_steps = decode.len() as u32;
-        if !decode.is_empty() && decode.iter().all(|s| s.device.is_some()) {
-            share.decode_gpu_ns = Some(
-                decode
-                    .iter()
-                    .filter_map(|s| s.device)
-                    .map(|d| d.busy_ns)
-                    .sum(),
-            );
+        {
+            decode_steps += 1;
+            match s.device {
+                Some(d) => busy_ns += d.busy_ns,
+                None => timed = false,
+            }
+        }
+        share.decode_steps = decode_steps;
+        if decode_steps > 0 && timed {
+            share.decode_gpu_ns = Some(busy_ns);
         }
         share.stalled_by = self.stalls(i, w, mine, ids);
         share
