@@ -16,6 +16,7 @@ use crate::stitch::testnet::{proxied, Net, ENGINE, MS};
 mod bundles;
 mod check;
 mod halves;
+mod window;
 use check::{check, flows_across, on_monotonic, Counts};
 
 fn cuda(net: &mut Net, ts: u64, api: CudaApi, entry: bool) {
@@ -692,62 +693,4 @@ fn ring_buffer_drops_are_drawn_as_the_recorder_read_them() {
     );
     assert_eq!(drops[1].0, 1_200 * MS, "a reading at its own time");
     assert!(drops.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
-}
-
-#[test]
-fn a_recording_replayed_in_a_window_its_own_disorder_long_gives_what_the_second_gives() {
-    for name in ["tuned-plain", "gpu-cool"] {
-        let (old, events) = fixture(name);
-        // As the writer measures it (the committed fixtures predate the field).
-        let mut newest = 0;
-        let disorder = events.iter().fold(0, |d: u64, e| {
-            newest = e.ts_ns.max(newest);
-            d.max(newest - e.ts_ns)
-        });
-        assert!(
-            disorder > 0 && disorder < 1_000_000_000,
-            "{name}: out of order a little, as recorders write: {disorder} ns"
-        );
-        let unknown = FileHeader {
-            disorder_ns: None,
-            ..old.clone()
-        };
-        let known = FileHeader {
-            complete: true,
-            disorder_ns: Some(disorder),
-            ..unknown.clone()
-        };
-        assert_eq!(pipeline::Config::replay_of(&known).reorder_ns, disorder);
-        let report = |h: &FileHeader| {
-            let r = crate::export::report::build(h, &events);
-            let mut json = Vec::new();
-            crate::export::report::write_json(&r, &mut json).expect("json");
-            (r.recording.late_events, r.requests.len(), json)
-        };
-        let (late, requests, json) = report(&known);
-        assert_eq!(late, 0, "{name}: no event later than the window");
-        assert!(requests > 0, "{name}: requests built");
-        assert!(
-            json == report(&unknown).2,
-            "{name}: the report is the one the default second gives"
-        );
-        // Not vacuous: held for no time, the same events are used out of order.
-        let sorted = FileHeader {
-            disorder_ns: Some(0),
-            ..known.clone()
-        };
-        assert!(
-            report(&sorted).0 > 0,
-            "{name}: late events without a window"
-        );
-        let trace = |h: &FileHeader| {
-            let mut buf = Vec::new();
-            write_trace(h, &events, &mut buf).expect("trace written");
-            buf
-        };
-        assert!(
-            trace(&known) == trace(&unknown),
-            "{name}: the trace is the one the default second gives"
-        );
-    }
 }
