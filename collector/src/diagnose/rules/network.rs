@@ -397,12 +397,12 @@ pub(super) fn retransmits(input: &Input) -> Option<Finding> {
     if reqs.iter().all(|r| r.retransmit_ns.is_empty()) {
         return None;
     }
-    let all_gaps: Vec<u64> = reqs
+    let mut all_gaps: Vec<u64> = reqs
         .iter()
         .filter_map(|r| ttft_point(r))
         .flat_map(|p| p.itl_ns())
         .collect();
-    let typical = median(&all_gaps);
+    let typical = crate::analyze::percentile_in_place(&mut all_gaps, 500);
     let mut itl = BTreeMap::new();
     let mut weights = BTreeMap::new();
     let (mut spikes, mut total) = (Vec::new(), 0usize);
