@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use collector::probes::{
-    IoSource, IoSourceChoice, ProbeConfig, DEFAULT_PAYLOAD_CAP, DEFAULT_RING_BYTES,
+    IoSource, IoSourceChoice, ProbeConfig, DEFAULT_PAYLOAD_CAP, LIVE_RING_BYTES,
 };
 use collector::record::sink::Output;
 use collector::record::{NvmlOptions, RecordOptions};
@@ -114,12 +114,26 @@ pub struct TopArgs {
     pub tls: GpuMode,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    /// Live: ring buffer size in bytes (power of two). Drained every 50 ms, so half of
+    /// `record`'s; raise it if the header counts drops.
+    #[arg(long, default_value_t = LIVE_RING_BYTES, value_name = "BYTES", value_parser = parse_ring_size)]
+    pub ring_size: u32,
     /// Live: keep the recording in this file (default: none kept).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// History kept: finished requests, GPU steps and samples this recent (e.g. 30s, 5m).
     #[arg(long, default_value = "60s", value_parser = collector::duration::parse, value_name = "D")]
     pub window: Duration,
+}
+
+/// Checked here, before the screen is set up (the probes would refuse it later).
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("not a number of bytes: {s}"))?;
+    if n >= 4096 && n.is_power_of_two() {
+        Ok(n)
+    } else {
+        Err("must be a power of two of at least 4096 bytes (e.g. 8388608)".into())
+    }
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -224,7 +238,7 @@ fn record_options(args: &TopArgs) -> RecordOptions {
     let mut probes = ProbeConfig {
         pids: args.pids.clone(),
         ports: args.ports.clone(),
-        ring_bytes: DEFAULT_RING_BYTES,
+        ring_bytes: args.ring_size,
         payload_cap: DEFAULT_PAYLOAD_CAP,
         libcuda,
         libssl,

@@ -112,6 +112,24 @@ fn without_a_terminal_top_says_so_in_one_line() {
 }
 
 #[test]
+fn a_ring_size_the_probes_would_refuse_is_refused_before_the_screen() {
+    for bad in ["1000", "12288", "lots"] {
+        let out = Command::new(BIN)
+            .args(["--ring-size", bad])
+            .output()
+            .expect("run tokenscope-top");
+        assert!(!out.status.success(), "--ring-size {bad} refused");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--ring-size"), "{stderr}");
+        assert!(!stderr.contains("needs a terminal"), "refused first: {stderr}");
+    }
+    let help = Command::new(BIN).arg("--help").output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--ring-size <BYTES>"), "{help}");
+    assert!(help.contains("[default: 4194304]"), "top's own default: {help}");
+}
+
+#[test]
 fn replay_at_speed_pauses_follows_resizes_and_sigterm_restores_the_terminal() {
     let tmux = Tmux::shell(100, 30);
     tmux.type_text(&format!(

@@ -30,6 +30,12 @@ pub use preflight::{kernel_btf_path, tracefs_root};
 
 /// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+/// Default ring buffer of a live view (`top`), which drains it every
+/// `record::DRAIN_LIVE` (50 ms) rather than every `record::DRAIN_TO_FILE` (500 ms):
+/// 4 MiB, woken at 1 MiB pending. At issue 17's load (~6 MB/s of records) a drain takes
+/// 0.3 MB. The ring's pages are resident once it has wrapped: the 8 MiB ring was 8 MB
+/// of top's RSS (of a 64 MB target), and kernel memory whether mapped or not.
+pub const LIVE_RING_BYTES: u32 = 4 << 20;
 /// Default payload bytes copied per I/O: a buffering proxy's coalesced SSE writes fit.
 pub const DEFAULT_PAYLOAD_CAP: u32 = 16384;
 /// The probes wake the consumer once this much is pending (a quarter of a smaller
