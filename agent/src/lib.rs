@@ -101,7 +101,9 @@ pub fn run(
     let mut last_diagnosis = Instant::now();
     while !quit.load(Ordering::Relaxed) && !live.finished() {
         std::thread::sleep(POLL);
-        agent.feed(live.take_events());
+        for batch in live.take_batches() {
+            agent.feed(batch);
+        }
         agent.pipeline.tick(monotonic_ns());
         agent.collect();
         agent.count(live.dropped());
@@ -114,7 +116,9 @@ pub fn run(
         }
     }
     let ended = live.stop();
-    agent.feed(live.take_events());
+    for batch in live.take_batches() {
+        agent.feed(batch);
+    }
     agent.pipeline.flush();
     agent.collect();
     agent.count(live.dropped());

@@ -128,7 +128,9 @@ pub struct TopArgs {
 
 /// Checked here, before the screen is set up (the probes would refuse it later).
 fn parse_ring_size(s: &str) -> Result<u32, String> {
-    let n: u32 = s.parse().map_err(|_| format!("not a number of bytes: {s}"))?;
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("not a number of bytes: {s}"))?;
     if n >= 4096 && n.is_power_of_two() {
         Ok(n)
     } else {

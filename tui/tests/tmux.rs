@@ -121,12 +121,18 @@ fn a_ring_size_the_probes_would_refuse_is_refused_before_the_screen() {
         assert!(!out.status.success(), "--ring-size {bad} refused");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("--ring-size"), "{stderr}");
-        assert!(!stderr.contains("needs a terminal"), "refused first: {stderr}");
+        assert!(
+            !stderr.contains("needs a terminal"),
+            "refused first: {stderr}"
+        );
     }
     let help = Command::new(BIN).arg("--help").output().expect("help");
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("--ring-size <BYTES>"), "{help}");
-    assert!(help.contains("[default: 4194304]"), "top's own default: {help}");
+    assert!(
+        help.contains("[default: 4194304]"),
+        "top's own default: {help}"
+    );
 }
 
 #[test]

@@ -34,10 +34,17 @@ impl LiveError {
     }
 }
 
+/// Room of a batch for events handed over one at a time (`RecordObserver::event`).
+const SINGLE_BATCH: usize = 1024;
+
 /// What the recording thread shares with its watcher.
 #[derive(Default)]
 struct Shared {
-    events: Mutex<Vec<Event>>,
+    /// Events not yet taken, a batch per drain: a watcher that takes them less often
+    /// than drains come gets them as they were decoded, not appended into one vector
+    /// that grows by doubling (each step a copy of every event, and the old room
+    /// freed into the allocator's arena).
+    events: Mutex<Vec<Vec<Event>>>,
     notes: Mutex<Vec<String>>,
     /// Probes attached (and the signal handlers that stop the recording installed).
     started: Mutex<Option<(usize, usize)>>,
@@ -62,29 +69,31 @@ impl RecordObserver for Observer {
     }
 
     fn event(&mut self, event: &Event) {
-        lock(&self.shared.events).push(event.clone());
+        // Into the last batch while it has room (never grown), else a new one.
+        let mut batches = lock(&self.shared.events);
+        match batches.last_mut().filter(|b| b.len() < b.capacity()) {
+            Some(b) => b.push(event.clone()),
+            None => {
+                let mut b = Vec::with_capacity(SINGLE_BATCH);
+                b.push(event.clone());
+                batches.push(b);
+            }
+        }
     }
 
     fn batch(&mut self) -> Option<&mut Vec<Event>> {
         Some(&mut self.batch)
     }
 
-    /// One lock per drain: the batch is moved over whole when the watcher took the last
-    /// one, else appended. The next batch starts with this one's room, not grown from
-    /// nothing (each doubling copies every event).
+    /// One lock per drain: the batch is moved over whole. The next batch starts with
+    /// this one's room, not grown from nothing (each doubling copies every event).
     fn took(&mut self) {
         if self.batch.is_empty() {
             return;
         }
         let room = self.batch.len();
-        let mut events = lock(&self.shared.events);
-        if events.is_empty() {
-            std::mem::swap(&mut *events, &mut self.batch);
-        } else {
-            events.append(&mut self.batch);
-        }
-        drop(events);
-        self.batch.reserve(room);
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(room));
+        lock(&self.shared.events).push(batch);
     }
 
     fn note(&mut self, line: &str) {
@@ -154,7 +163,9 @@ impl Live {
         lock(&self.shared.lines).clone()
     }
 
-    pub fn take_events(&self) -> Vec<Event> {
+    /// The events recorded since the last call, in the batches they were drained in
+    /// (in order: one after the other they are the recording's order).
+    pub fn take_batches(&self) -> Vec<Vec<Event>> {
         std::mem::take(&mut *lock(&self.shared.events))
     }
 
