@@ -174,6 +174,17 @@ fn side(prom: &Prometheus, tuned: bool, metrics_port: u16) -> Side {
         println!("{line}");
     }
     let requests = test_support::agent::metric_sum(&text, "tokenscope_requests_total");
+    // Live drains (every 100 ms) and merged sources stay inside the 200 ms reorder window.
+    let late = "tokenscope_late_events_total";
+    assert!(
+        text.lines().any(|l| l.starts_with(late)),
+        "{late} exported:\n{text}"
+    );
+    assert_eq!(
+        test_support::agent::metric_sum(&text, late),
+        0.0,
+        "no event came later than the reorder window"
+    );
     let stderr = agent.stop();
     println!(
         "{}: {} bench requests, agent counted {requests}; TTFT p95 bench {:.3} s, PromQL {:.3} s; \

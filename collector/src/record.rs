@@ -17,10 +17,12 @@ use crate::protocol::Decoder;
 use sink::{Output, Sink};
 
 /// How often pending events are drained for a live observer when the kernel has not
-/// woken us: `top` and `agent` want them well inside their pipeline's reorder window
-/// (`pipeline::Config::live`, 200 ms). Each drain starts cold (see `DRAIN_TO_FILE`):
-/// every 20 ms was ~375 us x 50 a second, ~1.9% of a core of top's ~9%.
-pub const DRAIN_LIVE: Duration = Duration::from_millis(50);
+/// woken us: `top` and `agent` want them inside their pipeline's reorder window
+/// (`pipeline::Config::live`, 200 ms: events merged from other threads, NVML samples,
+/// come in up to a drain's length before the ring's events of their time). Each drain
+/// starts cold (see `DRAIN_TO_FILE`): every 20 ms was ~375 us x 50 a second, ~1.9% of a
+/// core of top's ~9% then.
+pub const DRAIN_LIVE: Duration = Duration::from_millis(100);
 /// The same when events only go to a file. Each drain starts with the recorder's
 /// working set (parsers, compressor, socket tables) gone cold, the served processes
 /// having run meanwhile, and that costs more than the events: on issue 17's load,
