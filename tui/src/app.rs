@@ -114,7 +114,7 @@ pub struct TopArgs {
     pub tls: GpuMode,
     #[command(flatten)]
     pub kernel: KernelArgs,
-    /// Live: ring buffer size in bytes (power of two). Drained every 50 ms, so half of
+    /// Live: ring buffer size in bytes (power of two). Drained every 100 ms, so half of
     /// `record`'s; raise it if the header counts drops.
     #[arg(long, default_value_t = LIVE_RING_BYTES, value_name = "BYTES", value_parser = parse_ring_size)]
     pub ring_size: u32,
@@ -131,7 +131,7 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
     let n: u32 = s
         .parse()
         .map_err(|_| format!("not a number of bytes: {s}"))?;
-    if n >= 4096 && n.is_power_of_two() {
+    if collector::probes::ring_bytes_ok(n) {
         Ok(n)
     } else {
         Err("must be a power of two of at least 4096 bytes (e.g. 8388608)".into())

@@ -611,6 +611,17 @@ fn read_varint(r: &mut impl Read) -> Result<(u64, u64), VarintError> {
     Err(VarintError::Overlong)
 }
 
+/// `events` written as a finished recording at `path` under `header` (tests).
+#[cfg(test)]
+pub(crate) fn write_recording(path: &Path, header: &FileHeader, events: &[Event]) {
+    let mut w = RecordWriter::create(path, header.clone()).expect("create");
+    for e in events {
+        w.push(e.clone()).expect("push");
+    }
+    w.finish(header.counters.unwrap_or_default(), header.end_monotonic_ns)
+        .expect("finish");
+}
+
 #[cfg(test)]
 #[path = "record_tests/mod.rs"]
 mod tests;

@@ -31,11 +31,16 @@ pub use preflight::{kernel_btf_path, tracefs_root};
 /// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 /// Default ring buffer of a live view (`top`), which drains it every
-/// `record::DRAIN_LIVE` (50 ms) rather than every `record::DRAIN_TO_FILE` (500 ms):
+/// `record::DRAIN_LIVE` (100 ms) rather than every `record::DRAIN_TO_FILE` (500 ms):
 /// 4 MiB, woken at 1 MiB pending. At issue 17's load (~6 MB/s of records) a drain takes
-/// 0.3 MB. The ring's pages are resident once it has wrapped: the 8 MiB ring was 8 MB
+/// 0.6 MB. The ring's pages are resident once it has wrapped: the 8 MiB ring was 8 MB
 /// of top's RSS (of a 64 MB target), and kernel memory whether mapped or not.
 pub const LIVE_RING_BYTES: u32 = 4 << 20;
+
+/// Whether the probes take a ring buffer of `bytes`: a power of two, at least a page.
+pub fn ring_bytes_ok(bytes: u32) -> bool {
+    bytes >= 4096 && bytes.is_power_of_two()
+}
 /// Default payload bytes copied per I/O: a buffering proxy's coalesced SSE writes fit.
 pub const DEFAULT_PAYLOAD_CAP: u32 = 16384;
 /// The probes wake the consumer once this much is pending (a quarter of a smaller
@@ -171,7 +176,7 @@ impl Probes {
         };
         preflight::check(cfg)?;
         let tracefs = preflight::ensure_tracefs()?;
-        if cfg.ring_bytes < 4096 || !cfg.ring_bytes.is_power_of_two() {
+        if !ring_bytes_ok(cfg.ring_bytes) {
             return Err(ProbeError::BadRingSize(cfg.ring_bytes));
         }
         if cfg.payload_cap as usize > abi::PAYLOAD_MAX {

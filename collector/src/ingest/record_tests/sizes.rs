@@ -166,12 +166,7 @@ fn compressed_frames_are_several_times_smaller_than_plain_ones() {
     let v1 = dir.path().join("v1.tsrec");
     write_format_1(&v1, &events);
     let v3 = dir.path().join("v3.tsrec");
-    let mut w = RecordWriter::create(&v3, header.clone()).expect("create");
-    for e in &events {
-        w.push(e.clone()).expect("push");
-    }
-    w.finish(header.counters.unwrap_or_default(), header.end_monotonic_ns)
-        .expect("finish");
+    super::write_recording(&v3, &header, &events);
     let body = |p: &Path| std::fs::metadata(p).expect("meta").len() - HEADER_REGION;
     let (before, after) = (body(&v1), body(&v3));
     let n = events.len() as u64;

@@ -2,7 +2,7 @@
 //! gives what the default second gives.
 
 use super::*;
-use crate::ingest::record::{RecordReader, RecordWriter};
+use crate::ingest::record::{write_recording, RecordReader};
 
 #[test]
 fn a_recording_replayed_in_a_window_its_own_disorder_long_gives_what_the_second_gives() {
@@ -11,12 +11,7 @@ fn a_recording_replayed_in_a_window_its_own_disorder_long_gives_what_the_second_
         // The committed fixtures predate the field: written again, the writer says.
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("again.tsrec");
-        let mut w = RecordWriter::create(&path, old.clone()).expect("create");
-        for e in &events {
-            w.push(e.clone()).expect("push");
-        }
-        w.finish(old.counters.unwrap_or_default(), old.end_monotonic_ns)
-            .expect("finish");
+        write_recording(&path, &old, &events);
         let known = RecordReader::open(&path).expect("open").header;
         let disorder = known.disorder_ns.expect("a finished recording says");
         assert!(
