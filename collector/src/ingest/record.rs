@@ -3,11 +3,12 @@
 //!
 //! Layout: an 8-byte magic, then a fixed 4 KiB header region holding a
 //! little-endian u32 length and a [`FileHeader`] (prost), then frames, each a
-//! varint length and an [`EventBatch`] (prost): in format 4 with timestamps as
-//! deltas, repeated comms left out and sockets seen before written as references to a
-//! per-file table, through one zstd stream per file flushed at each frame (see
-//! `frame`); format 3 without the table, zstd per frame in format 2, plain in format
-//! 1, all still read. The header is written first with
+//! varint length and an [`EventBatch`] (prost): in format 5 with timestamps as
+//! deltas, repeated comms left out, sockets seen before written as references to a
+//! per-file table and the plain socket I/Os and libcuda calls as columns, through one
+//! zstd stream per file flushed at each frame (see `frame` and `columns`); format 4
+//! without the columns, format 3 without the table, zstd per frame in format 2, plain
+//! in format 1, all still read. The header is written first with
 //! `complete = false` and rewritten in place when the recording ends, with the
 //! final counters; a file cut off by a crash still reads up to its last whole
 //! frame and says it is incomplete.
@@ -22,6 +23,7 @@ use super::model::Event;
 
 mod ahead;
 mod batch;
+mod columns;
 mod frame;
 
 pub use ahead::ReadAhead;
@@ -29,11 +31,12 @@ pub use ahead::ReadAhead;
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
 /// What `protocol::print` is, as recordings name it (`FileHeader::prints`).
 pub const PRINTS: &str = "xxh3-64";
-/// 4: format 3, and sockets seen before left out or referred to in a per-file table
-/// (the recorder's SSE prints became XXH3-64 with it: `FileHeader::prints`). 3: delta timestamps,
-/// elided comms, one zstd stream across frames. 2: each frame zstd on its own. 1:
-/// plain. All four are read.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: format 4, and the socket I/Os and libcuda calls that fit them as columns
+/// (`columns`). 4: format 3, and sockets seen before left out or referred to in a
+/// per-file table (the recorder's SSE prints became XXH3-64 with it:
+/// `FileHeader::prints`). 3: delta timestamps, elided comms, one zstd stream across
+/// frames. 2: each frame zstd on its own. 1: plain. All five are read.
+pub const FORMAT_VERSION: u32 = 5;
 /// Magic + header region; frames start here.
 pub const HEADER_REGION: u64 = 4096;
 const MAX_FRAME: u64 = 64 << 20;
@@ -202,6 +205,13 @@ pub struct EventBatch {
     /// among the events would break the matches zstd finds in what repeats.
     #[prost(fixed64, repeated, tag = "3")]
     pub prints: Vec<u64>,
+    /// Format 5: one byte per event, in order: whether it is the next of `events` or
+    /// comes from `columns` (see `columns`).
+    #[prost(bytes = "vec", tag = "4")]
+    pub shapes: Vec<u8>,
+    /// Format 5: the socket I/Os and libcuda calls that fit them, as columns.
+    #[prost(bytes = "vec", tag = "5")]
+    pub columns: Vec<u8>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,11 @@ use super::{event, sniff, Addr, Comm, Event, Header, Sniff, Sock, SockIo, SseEve
 use crate::ingest::record::EventBatch;
 
 impl Event {
+    /// The event as a batch's field 1.
+    pub(crate) fn encode_in_batch(&self, out: &mut Vec<u8>) {
+        put_nested(out, 1, |out| self.encode_vec(out));
+    }
+
     /// The bytes `encode_raw` writes, into a vector: the I/O body's messages (the
     /// socket I/O, its socket and its sniff) are written before their lengths, which
     /// are filled in after, rather than computed ahead at every level they are nested
@@ -96,10 +101,20 @@ impl EventBatch {
     /// What `encode` writes, into a vector, each event written by `Event::encode_vec`.
     pub(crate) fn encode_vec(&self, out: &mut Vec<u8>) {
         for event in &self.events {
-            put_nested(out, 1, |out| event.encode_vec(out));
+            event.encode_in_batch(out);
         }
-        uint64::encode_packed(2, &self.ts_deltas, out);
-        prost::encoding::fixed64::encode_packed(3, &self.prints, out);
+        EventBatch::encode_columns(&self.ts_deltas, &self.prints, out);
+        for (tag, bytes) in [(4, &self.shapes), (5, &self.columns)] {
+            if !bytes.is_empty() {
+                prost::encoding::bytes::encode(tag, bytes, out);
+            }
+        }
+    }
+
+    /// Fields 2 and 3, the timestamps and prints, as `encode_vec` writes them.
+    pub(crate) fn encode_columns(ts_deltas: &[u64], prints: &[u64], out: &mut Vec<u8>) {
+        uint64::encode_packed(2, ts_deltas, out);
+        prost::encoding::fixed64::encode_packed(3, prints, out);
     }
 }
 

@@ -118,7 +118,7 @@ fn take_message<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
 /// (through its `Buf` trait) was an eighth of a replay.
 /// Two bytes are read inline too: every sniff field's key (tags 16 and up) is two bytes.
 #[inline(always)]
-fn varint(buf: &mut &[u8]) -> Option<u64> {
+pub(super) fn varint(buf: &mut &[u8]) -> Option<u64> {
     match **buf {
         [low, ..] if low < 0x80 => {
             *buf = &buf[1..];

@@ -1,5 +1,7 @@
 //! How a frame's events become bytes, per format.
 //!
+//! Format 5: format 4, and the events that fit them as columns (`columns`).
+//!
 //! Format 4: format 3, and an event's socket seen before in the file left out or
 //! written as a reference to a per-file table (see `SockTable`).
 //!
@@ -16,10 +18,10 @@
 
 use std::io::{self, Write};
 
-use prost::Message;
 use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 use zstd::zstd_safe::DParameter;
 
+use super::columns::Columns;
 use super::{EventBatch, MAX_FRAME};
 use crate::ingest::fast_hash::FastMap;
 use crate::ingest::model::event::Body;
@@ -59,6 +61,8 @@ pub(super) struct Encoder {
     packer: Packer,
     ts_deltas: Vec<u64>,
     prints: Vec<u64>,
+    /// Format 5's columns (None: formats 3 and 4).
+    columns: Option<Box<Columns>>,
 }
 
 impl Encoder {
@@ -83,6 +87,7 @@ impl Encoder {
             packer: Packer::for_format(version),
             ts_deltas: Vec::new(),
             prints: Vec::new(),
+            columns: (version >= 5).then(Box::default),
         })
     }
 
@@ -98,10 +103,14 @@ impl Encoder {
             events,
             ts_deltas: std::mem::take(&mut self.ts_deltas),
             prints: std::mem::take(&mut self.prints),
+            ..EventBatch::default()
         };
         self.packer.pack(&mut batch);
         self.plain.clear();
-        batch.encode_vec(&mut self.plain);
+        match &mut self.columns {
+            Some(columns) => columns.encode(&batch, &mut self.plain),
+            None => batch.encode_vec(&mut self.plain),
+        }
         // The old zstd frame's end (its last block mark and checksum) leads this record
         // frame's bytes; a reader finishes that frame and begins the next in one go.
         let mut epilogue = None;
@@ -190,8 +199,10 @@ impl Packer {
 /// recording of these frames reads back as, for the fuzz target `record_batch`.
 pub(super) fn repack(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String> {
     let mut packer = Packer::for_format(super::FORMAT_VERSION);
+    let mut columns = Columns::default();
     let mut last_of_tid = FastMap::default();
     let mut socks = SockTable::default();
+    let mut plain = Vec::new();
     frames
         .into_iter()
         .map(|events| {
@@ -200,12 +211,19 @@ pub(super) fn repack(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String>
                 ..EventBatch::default()
             };
             packer.pack(&mut batch);
-            let mut batch =
-                super::batch::decode(&batch.encode_to_vec()).map_err(|e| e.to_string())?;
+            plain.clear();
+            columns.encode(&batch, &mut plain);
+            let mut batch = super::batch::decode(&plain).map_err(|e| e.to_string())?;
             unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks))?;
             Ok(batch.events)
         })
         .collect()
+}
+
+/// `batch` packed as the first frame of a file of the current format.
+#[cfg(test)]
+pub(super) fn pack_for_tests(batch: &mut EventBatch) {
+    Packer::for_format(super::FORMAT_VERSION).pack(batch);
 }
 
 /// Batches as a format 4 frame holds them once out of zstd, unpacked in turn: for the
@@ -461,6 +479,7 @@ fn unpack_events(
     last_of_tid: &mut FastMap<u32, usize>,
     mut socks: Option<&mut SockTable>,
 ) -> Result<(), String> {
+    super::columns::expand(batch)?;
     let events = &mut batch.events;
     if batch.ts_deltas.len() != events.len() {
         return Err(format!(
@@ -535,11 +554,11 @@ fn crc32(bytes: &[u8]) -> u32 {
     crc.sum()
 }
 
-fn zigzag(v: i64) -> u64 {
+pub(super) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn unzigzag(v: u64) -> i64 {
+pub(super) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 

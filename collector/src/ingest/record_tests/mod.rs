@@ -220,6 +220,24 @@ fn format_3_files_still_read() {
 }
 
 #[test]
+fn format_4_files_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v4.tsrec");
+    let events = awkward_socket_events();
+    let mut w = RecordWriter::create_format(&path, header(), 4).expect("create");
+    for chunk in events.chunks(100) {
+        for e in chunk {
+            w.push(e.clone()).expect("push");
+        }
+        w.flush().expect("flush");
+    }
+    w.finish(Counters::default(), 1).expect("finish");
+    let mut r = RecordReader::open(&path).expect("open");
+    assert_eq!(r.header.format_version, 4);
+    assert!(r.read_all().expect("read") == events, "every event back");
+}
+
+#[test]
 fn newer_formats_are_refused_naming_their_version() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v9.tsrec");
@@ -448,6 +466,8 @@ fn batches_written_by_hand_are_what_prost_writes() {
             events,
             ts_deltas: vec![1, 300, u64::MAX],
             prints: vec![u64::MAX, 7],
+            shapes: vec![0, 1, 2],
+            columns: vec![0; 300],
         },
         EventBatch::default(),
     ] {
@@ -466,6 +486,8 @@ fn batches_read_by_hand_are_what_prost_reads() {
         events: events.clone(),
         ts_deltas: vec![1, 2, 3],
         prints: vec![u64::MAX, 7],
+        shapes: vec![1, 2],
+        columns: vec![3; 4],
     };
     let whole = batch.encode_to_vec();
     decodes_as_prost_does(&whole, "the fixture's events, every kind");
@@ -692,6 +714,7 @@ fn batches_read_by_hand_are_what_prost_reads() {
     }
 }
 
+mod columns;
 mod disorder;
 mod sizes;
 mod sockets;

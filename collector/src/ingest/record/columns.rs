@@ -1,0 +1,457 @@
+//! Format 5: a frame's plain socket I/Os and libcuda calls as columns rather than as
+//! protobuf messages. Those two kinds are nearly every event of a recording (93% of
+//! a lab load's 358k), and reading each one field by field, a key, a branch and a
+//! value per field, was half of a replay's instructions: 1,100 per event. Here each
+//! field of such an event is one varint in a column of its own, read in a fixed
+//! order with no key, and what is rare (an HTTP head, TLS records, HTTP/2 streams, a
+//! comm written out, a socket written whole, any value out of the columns' ranges) stays
+//! a whole event (`EventBatch::events`), so every event still reads back exactly.
+//!
+//! A batch's `shapes` holds one byte per event in order: `WHOLE` (the next of
+//! `events`), `IO` or `CUDA` (the next values of the columns). `columns` holds the
+//! columns in `Column` order, each a varint length and its varints. Timestamps, comms,
+//! prints and sockets are then packed and unpacked as in format 4 (`frame`): a
+//! columnar event is one whose comm is left out, whose prints went to the prints
+//! column and whose socket is left out or a reference.
+
+use prost::encoding::{encode_varint, encoded_len_varint};
+
+use super::batch::varint;
+use super::frame::{unzigzag, zigzag};
+use super::EventBatch;
+use crate::ingest::model::event::Body;
+use crate::ingest::model::{BodyPrint, CudaCall, Event, Sniff, Sock, SockIo, SseEvent};
+
+/// An event of `EventBatch::events`.
+const WHOLE: u8 = 0;
+/// A socket I/O from the columns.
+const IO: u8 = 1;
+/// A libcuda call from the columns.
+const CUDA: u8 = 2;
+
+/// The columns, in the order a batch holds them.
+#[derive(Clone, Copy)]
+enum Column {
+    Pid,
+    Tid,
+    Cpu,
+    /// Direction | syscall << 2.
+    IoKind,
+    /// `io_flags`.
+    IoFlags,
+    /// 0: left out (the fd's last socket); n: a reference to slot n - 1.
+    Sock,
+    /// Zigzag.
+    Fd,
+    Bytes,
+    /// When it differs from `Bytes`.
+    Captured,
+    BodyBytes,
+    /// How many SSE events, when more than one.
+    SseCount,
+    /// Kind | token << 2 | (choice != 0) << 4 | api << 5.
+    Sse,
+    Choice,
+    BodyLength,
+    Limits,
+    /// Entry | per-thread stream << 1 | api << 2.
+    Cuda,
+    CudaStream,
+    CudaBytes,
+    /// Zigzag.
+    CudaResult,
+}
+
+const COLUMNS: usize = Column::CudaResult as usize + 1;
+
+/// `IoFlags` bits.
+mod io_flags {
+    pub(super) const PAYLOAD_FAULT: u64 = 1;
+    pub(super) const SNIFF: u64 = 1 << 1;
+    pub(super) const MESSAGE_START: u64 = 1 << 2;
+    pub(super) const MESSAGE_END: u64 = 1 << 3;
+    pub(super) const UNPARSED: u64 = 1 << 4;
+    pub(super) const COMPRESSED: u64 = 1 << 5;
+    pub(super) const BODY_PRINT: u64 = 1 << 6;
+    pub(super) const LIMITS: u64 = 1 << 7;
+    pub(super) const BODY_BYTES: u64 = 1 << 8;
+    pub(super) const ONE_SSE: u64 = 1 << 9;
+    pub(super) const MANY_SSE: u64 = 1 << 10;
+    pub(super) const CAPTURED_ALL: u64 = 1 << 11;
+    pub(super) const ALL: u64 = (1 << 12) - 1;
+}
+
+/// The writing side: a frame's shapes and columns, their room kept for the next frame.
+#[derive(Default)]
+pub(super) struct Columns {
+    shapes: Vec<u8>,
+    columns: [Vec<u8>; COLUMNS],
+}
+
+impl Columns {
+    /// `batch` (packed) as a format 5 batch's bytes, into `out`: the events that do not
+    /// fit the columns as whole events, then the timestamps, prints, shapes and columns,
+    /// in tag order as prost writes a batch.
+    pub(super) fn encode(&mut self, batch: &EventBatch, out: &mut Vec<u8>) {
+        self.shapes.clear();
+        self.columns.iter_mut().for_each(Vec::clear);
+        for e in &batch.events {
+            let shape = self.put(e);
+            if shape == WHOLE {
+                e.encode_in_batch(out);
+            }
+            self.shapes.push(shape);
+        }
+        EventBatch::encode_columns(&batch.ts_deltas, &batch.prints, out);
+        if self.shapes.is_empty() {
+            return;
+        }
+        put_bytes_field(out, 4, &self.shapes);
+        let len: usize = self
+            .columns
+            .iter()
+            .map(|c| c.len() + encoded_len_varint(c.len() as u64))
+            .sum();
+        put_varint(out, 5 << 3 | 2);
+        put_varint(out, len as u64);
+        for c in &self.columns {
+            put_varint(out, c.len() as u64);
+            out.extend_from_slice(c);
+        }
+    }
+
+    /// `e` into the columns and its shape, or `WHOLE` (nothing written) when it does not
+    /// fit them.
+    fn put(&mut self, e: &Event) -> u8 {
+        if e.ts_ns != 0 || !e.comm.is_empty() {
+            return WHOLE;
+        }
+        let shape = match &e.body {
+            Some(Body::Io(io)) if io_fits(io) => IO,
+            Some(Body::Cuda(c)) if (0..1 << 20).contains(&c.api) => CUDA,
+            _ => return WHOLE,
+        };
+        self.push(Column::Pid, u64::from(e.pid));
+        self.push(Column::Tid, u64::from(e.tid));
+        self.push(Column::Cpu, u64::from(e.cpu));
+        match &e.body {
+            Some(Body::Io(io)) => self.put_io(io),
+            Some(Body::Cuda(c)) => {
+                let word = u64::from(c.entry) | u64::from(c.per_thread_stream) << 1;
+                self.push(Column::Cuda, word | (c.api as u64) << 2);
+                self.push(Column::CudaStream, c.stream);
+                self.push(Column::CudaBytes, c.bytes);
+                self.push(Column::CudaResult, zigzag(c.result));
+            }
+            _ => unreachable!("shape chosen above"),
+        }
+        shape
+    }
+
+    fn put_io(&mut self, io: &SockIo) {
+        use io_flags::*;
+        let mut flags = if io.payload_fault { PAYLOAD_FAULT } else { 0 };
+        if u64::from(io.captured) == io.bytes {
+            flags |= CAPTURED_ALL;
+        }
+        if let Some(s) = &io.sniff {
+            flags |= SNIFF;
+            for (set, bit) in [
+                (s.message_start, MESSAGE_START),
+                (s.message_end, MESSAGE_END),
+                (s.unparsed, UNPARSED),
+                (s.compressed, COMPRESSED),
+                (s.body_print.is_some(), BODY_PRINT),
+                (s.limits != 0, LIMITS),
+                (s.body_bytes != 0, BODY_BYTES),
+                (s.sse.len() == 1, ONE_SSE),
+                (s.sse.len() > 1, MANY_SSE),
+            ] {
+                if set {
+                    flags |= bit;
+                }
+            }
+        }
+        self.push(Column::IoKind, (io.dir | io.syscall << 2) as u64);
+        self.push(Column::IoFlags, flags);
+        let sock = io.sock.as_ref().map_or(0, |s| s.skaddr + 1);
+        self.push(Column::Sock, sock);
+        self.push(Column::Fd, zigzag(i64::from(io.fd)));
+        self.push(Column::Bytes, io.bytes);
+        if flags & CAPTURED_ALL == 0 {
+            self.push(Column::Captured, u64::from(io.captured));
+        }
+        let Some(s) = &io.sniff else { return };
+        if s.body_bytes != 0 {
+            self.push(Column::BodyBytes, s.body_bytes);
+        }
+        if s.sse.len() > 1 {
+            self.push(Column::SseCount, s.sse.len() as u64);
+        }
+        for x in &s.sse {
+            let word = x.kind | x.token << 2 | i32::from(x.choice != 0) << 4 | x.api << 5;
+            self.push(Column::Sse, word as u64);
+            if x.choice != 0 {
+                self.push(Column::Choice, u64::from(x.choice));
+            }
+        }
+        if let Some(b) = &s.body_print {
+            self.push(Column::BodyLength, b.length);
+        }
+        if s.limits != 0 {
+            self.push(Column::Limits, u64::from(s.limits));
+        }
+    }
+
+    fn push(&mut self, column: Column, value: u64) {
+        put_varint(&mut self.columns[column as usize], value);
+    }
+}
+
+/// Whether a packed socket I/O fits the columns: its socket left out or a reference,
+/// its sniff (if any) without a head, TLS records, HTTP/2 or prefix prints, its prints
+/// in the prints column, and its enums and flags in their columns' bits.
+fn io_fits(io: &SockIo) -> bool {
+    let sock = match &io.sock {
+        None => true,
+        Some(s) => {
+            s.skaddr < u64::from(u32::MAX)
+                && s.saddr.is_empty()
+                && s.daddr.is_empty()
+                && s.sport == 0
+                && s.dport == 0
+        }
+    };
+    let sniff = io.sniff.as_ref().is_none_or(|s| {
+        s.fingerprint == 0
+            && s.kind.is_none()
+            && s.prefix_prints.is_empty()
+            && s.h2_streams.is_empty()
+            && s.h2_control_frames == 0
+            && s.h2_errors == 0
+            && !s.h2_preface
+            && s.body_print.is_none_or(|b| b.hash == 0)
+            && s.sse.iter().all(|x| {
+                x.fingerprint == 0
+                    && x.text_print == 0
+                    && (0..4).contains(&x.kind)
+                    && (0..4).contains(&x.token)
+                    && (0..1 << 20).contains(&x.api)
+            })
+    });
+    sock && sniff && (0..4).contains(&io.dir) && (0..1 << 20).contains(&io.syscall)
+}
+
+/// The reading side: a format 5 batch's events in order, the columnar ones made from
+/// the columns, into `batch.events`. A batch without shapes (every older format's) is
+/// left as it is.
+pub(super) fn expand(batch: &mut EventBatch) -> Result<(), String> {
+    if batch.shapes.is_empty() {
+        if !batch.columns.is_empty() {
+            return Err("columns without shapes".into());
+        }
+        return Ok(());
+    }
+    let mut reader = Reader::new(&batch.columns)?;
+    let mut whole = std::mem::take(&mut batch.events).into_iter();
+    let mut events = Vec::with_capacity(batch.shapes.len());
+    for &shape in &batch.shapes {
+        if shape == WHOLE {
+            let e = whole
+                .next()
+                .ok_or("the shapes name more whole events than the frame holds")?;
+            events.push(e);
+            continue;
+        }
+        // Made in place: an event is ~360 bytes, and each move of one a copy.
+        events.push(Event::default());
+        let e = events.last_mut().expect("pushed");
+        match shape {
+            IO => reader.io(e)?,
+            CUDA => reader.cuda(e)?,
+            other => return Err(format!("an event of shape {other}")),
+        }
+    }
+    if whole.next().is_some() {
+        return Err("whole events the shapes do not name".into());
+    }
+    if let Some(c) = reader.columns.iter().position(|c| !c.is_empty()) {
+        return Err(format!(
+            "values left in column {c} after the frame's events"
+        ));
+    }
+    batch.events = events;
+    Ok(())
+}
+
+struct Reader<'a> {
+    columns: [&'a [u8]; COLUMNS],
+}
+
+impl<'a> Reader<'a> {
+    fn new(mut blob: &'a [u8]) -> Result<Reader<'a>, String> {
+        let mut columns = [&[][..]; COLUMNS];
+        for (i, c) in columns.iter_mut().enumerate() {
+            let len = varint(&mut blob)
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n <= blob.len())
+                .ok_or_else(|| format!("column {i}'s length runs past the frame"))?;
+            (*c, blob) = blob.split_at(len);
+        }
+        if !blob.is_empty() {
+            return Err(format!("{} bytes after the frame's columns", blob.len()));
+        }
+        Ok(Reader { columns })
+    }
+
+    #[inline(always)]
+    fn take(&mut self, column: Column) -> Result<u64, String> {
+        match varint(&mut self.columns[column as usize]) {
+            Some(v) => Ok(v),
+            None => Err(self.short(column)),
+        }
+    }
+
+    #[cold]
+    fn short(&self, column: Column) -> String {
+        format!(
+            "column {} ends before the frame's events (or holds a bad varint)",
+            column as usize
+        )
+    }
+
+    fn take_u32(&mut self, column: Column) -> Result<u32, String> {
+        let v = self.take(column)?;
+        u32::try_from(v).map_err(|_| format!("{v} in column {} (a u32)", column as usize))
+    }
+
+    fn head(&mut self, e: &mut Event) -> Result<(), String> {
+        e.pid = self.take_u32(Column::Pid)?;
+        e.tid = self.take_u32(Column::Tid)?;
+        e.cpu = self.take_u32(Column::Cpu)?;
+        Ok(())
+    }
+
+    /// A socket I/O into `e` (a default event).
+    fn io(&mut self, e: &mut Event) -> Result<(), String> {
+        use io_flags::*;
+        self.head(e)?;
+        let kind = self.take(Column::IoKind)?;
+        let flags = self.take(Column::IoFlags)?;
+        if kind >= 1 << 22 || flags & !ALL != 0 {
+            return Err(format!("a socket I/O of kind {kind:#x}, flags {flags:#x}"));
+        }
+        let io = match &mut e.body {
+            Some(Body::Io(io)) => io,
+            body => {
+                *body = Some(Body::Io(SockIo::default()));
+                let Some(Body::Io(io)) = body else {
+                    unreachable!("set above")
+                };
+                io
+            }
+        };
+        io.dir = (kind & 3) as i32;
+        io.syscall = (kind >> 2) as i32;
+        io.payload_fault = flags & PAYLOAD_FAULT != 0;
+        match self.take(Column::Sock)? {
+            0 => {}
+            n => {
+                io.sock = Some(Sock {
+                    skaddr: n - 1,
+                    ..Sock::default()
+                })
+            }
+        }
+        io.fd = i32::try_from(unzigzag(self.take(Column::Fd)?))
+            .map_err(|_| "an fd past 32 bits".to_string())?;
+        io.bytes = self.take(Column::Bytes)?;
+        io.captured = if flags & CAPTURED_ALL != 0 {
+            u32::try_from(io.bytes).map_err(|_| "a whole capture past 4 GiB".to_string())?
+        } else {
+            self.take_u32(Column::Captured)?
+        };
+        if flags & SNIFF != 0 {
+            self.sniff(flags, io.sniff.get_or_insert_with(Sniff::default))?;
+        }
+        Ok(())
+    }
+
+    fn sniff(&mut self, flags: u64, s: &mut Sniff) -> Result<(), String> {
+        use io_flags::*;
+        s.message_start = flags & MESSAGE_START != 0;
+        s.message_end = flags & MESSAGE_END != 0;
+        s.unparsed = flags & UNPARSED != 0;
+        s.compressed = flags & COMPRESSED != 0;
+        if flags & BODY_BYTES != 0 {
+            s.body_bytes = self.take(Column::BodyBytes)?;
+        }
+        let events = if flags & MANY_SSE != 0 {
+            let n = self.take(Column::SseCount)?;
+            // Each event takes a byte of its column at least: a count past that is damage,
+            // not an allocation to make.
+            if n > self.columns[Column::Sse as usize].len() as u64 {
+                return Err(format!("{n} SSE events in an I/O, past their column"));
+            }
+            n as usize
+        } else {
+            usize::from(flags & ONE_SSE != 0)
+        };
+        for _ in 0..events {
+            let word = self.take(Column::Sse)?;
+            if word >= 1 << 25 {
+                return Err(format!("an SSE event of word {word:#x}"));
+            }
+            let choice = if word & 1 << 4 != 0 {
+                self.take_u32(Column::Choice)?
+            } else {
+                0
+            };
+            s.sse.push(SseEvent {
+                kind: (word & 3) as i32,
+                token: (word >> 2 & 3) as i32,
+                api: (word >> 5) as i32,
+                choice,
+                ..SseEvent::default()
+            });
+        }
+        if flags & BODY_PRINT != 0 {
+            s.body_print = Some(BodyPrint {
+                hash: 0,
+                length: self.take(Column::BodyLength)?,
+            });
+        }
+        if flags & LIMITS != 0 {
+            s.limits = self.take_u32(Column::Limits)?;
+        }
+        Ok(())
+    }
+
+    /// A libcuda call into `e` (a default event).
+    fn cuda(&mut self, e: &mut Event) -> Result<(), String> {
+        self.head(e)?;
+        let word = self.take(Column::Cuda)?;
+        if word >= 1 << 22 {
+            return Err(format!("a libcuda call of word {word:#x}"));
+        }
+        e.body = Some(Body::Cuda(CudaCall {
+            entry: word & 1 != 0,
+            per_thread_stream: word & 2 != 0,
+            api: (word >> 2) as i32,
+            stream: self.take(Column::CudaStream)?,
+            bytes: self.take(Column::CudaBytes)?,
+            result: unzigzag(self.take(Column::CudaResult)?),
+        }));
+        Ok(())
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, v: u64) {
+    encode_varint(v, out);
+}
+
+fn put_bytes_field(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
+    put_varint(out, tag << 3 | 2);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}

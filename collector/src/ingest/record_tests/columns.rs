@@ -1,0 +1,222 @@
+//! Format 5's columns: every shape and flag they carry reads back exactly, what does not
+//! fit them stays whole, the fixture's I/Os and libcuda calls go to them, and damaged
+//! columns are errors.
+
+use super::*;
+use crate::ingest::model::{BodyPrint, CudaCall, Sniff, SockIo, SseEvent};
+use crate::ingest::record::columns::{expand, Columns};
+
+fn io(i: u64, sock: Option<Sock>, sniff: Option<Sniff>) -> Event {
+    Event {
+        ts_ns: 1_000 + i,
+        pid: 7,
+        tid: 8 + (i % 2) as u32,
+        cpu: (i % 4) as u32,
+        comm: "nginx".into(),
+        body: Some(Body::Io(SockIo {
+            sock,
+            dir: 1 + (i % 2) as i32,
+            syscall: (i % 9) as i32,
+            fd: 3,
+            bytes: 100 + i,
+            captured: 100 + i as u32,
+            sniff,
+            ..Default::default()
+        })),
+    }
+}
+
+fn sse(kind: i32, api: i32, choice: u32, token: i32) -> SseEvent {
+    SseEvent {
+        fingerprint: 11 + u64::from(choice),
+        kind,
+        api,
+        choice,
+        token,
+        text_print: 13,
+    }
+}
+
+fn cuda(i: u64, api: i32, result: i64) -> Event {
+    Event {
+        ts_ns: 1_000 + i,
+        pid: 7,
+        tid: 9,
+        comm: "python".into(),
+        body: Some(Body::Cuda(CudaCall {
+            api,
+            entry: i % 2 == 0,
+            stream: u64::MAX - i,
+            bytes: i << 40,
+            result,
+            per_thread_stream: i % 3 == 0,
+        })),
+        ..Default::default()
+    }
+}
+
+/// Every column and flag, values at their ends, and values past the columns' ranges
+/// (which must go whole).
+fn columnar_events() -> Vec<Event> {
+    let sock = Some(Sock {
+        skaddr: 0xffff_8000,
+        saddr: vec![10, 0, 0, 1].into(),
+        sport: 40_000,
+        daddr: vec![10, 0, 0, 2].into(),
+        dport: 8000,
+    });
+    let mut events = vec![io(0, sock.clone(), None)];
+    let sniffs = [
+        Sniff::default(),
+        Sniff {
+            message_start: true,
+            body_bytes: 228,
+            sse: vec![sse(2, 2, 0, 0)].into(),
+            ..Default::default()
+        },
+        Sniff {
+            message_end: true,
+            unparsed: true,
+            compressed: true,
+            body_bytes: u64::MAX,
+            sse: vec![sse(1, 9, 0, 2), sse(2, 3, 5, 1), sse(3, 0, u32::MAX, 0)].into(),
+            limits: 0b101,
+            body_print: Some(BodyPrint {
+                hash: 17,
+                length: 1 << 40,
+            }),
+            ..Default::default()
+        },
+        Sniff {
+            body_print: Some(BodyPrint::default()),
+            ..Default::default()
+        },
+    ];
+    for (i, sniff) in sniffs.into_iter().enumerate() {
+        events.push(io(1 + i as u64, sock.clone(), Some(sniff)));
+    }
+    let mut odd = io(10, sock.clone(), None);
+    if let Some(Body::Io(x)) = &mut odd.body {
+        x.fd = -1;
+        x.payload_fault = true;
+        x.bytes = u64::MAX;
+        x.captured = u32::MAX;
+    }
+    events.push(odd);
+    // Past the columns' ranges: whole events, read back all the same.
+    for (dir, syscall, kind, api) in [(7, 1, 2, 2), (1, -1, 2, 2), (1, 1, 9, 2), (1, 1, 2, -1)] {
+        let mut e = io(
+            20,
+            sock.clone(),
+            Some(Sniff {
+                sse: vec![sse(kind, api, 1, 0)].into(),
+                ..Default::default()
+            }),
+        );
+        if let Some(Body::Io(x)) = &mut e.body {
+            x.dir = dir;
+            x.syscall = syscall;
+        }
+        events.push(e);
+    }
+    for (i, (api, result)) in [(1, 0), (6, -1), (8, i64::MIN), (-5, 3), (1 << 20, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        events.push(cuda(30 + i as u64, api, result));
+    }
+    events.push(io(40, None, None));
+    events
+}
+
+#[test]
+fn every_columnar_shape_reads_back_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.tsrec");
+    let events = columnar_events();
+    // One frame, and a frame per event (the socket table and comms across frames).
+    for frame_events in [events.len(), 1] {
+        let frames: Vec<&[Event]> = events.chunks(frame_events).collect();
+        write_live(&path, header(), &frames);
+        let mut r = RecordReader::open(&path).expect("open");
+        assert_eq!(r.header.format_version, FORMAT_VERSION);
+        assert!(
+            r.read_all().expect("read") == events,
+            "every event back ({frame_events} a frame)"
+        );
+    }
+    let back = crate::ingest::record::frame::repack(vec![events.clone(), events.clone()]);
+    assert!(back == Ok(vec![events.clone(), events]), "repacked");
+}
+
+/// The packed batch of `events` (one frame of a new file) through the columns, and
+/// how many of its events went to the columns.
+fn columnar_batch(events: &[Event]) -> (Vec<u8>, usize) {
+    let mut batch = EventBatch {
+        events: events.to_vec(),
+        ..Default::default()
+    };
+    frame::pack_for_tests(&mut batch);
+    let mut plain = Vec::new();
+    Columns::default().encode(&batch, &mut plain);
+    let read = batch::decode(&plain).expect("decodes");
+    (plain, read.shapes.len() - read.events.len())
+}
+
+#[test]
+fn the_fixtures_ios_and_libcuda_calls_go_to_the_columns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, events) = fixture_events(dir.path());
+    let (ios, cudas) = events.iter().fold((0, 0), |(i, c), e| match e.body {
+        Some(Body::Io(_)) => (i + 1, c),
+        Some(Body::Cuda(_)) => (i, c + 1),
+        _ => (i, c),
+    });
+    assert!(
+        ios > 1000 && cudas > 100,
+        "{ios} I/Os, {cudas} libcuda calls"
+    );
+    let (_, columnar) = columnar_batch(&events);
+    // The rest: each thread's first event (its comm), sockets seen first, HTTP heads.
+    assert!(
+        columnar * 100 >= (ios + cudas) * 90,
+        "{columnar} of {} I/Os and libcuda calls in the columns",
+        ios + cudas
+    );
+    let (_, columnar) = columnar_batch(&columnar_events());
+    // Four I/Os and two calls: the rest are first sights (comms, the socket) or out of
+    // the columns' ranges.
+    assert_eq!(columnar, 6, "the events that fit the columns");
+}
+
+#[test]
+fn damaged_columns_are_errors() {
+    let events = columnar_events();
+    let (plain, _) = columnar_batch(&events);
+    let good = batch::decode(&plain).expect("decodes");
+    let mut damaged = Vec::new();
+    let mut damage = |what: &str, edit: &dyn Fn(&mut EventBatch)| {
+        let mut b = good.clone();
+        edit(&mut b);
+        damaged.push((what.to_string(), expand(&mut b)));
+    };
+    damage("no columns", &|b| b.columns.clear());
+    damage("columns cut short", &|b| {
+        b.columns.truncate(b.columns.len() - 1)
+    });
+    damage("a byte past the columns", &|b| b.columns.push(0));
+    damage("a shape unknown", &|b| b.shapes[0] = 9);
+    damage("more shapes than events", &|b| b.shapes.push(1));
+    damage("fewer shapes than events", &|b| {
+        b.shapes.pop();
+    });
+    damage("a whole event more", &|b| b.events.push(Event::default()));
+    damage("columns without shapes", &|b| b.shapes.clear());
+    damage("every byte 0xff", &|b| b.columns.fill(0xff));
+    for (what, result) in damaged {
+        assert!(result.is_err(), "{what}: {result:?}");
+    }
+    let mut b = good;
+    expand(&mut b).expect("the undamaged batch expands");
+    assert_eq!(b.events.len(), events.len());
+}
