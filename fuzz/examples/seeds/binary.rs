@@ -184,6 +184,7 @@ pub(super) fn record_file(s: &mut Seeds) {
             .collect(),
         ts_deltas: vec![1_000, 20_000, 2, 7],
         prints: vec![0x9e37_79b9_7f4a_7c15, 1],
+        ..Default::default()
     };
     s.put("record_batch", "conversation", &batch.encode_to_vec());
 }

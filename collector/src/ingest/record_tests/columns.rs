@@ -45,11 +45,11 @@ fn cuda(i: u64, api: i32, result: i64) -> Event {
         comm: "python".into(),
         body: Some(Body::Cuda(CudaCall {
             api,
-            entry: i % 2 == 0,
+            entry: i.is_multiple_of(2),
             stream: u64::MAX - i,
             bytes: i << 40,
             result,
-            per_thread_stream: i % 3 == 0,
+            per_thread_stream: i.is_multiple_of(3),
         })),
         ..Default::default()
     }
