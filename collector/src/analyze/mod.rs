@@ -196,11 +196,11 @@ impl StatsBuilder {
             if let Some(t) = p.ttft_ns {
                 self.ttft.entry(key).or_default().push(t);
             }
-            self.itl.entry(key).or_default().extend(itl.iter().copied());
+            self.itl.entry(key).or_default().extend_from_slice(itl);
             self.record_gap
                 .entry(key)
                 .or_default()
-                .extend(records.iter().copied());
+                .extend_from_slice(records);
         }
         self.ttft_server.extend(m.ttft_server);
         self.tpot.extend(m.tpot);
@@ -219,7 +219,7 @@ impl StatsBuilder {
             }
         }
         for (label, delays) in &m.forward {
-            entry(&mut self.forward, label).extend(delays.iter().copied());
+            entry(&mut self.forward, label).extend_from_slice(delays);
         }
     }
 

@@ -52,6 +52,30 @@ impl Samples {
         }
     }
 
+    /// `push` of each of `values`, with the count, sum and max taken over the slice in
+    /// one pass (each request adds its gaps per point to four groups, nearly all of them
+    /// folded: pushing them one by one was 6% of a replay's instructions).
+    pub fn extend_from_slice(&mut self, values: &[u64]) {
+        if !self.folded && values.len() > EXACT_SAMPLES - self.exact.len() {
+            // The slice that folds the series: once per series.
+            values.iter().for_each(|&v| self.push(v));
+            return;
+        }
+        self.count += values.len();
+        let (mut sum, mut max) = (0u128, self.max);
+        for &v in values {
+            sum += u128::from(v);
+            max = max.max(v);
+        }
+        self.sum += sum;
+        self.max = max;
+        if self.folded {
+            values.iter().for_each(|&v| self.count_in_bucket(v));
+        } else {
+            self.exact.extend_from_slice(values);
+        }
+    }
+
     /// Every value kept so far, and `v`, into buckets: from here on only counts.
     #[cold]
     #[inline(never)]
@@ -171,6 +195,21 @@ mod tests {
             "every value kept: the same figures"
         );
         assert_eq!(Samples::default().summary(), None);
+    }
+
+    #[test]
+    fn slices_add_what_their_values_add_one_by_one() {
+        // Slices before, across and after the fold, and values past u64 sums.
+        let v: Vec<u64> = (0..3 * EXACT_SAMPLES as u64)
+            .map(|i| (i * 7919) % 100_003 * 1_000 + if i % 501 == 0 { u64::MAX / 3 } else { 0 })
+            .collect();
+        let (mut one, mut slices) = (Samples::default(), Samples::default());
+        v.iter().for_each(|&x| one.push(x));
+        for chunk in v.chunks(1000) {
+            slices.extend_from_slice(chunk);
+        }
+        assert_eq!(slices.summary(), one.summary());
+        assert_eq!((slices.len(), slices.sum), (one.len(), one.sum));
     }
 
     #[test]
