@@ -308,7 +308,12 @@ impl SockTable {
         let slot = match held {
             Some(slot) if self.slots[slot as usize] == *s => {
                 let implied = fd.is_some_and(|k| self.slot_of_fd.get(&k) == Some(&slot));
-                *sock = (!implied).then(|| Sock {
+                if implied {
+                    // Left out; its fd's slot already (as the reader's `unpack` skips).
+                    *sock = None;
+                    return;
+                }
+                *sock = Some(Sock {
                     skaddr: u64::from(slot),
                     ..Sock::default()
                 });
@@ -335,7 +340,8 @@ impl SockTable {
                     .get(&k)
                     .ok_or_else(|| format!("no socket before on fd {} of pid {}", k.1, k.0))?;
                 *sock = Some(self.slots[slot as usize].clone());
-                slot
+                // Its fd's slot already: nothing to remember (an insert per I/O saved).
+                return Ok(());
             }
             Some(s) => match s.saddr.first() {
                 Some(&SOCK_WHOLE) => {
