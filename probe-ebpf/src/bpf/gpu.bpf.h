@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * libcuda uprobes: host-side GPU step boundaries without restarting the engine.
- * One entry and one return program serve every probed symbol; the loader gives
- * each attachment a cookie (enum ts_cuda_call) that says which call fired.
+ * One entry and one return program serve every probed symbol (the return only
+ * where it ends a wait: synchronisations and blocking copies, not launches); the
+ * loader gives each attachment a cookie (enum ts_cuda_call) that says which call
+ * fired.
  * Uprobes cost tens of microseconds per hit in VMs: they are optional.
  */
 
