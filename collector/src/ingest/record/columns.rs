@@ -1,7 +1,9 @@
 //! Format 5: a frame's plain socket I/Os and libcuda calls as columns rather than as
-//! protobuf messages. Those two kinds are nearly every event of a recording (93% of
-//! a lab load's 358k), and reading each one field by field, a key, a branch and a
-//! value per field, was half of a replay's instructions: 1,100 per event. Here each
+//! protobuf messages. Those two kinds are nearly every event of a recording, and
+//! reading each one field by field, a key, a branch and a value per field, was half of
+//! a replay's instructions (1,100 per event). On issue 17's bench recording 96% of the
+//! events go to the columns; the rest are each thread's first event of a frame (its
+//! comm), sockets seen first and HTTP heads. Here each
 //! field of such an event is one varint in a column of its own, read in a fixed
 //! order with no key, and what is rare (an HTTP head, TLS records, HTTP/2 streams, a
 //! comm written out, a socket written whole, any value out of the columns' ranges) stays
