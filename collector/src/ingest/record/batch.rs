@@ -186,6 +186,17 @@ fn longer_varint(buf: &mut &[u8]) -> Option<u64> {
     None
 }
 
+/// A signed value as an unsigned varint's (small magnitudes, small varints): the
+/// timestamps' deltas and format 5's signed columns.
+pub(super) fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// Undoes `zigzag`.
+pub(super) fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
 /// A field's key: (tag, wire type as its 3 bits).
 fn key(buf: &mut &[u8]) -> Option<(u64, u64)> {
     let key = varint(buf)?;

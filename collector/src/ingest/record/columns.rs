@@ -18,8 +18,7 @@
 
 use prost::encoding::{encode_varint, encoded_len_varint};
 
-use super::batch::varint;
-use super::frame::{unzigzag, zigzag};
+use super::batch::{unzigzag, varint, zigzag};
 use super::EventBatch;
 use crate::ingest::model::event::Body;
 use crate::ingest::model::{BodyPrint, CudaCall, Event, Sniff, Sock, SockIo, SseEvent};

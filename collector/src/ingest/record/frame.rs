@@ -21,6 +21,7 @@ use std::io::{self, Write};
 use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 use zstd::zstd_safe::DParameter;
 
+use super::batch::{unzigzag, zigzag};
 use super::columns::Columns;
 use super::{EventBatch, MAX_FRAME};
 use crate::ingest::fast_hash::FastMap;
@@ -558,14 +559,6 @@ fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = flate2::Crc::new();
     crc.update(bytes);
     crc.sum()
-}
-
-pub(super) fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-pub(super) fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 /// A format 2 frame's batch from its zstd bytes, never more than `MAX_FRAME` of it (a
