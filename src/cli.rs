@@ -531,7 +531,7 @@ fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
 /// top was handed back to the kernel and faulted in again for the next frame (9,400 page
 /// faults and 0.45 s instead of 2,600 and 0.28 s for a replay of 1.08 M events). Memory
 /// freed by a one-shot command is kept for reuse: up to 64 MiB at the heap's top, and
-/// blocks under 4 MiB come from the heap (the peak RSS is unchanged: 16 MiB there).
+/// blocks under 4 MiB come from the heap (peak RSS there 16 -> 17 MiB).
 fn keep_freed_memory_for_reuse() {
     // SAFETY: mallopt only sets glibc's allocation parameters; called before any thread.
     unsafe {

@@ -16,7 +16,7 @@
 //! columnar event is one whose comm is left out, whose prints went to the prints
 //! column and whose socket is left out or a reference.
 
-use prost::encoding::{encode_varint, encoded_len_varint};
+use prost::encoding::{bytes, encode_key, encode_varint, encoded_len_varint, WireType};
 
 use super::batch::{unzigzag, varint, zigzag};
 use super::EventBatch;
@@ -107,16 +107,16 @@ impl Columns {
         if self.shapes.is_empty() {
             return;
         }
-        put_bytes_field(out, 4, &self.shapes);
+        bytes::encode(4, &self.shapes, out);
         let len: usize = self
             .columns
             .iter()
             .map(|c| c.len() + encoded_len_varint(c.len() as u64))
             .sum();
-        put_varint(out, 5 << 3 | 2);
-        put_varint(out, len as u64);
+        encode_key(5, WireType::LengthDelimited, out);
+        encode_varint(len as u64, out);
         for c in &self.columns {
-            put_varint(out, c.len() as u64);
+            encode_varint(c.len() as u64, out);
             out.extend_from_slice(c);
         }
     }
@@ -205,7 +205,7 @@ impl Columns {
     }
 
     fn push(&mut self, column: Column, value: u64) {
-        put_varint(&mut self.columns[column as usize], value);
+        encode_varint(value, &mut self.columns[column as usize]);
     }
 }
 
@@ -364,15 +364,9 @@ impl<'a> Reader<'a> {
         if kind >= 1 << 22 || flags & !ALL != 0 {
             return Err(format!("a socket I/O of kind {kind:#x}, flags {flags:#x}"));
         }
-        let io = match &mut e.body {
-            Some(Body::Io(io)) => io,
-            body => {
-                *body = Some(Body::Io(SockIo::default()));
-                let Some(Body::Io(io)) = body else {
-                    unreachable!("set above")
-                };
-                io
-            }
+        e.body = Some(Body::Io(SockIo::default()));
+        let Some(Body::Io(io)) = &mut e.body else {
+            unreachable!("set above")
         };
         io.dir = (kind & 3) as i32;
         io.syscall = (kind >> 2) as i32;
@@ -468,14 +462,4 @@ impl<'a> Reader<'a> {
         }));
         self.checked()
     }
-}
-
-fn put_varint(out: &mut Vec<u8>, v: u64) {
-    encode_varint(v, out);
-}
-
-fn put_bytes_field(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
-    put_varint(out, tag << 3 | 2);
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
 }
