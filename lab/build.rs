@@ -14,9 +14,9 @@ fn main() {
             "-O2",
             "-g",
             "-fno-inline-functions",
-            // A real driver's entry points start with a prologue; without frame
-            // pointers (and with shrink-wrapping) some would start with a `lock`
-            // instruction, which x86 uprobes refuse (ENOTSUPP).
+            // The probed entry points are assembly (the driver's guard, then a jump);
+            // the C functions keep a frame so that none starts with a `lock`
+            // instruction, which x86 uprobes refuse (ENOTSUPP), should one be probed.
             "-fno-omit-frame-pointer",
             "-fno-shrink-wrap",
             "-Wall",

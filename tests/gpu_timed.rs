@@ -316,7 +316,8 @@ fn per_thread_stream_entry_points_give_the_same_steps() {
         assert!(
             run.probes
                 .iter()
-                .any(|p| p.starts_with(&format!("uprobe:{symbol}@"))),
+                .any(|p| p.starts_with(&format!("uprobe:{symbol}@"))
+                    || p.starts_with(&format!("uprobe:{symbol}+"))),
             "{symbol} probed: {:?}",
             run.probes
         );
@@ -349,7 +350,8 @@ fn steps_that_end_with_the_whole_device_synchronised_are_steps() {
     assert!(
         run.probes
             .iter()
-            .any(|p| p.starts_with("uprobe:cuCtxSynchronize_v2@")),
+            .any(|p| p.starts_with("uprobe:cuCtxSynchronize_v2@")
+                || p.starts_with("uprobe:cuCtxSynchronize_v2+")),
         "cuCtxSynchronize_v2 probed: {:?}",
         run.probes
     );

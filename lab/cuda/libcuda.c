@@ -274,11 +274,36 @@ void lab_cuda_last_sync(uint64_t *start_ns, uint64_t *end_ns) {
     pthread_mutex_unlock(&lock);
 }
 
-/* The exported entry points, each a thin frame over the work (no `lock` instruction
- * first: x86 uprobes refuse one at the probed address) so that the plain and the
- * per-thread default stream variants (`_ptsz`: cuda.h maps the plain names to these under
- * CUDA_API_PER_THREAD_DEFAULT_STREAM) are distinct functions a uprobe sees once per call.
- * The lab has one timeline, so both share it. */
+/* The exported entry points have the shape of NVIDIA's (libcuda 535.261 and 550.163 read):
+ * the driver's deinitialised check, `cmpl $0x321cba00, state(%rip)` and `je` to a
+ * `return CUDA_ERROR_DEINITIALIZED`, then a jump into the implementation with every
+ * argument register untouched. Written in assembly so the compiler cannot reorder or
+ * merge them: the probes meet exactly the instructions a real driver gives them (the
+ * compiled thin wrappers before began with a tail call's `mov`, which uprobes single-step
+ * out of line, unlike the real driver's entries: tokenscope probes past the guard).
+ * The plain and the per-thread default stream variants (`_ptsz`: cuda.h maps the plain
+ * names to these under CUDA_API_PER_THREAD_DEFAULT_STREAM) are distinct functions a
+ * uprobe sees once per call. The lab has one timeline, so both share it. */
+#define CUDA_ERROR_DEINITIALIZED 4
+#define LAB_DRIVER_DEINITIALIZED 0x321cba00
+__attribute__((visibility("hidden"))) int lab_driver_state;
+
+/* The driver is unloading: calls from here on return CUDA_ERROR_DEINITIALIZED. */
+__attribute__((destructor)) static void lab_driver_unload(void) {
+    __atomic_store_n(&lab_driver_state, LAB_DRIVER_DEINITIALIZED, __ATOMIC_RELAXED);
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define DRIVER_ENTRY(name)                                                                    \
+    __asm__(".text\n.globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name ":\n" \
+            "  cmpl $" STR(LAB_DRIVER_DEINITIALIZED) ", lab_driver_state(%rip)\n"            \
+            "  je 1f\n"                                                                       \
+            "  jmp lab_" #name "\n"                                                           \
+            "1:\n  mov $" STR(CUDA_ERROR_DEINITIALIZED) ", %eax\n  ret\n"                    \
+            ".size " #name ", .-" #name "\n")
+#define IMPL __attribute__((visibility("hidden"), noinline, used))
+
 #define LAUNCH_KERNEL_PARAMS                                                                  \
     CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,       \
         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,               \
@@ -287,51 +312,51 @@ void lab_cuda_last_sync(uint64_t *start_ns, uint64_t *end_ns) {
     f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
         kernelParams, extra
 
-__attribute__((visibility("default"), noinline))
-CUresult cuLaunchKernel(LAUNCH_KERNEL_PARAMS) { return launch_kernel(0, LAUNCH_KERNEL_ARGS); }
-__attribute__((visibility("default"), noinline))
-CUresult cuLaunchKernel_ptsz(LAUNCH_KERNEL_PARAMS) {
+IMPL CUresult lab_cuLaunchKernel(LAUNCH_KERNEL_PARAMS) { return launch_kernel(0, LAUNCH_KERNEL_ARGS); }
+IMPL CUresult lab_cuLaunchKernel_ptsz(LAUNCH_KERNEL_PARAMS) {
     return launch_kernel(1, LAUNCH_KERNEL_ARGS);
 }
+DRIVER_ENTRY(cuLaunchKernel);
+DRIVER_ENTRY(cuLaunchKernel_ptsz);
 
-__attribute__((visibility("default"), noinline))
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+IMPL CUresult lab_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     return graph_launch(0, hGraphExec, hStream);
 }
-__attribute__((visibility("default"), noinline))
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+IMPL CUresult lab_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
     return graph_launch(1, hGraphExec, hStream);
 }
+DRIVER_ENTRY(cuGraphLaunch);
+DRIVER_ENTRY(cuGraphLaunch_ptsz);
 
-__attribute__((visibility("default"), noinline))
-CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                              CUstream hStream) {
+IMPL CUresult lab_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                       CUstream hStream) {
     return memcpy_dtoh_async(0, dstHost, srcDevice, ByteCount, hStream);
 }
-__attribute__((visibility("default"), noinline))
-CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                                   CUstream hStream) {
+IMPL CUresult lab_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
+                                            size_t ByteCount, CUstream hStream) {
     return memcpy_dtoh_async(1, dstHost, srcDevice, ByteCount, hStream);
 }
+DRIVER_ENTRY(cuMemcpyDtoHAsync_v2);
+DRIVER_ENTRY(cuMemcpyDtoHAsync_v2_ptsz);
 
-__attribute__((visibility("default"), noinline))
-CUresult cuStreamSynchronize(CUstream hStream) {
+IMPL CUresult lab_cuStreamSynchronize(CUstream hStream) {
     (void)hStream;
     return synchronize(0, 0);
 }
-__attribute__((visibility("default"), noinline))
-CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+IMPL CUresult lab_cuStreamSynchronize_ptsz(CUstream hStream) {
     (void)hStream;
     return synchronize(1, 0);
 }
+DRIVER_ENTRY(cuStreamSynchronize);
+DRIVER_ENTRY(cuStreamSynchronize_ptsz);
 
 /* The whole context. CUDA 13 added the _v2 form, which takes the context, and its runtime
  * calls it for cudaDeviceSynchronize (torch.cuda.synchronize()): cuGetProcAddress hands
  * out cuCtxSynchronize_v2 for version 13000 (seen on an H200, driver 580.159). */
-__attribute__((visibility("default"), noinline))
-CUresult cuCtxSynchronize(void) { return synchronize(0, 1); }
-__attribute__((visibility("default"), noinline))
-CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+IMPL CUresult lab_cuCtxSynchronize(void) { return synchronize(0, 1); }
+IMPL CUresult lab_cuCtxSynchronize_v2(CUcontext ctx) {
     (void)ctx;
     return synchronize(0, 1);
 }
+DRIVER_ENTRY(cuCtxSynchronize);
+DRIVER_ENTRY(cuCtxSynchronize_v2);

@@ -8,7 +8,9 @@ mod heap;
 mod io_source;
 mod netns;
 mod preflight;
+mod prologue;
 mod ring;
+mod uprobes;
 
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -17,8 +19,8 @@ use std::time::Duration;
 use aya::maps::{HashMap as BpfHashMap, Map, PerCpuArray};
 use aya::programs::kprobe::KProbeLinkId;
 use aya::programs::trace_point::TracePointLinkId;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
-use aya::programs::{KProbe, TracePoint, UProbe};
+use aya::programs::uprobe::UProbeLinkId;
+use aya::programs::{KProbe, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 use probe_ebpf::{abi, ProbeGroup, Tracepoint, KPROBES, TRACEPOINTS};
 
@@ -27,6 +29,7 @@ use io_source::KernelFeatures;
 pub use io_source::{IoSource, IoSourceChoice};
 pub use netns::NetnsTarget;
 pub use preflight::{kernel_btf_path, tracefs_root};
+use uprobes::{attach_uprobes, CUDA_UPROBES, TLS_UPROBES};
 
 /// Default ring buffer: 8 MiB; a token-sized I/O record is ~350 bytes.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
@@ -407,160 +410,6 @@ impl Probes {
             .map_err(|e| ProbeError::Load(format!("reading counters: {e}")))?;
         Ok(per_cpu.iter().sum())
     }
-}
-
-/// A family of uprobes: one entry and one return program for many symbols, the
-/// attach cookie saying which symbol fired.
-struct UprobeSet {
-    /// What the set traces, for the line that says it is off.
-    what: &'static str,
-    entry: &'static str,
-    ret: &'static str,
-    symbols: &'static [(&'static str, u32)],
-    /// Symbols whose return is not probed (their entry alone means something).
-    entry_only: &'static [u32],
-}
-
-const CUDA_UPROBES: &UprobeSet = &UprobeSet {
-    what: "GPU calls (libcuda)",
-    entry: probe_ebpf::UPROBE_CUDA_ENTRY,
-    ret: probe_ebpf::UPROBE_CUDA_RETURN,
-    symbols: probe_ebpf::CUDA_SYMBOLS,
-    // What a step needs is each launch's and copy's entry and the return of what waits
-    // (a synchronisation, a blocking copy); a launch's return says nothing (it is
-    // asynchronous), and a return probe costs a second trap on the engine's launch path.
-    // On the lab's load this leaves 8 of its 14 hits per step (and 2% of the events);
-    // an eager prefill's hundreds of launches gain the most.
-    entry_only: &[
-        abi::CU_LAUNCH_KERNEL,
-        abi::CU_LAUNCH_KERNEL | abi::CU_PER_THREAD,
-        abi::CU_LAUNCH_KERNEL_EX,
-        abi::CU_LAUNCH_KERNEL_EX | abi::CU_PER_THREAD,
-        abi::CU_GRAPH_LAUNCH,
-        abi::CU_GRAPH_LAUNCH | abi::CU_PER_THREAD,
-        abi::CU_MEMCPY_DTOH_ASYNC,
-        abi::CU_MEMCPY_DTOH_ASYNC | abi::CU_PER_THREAD,
-    ],
-};
-
-const TLS_UPROBES: &UprobeSet = &UprobeSet {
-    what: "TLS plaintext (OpenSSL)",
-    entry: probe_ebpf::UPROBE_SSL_ENTRY,
-    ret: probe_ebpf::UPROBE_SSL_RETURN,
-    symbols: probe_ebpf::SSL_SYMBOLS,
-    entry_only: &[abi::SSL_SHUTDOWN, abi::SSL_FREE],
-};
-
-/// Uprobes on every symbol of `set` in each file (entry and return). A symbol a
-/// file lacks is skipped with a line; uprobes are optional as a whole.
-fn attach_uprobes(
-    ebpf: &mut Ebpf,
-    set: &UprobeSet,
-    files: &[PathBuf],
-    attached: &mut Vec<String>,
-    skipped: &mut Vec<String>,
-) -> Result<Vec<(&'static str, UProbeLinkId)>, ProbeError> {
-    let mut links = Vec::new();
-    if files.is_empty() {
-        return Ok(links);
-    }
-    // Both programs load, or the set is off with a line (a kernel before 5.15 has no
-    // attach cookies, which say which symbol fired): never half a set, never a failed
-    // recording for want of optional uprobes.
-    for program in [set.entry, set.ret] {
-        if let Err(e) = uprobe_program(ebpf, program)?.load() {
-            skipped.push(format!(
-                "uprobe program {program}: {}",
-                one_line(&error_chain(&e))
-            ));
-            return Ok(links);
-        }
-    }
-    for program in [set.entry, set.ret] {
-        let up = uprobe_program(ebpf, program)?;
-        for file in files {
-            let mut missing = Vec::new();
-            for &(symbol, cookie) in set.symbols {
-                if program == set.ret && set.entry_only.contains(&cookie) {
-                    continue;
-                }
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::Symbol(symbol),
-                    cookie: Some(u64::from(cookie)),
-                };
-                let label = format!("uprobe:{symbol}@{}", file.display());
-                match up.attach(point, file, UProbeScope::AllProcesses) {
-                    Ok(id) => {
-                        links.push((program, id));
-                        if program == set.entry {
-                            attached.push(label);
-                        }
-                    }
-                    Err(e) if program == set.entry => {
-                        let why = one_line(&error_chain(&e));
-                        // Without CAP_SYS_ADMIN the kernel refuses every uprobe: one
-                        // line for the set, not one per symbol and file.
-                        if is_refused(&why) && !preflight::has_sys_admin() {
-                            skipped.push(format!(
-                                "{} not traced: uprobes need CAP_SYS_ADMIN, which this process \
-                                 lacks ({why})",
-                                set.what
-                            ));
-                            return Ok(links);
-                        }
-                        // A library exports some of the variants only (`_ptsz` forms,
-                        // newer calls): those are listed once per file, below.
-                        if why.contains("unknown symbol") {
-                            missing.push(symbol);
-                        } else {
-                            skipped.push(format!("{label}: {why}"));
-                        }
-                    }
-                    // A return probe that fails where the entry attached leaves calls
-                    // that never end: say so (the entry attempt said why it failed).
-                    Err(e) if attached.contains(&label) => {
-                        skipped.push(format!("{label} (return): {}", one_line(&error_chain(&e))))
-                    }
-                    Err(_) => {}
-                }
-            }
-            if program == set.entry && !missing.is_empty() {
-                skipped.push(not_exported(file, set.symbols, &missing));
-            }
-        }
-    }
-    Ok(links)
-}
-
-/// perf_event_open said no for want of privilege.
-fn is_refused(why: &str) -> bool {
-    why.contains("Permission denied") || why.contains("Operation not permitted")
-}
-
-/// One line for the symbols of a set a file does not export: all of them means the file
-/// gives nothing (not the library the engine calls, or a driver too old or too new).
-fn not_exported(file: &std::path::Path, all: &[(&str, u32)], missing: &[&str]) -> String {
-    if missing.len() == all.len() {
-        let names: Vec<&str> = all.iter().map(|(s, _)| *s).collect();
-        format!(
-            "uprobe: {} exports none of {}: no calls from it",
-            file.display(),
-            names.join(", ")
-        )
-    } else {
-        format!(
-            "uprobe: {} does not export {} (the rest are probed)",
-            file.display(),
-            missing.join(", ")
-        )
-    }
-}
-
-fn uprobe_program<'a>(ebpf: &'a mut Ebpf, program: &str) -> Result<&'a mut UProbe, ProbeError> {
-    ebpf.program_mut(program)
-        .ok_or_else(|| ProbeError::Load(format!("program {program} missing from the object")))?
-        .try_into()
-        .map_err(|e| ProbeError::Load(format!("{program}: {e}")))
 }
 
 /// libcuda files mapped by `pids` (every process when empty), for `--gpu auto`.
