@@ -167,7 +167,7 @@ fn warn_other_recorders() {
 
 /// Cost of a libcuda uprobe hit: N calls to the lab's stand-in cuGraphLaunch on a
 /// null graph (it returns CUDA_ERROR_INVALID_HANDLE at once) with and without the
-/// GPU probes (entry and return each fire).
+/// GPU probes (a launch has its entry probed, not its return).
 fn uprobe_cost(bin: &Path, out: &Path) -> Result<()> {
     const CALLS: u32 = 20_000;
     let dir = std::env::temp_dir().join(format!("tokenscope-bench-cuda-{}", std::process::id()));
@@ -222,7 +222,7 @@ fn uprobe_cost(bin: &Path, out: &Path) -> Result<()> {
     let _ = std::fs::remove_file(out);
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "libcuda uprobes: {CALLS} cuGraphLaunch calls: {base:.0} ns/call without, {probed:.0} ns/call with (entry + return probes): +{:.1} us per call",
+        "libcuda uprobes: {CALLS} cuGraphLaunch calls: {base:.0} ns/call without, {probed:.0} ns/call with (its entry probe, past the driver-shaped guard): +{:.1} us per call",
         (probed - base) / 1e3
     );
     Ok(())
