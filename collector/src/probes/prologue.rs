@@ -36,11 +36,10 @@ pub(super) fn guard_len(code: &[u8]) -> u64 {
         _ => return 0,
     };
     let len = rex_w + 2 + 4 + immediate;
-    let is_jcc = match code.get(len..) {
-        Some([0x70..=0x7f, _, ..]) => true,
-        Some([0x0f, 0x80..=0x8f, _, _, _, _, ..]) => true,
-        _ => false,
-    };
+    let is_jcc = matches!(
+        code.get(len..),
+        Some([0x70..=0x7f, _, ..] | [0x0f, 0x80..=0x8f, _, _, _, _, ..])
+    );
     if is_jcc {
         len as u64
     } else {
