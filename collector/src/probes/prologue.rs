@@ -11,7 +11,9 @@
 //! the next instruction on every path: at the `je` each argument register, the stack
 //! pointer and the return address on the stack are what they were at the entry, so a
 //! probe there (entry or return) sees the same call and skips the single step. Any other
-//! first instruction keeps the probe on the entry.
+//! first instruction keeps the probe on the entry. (A jump from elsewhere straight to the
+//! `je` would be counted as a call too; the driver's entries are stubs of their own, and
+//! compilers do not jump into an exported function past its first instruction.)
 
 use std::path::Path;
 
