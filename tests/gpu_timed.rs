@@ -293,6 +293,16 @@ fn driver_calls(run: &Run) -> &str {
         .unwrap_or_else(|| panic!("the engine printed its driver calls: {}", run.stdout))
 }
 
+/// Whether `symbol` got a probe (on its entry, `uprobe:SYM@FILE`, or past a guard,
+/// `uprobe:SYM+N@FILE`).
+fn probed(run: &Run, symbol: &str) -> bool {
+    run.probes.iter().any(|p| {
+        p.strip_prefix("uprobe:")
+            .and_then(|p| p.strip_prefix(symbol))
+            .is_some_and(|rest| rest.starts_with('@') || rest.starts_with('+'))
+    })
+}
+
 #[test]
 fn per_thread_stream_entry_points_give_the_same_steps() {
     let run = prefill_matches(&["--per-thread-stream"], "_ptsz entry points");
@@ -313,14 +323,7 @@ fn per_thread_stream_entry_points_give_the_same_steps() {
         "cuGraphLaunch_ptsz",
         "cuStreamSynchronize_ptsz",
     ] {
-        assert!(
-            run.probes
-                .iter()
-                .any(|p| p.starts_with(&format!("uprobe:{symbol}@"))
-                    || p.starts_with(&format!("uprobe:{symbol}+"))),
-            "{symbol} probed: {:?}",
-            run.probes
-        );
+        assert!(probed(&run, symbol), "{symbol} probed: {:?}", run.probes);
     }
 }
 
@@ -348,10 +351,7 @@ fn steps_that_end_with_the_whole_device_synchronised_are_steps() {
         "every synchronisation of the whole device: {calls}"
     );
     assert!(
-        run.probes
-            .iter()
-            .any(|p| p.starts_with("uprobe:cuCtxSynchronize_v2@")
-                || p.starts_with("uprobe:cuCtxSynchronize_v2+")),
+        probed(&run, "cuCtxSynchronize_v2"),
         "cuCtxSynchronize_v2 probed: {:?}",
         run.probes
     );

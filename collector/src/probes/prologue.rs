@@ -88,8 +88,11 @@ fn first_bytes(file: &Path, symbols: &[&str]) -> Option<Vec<Option<Vec<u8>>>> {
         else {
             continue;
         };
-        let len = PROLOGUE_BYTES.min(section.address() + section.size() - sym.address());
-        if let Ok(Some(bytes)) = section.data_range(sym.address(), len) {
+        // A symbol outside its section (a damaged file) reads nothing.
+        let Some(left) = (section.address() + section.size()).checked_sub(sym.address()) else {
+            continue;
+        };
+        if let Ok(Some(bytes)) = section.data_range(sym.address(), PROLOGUE_BYTES.min(left)) {
             found[i] = Some(bytes.to_vec());
         }
     }

@@ -92,19 +92,14 @@ pub(super) fn attach_uprobes(
                 if program == set.ret && set.entry_only.contains(&cookie) {
                     continue;
                 }
-                let (location, label) = if offset == 0 {
-                    (
-                        UProbeAttachLocation::Symbol(symbol),
-                        format!("uprobe:{symbol}@{}", file.display()),
-                    )
+                let at = if offset == 0 {
+                    String::new()
                 } else {
-                    (
-                        UProbeAttachLocation::SymbolOffset(symbol, offset),
-                        format!("uprobe:{symbol}+{offset}@{}", file.display()),
-                    )
+                    format!("+{offset}")
                 };
+                let label = format!("uprobe:{symbol}{at}@{}", file.display());
                 let point = UProbeAttachPoint {
-                    location,
+                    location: UProbeAttachLocation::SymbolOffset(symbol, offset),
                     cookie: Some(u64::from(cookie)),
                 };
                 match up.attach(point, file, UProbeScope::AllProcesses) {

@@ -76,15 +76,11 @@ fn format_2_files_still_read() {
 /// A format 3 file, from the format 3 writer, a frame per chunk of `frame_events`.
 pub(super) fn write_format_3(path: &Path, events: &[Event], frame_events: usize) {
     let frames: Vec<&[Event]> = events.chunks(frame_events).collect();
-    write_format_3_frames(path, &frames);
-}
-
-pub(super) fn write_format_3_frames(path: &Path, frames: &[&[Event]]) {
-    write_format_frames(path, frames, 3);
+    write_format_frames(path, &frames, 3);
 }
 
 /// A file of `version` (3 or later), from that format's writer, a frame per slice.
-fn write_format_frames(path: &Path, frames: &[&[Event]], version: u32) {
+pub(super) fn write_format_frames(path: &Path, frames: &[&[Event]], version: u32) {
     let mut w = RecordWriter::create_format(path, header(), version).expect("create");
     for frame in frames {
         for e in *frame {

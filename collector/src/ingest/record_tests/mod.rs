@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::ingest::model::{event::Body, Sock, StateChange, TcpState};
-use formats::{format_2_frame, write_format_1, write_format_3, write_format_3_frames};
+use formats::{format_2_frame, write_format_1, write_format_3, write_format_frames};
 use sizes::{fixture_events, write_live};
 use sockets::awkward_socket_events;
 

@@ -56,7 +56,7 @@ fn live_sized_frames_stay_under_the_size_target() {
     let after = write_live(&v3, header, &frames);
     let before: u64 = frames.iter().map(|f| format_2_frame(f).len() as u64).sum();
     let old = dir.path().join("old-v3.tsrec");
-    write_format_3_frames(&old, &frames);
+    write_format_frames(&old, &frames, 3);
     let v3_bytes = std::fs::metadata(&old).expect("meta").len() - HEADER_REGION;
     let n = events.len() as f64;
     println!(
