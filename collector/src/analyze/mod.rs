@@ -143,67 +143,30 @@ pub struct StatsBuilder {
     forward: BTreeMap<String, Samples>,
 }
 
-/// What one request adds to a group's statistics, its per-token series computed once
-/// however many groups it goes to (`Breakdown` adds each request to four).
-pub struct Measured<'r> {
-    r: &'r Request,
-    /// Per point: its key, ITL gaps and TLS record gaps.
-    points: Vec<(&'static str, Vec<u64>, Vec<u64>)>,
-    ttft_server: Option<u64>,
-    tpot: Option<u64>,
-    /// Per hop: its label and every token's delay over it.
-    forward: Vec<(String, Vec<u64>)>,
-}
-
-impl<'r> Measured<'r> {
-    pub fn of(r: &'r Request) -> Measured<'r> {
-        Measured {
-            r,
-            points: r
-                .points
-                .iter()
-                .map(|p| {
-                    let mut itl = Vec::new();
-                    p.itl_into(&mut itl);
-                    (point_key(p.kind), itl, gaps(&p.record_ns).collect())
-                })
-                .collect(),
-            ttft_server: r.ttft_server_ns(),
-            tpot: r.tpot_ns(),
-            forward: r
-                .forward
-                .iter()
-                .map(|f| (f.label(), f.delays(&r.points).collect()))
-                .collect(),
-        }
-    }
-}
-
 impl StatsBuilder {
     pub fn add(&mut self, r: &Request) {
-        self.add_measured(&Measured::of(r));
-    }
-
-    pub fn add_measured(&mut self, m: &Measured) {
-        let r = m.r;
         self.requests += 1;
         self.tokens += r.tokens();
         self.new_connections += usize::from(r.new_connection);
         self.encrypted += usize::from(r.encrypted);
         self.coalesced += usize::from(r.coalesced);
         self.truncated += usize::from(r.truncated);
-        for (p, (key, itl, records)) in r.points.iter().zip(&m.points) {
+        // Each series goes in as a slice (one pass for its count, sum and max).
+        let mut series = Vec::new();
+        for p in &r.points {
+            let key = point_key(p.kind);
             if let Some(t) = p.ttft_ns {
                 self.ttft.entry(key).or_default().push(t);
             }
-            self.itl.entry(key).or_default().extend_from_slice(itl);
-            self.record_gap
-                .entry(key)
-                .or_default()
-                .extend_from_slice(records);
+            series.clear();
+            p.itl_into(&mut series);
+            self.itl.entry(key).or_default().extend_from_slice(&series);
+            series.clear();
+            series.extend(gaps(&p.record_ns));
+            (self.record_gap.entry(key).or_default()).extend_from_slice(&series);
         }
-        self.ttft_server.extend(m.ttft_server);
-        self.tpot.extend(m.tpot);
+        self.ttft_server.extend(r.ttft_server_ns());
+        self.tpot.extend(r.tpot_ns());
         let st = &r.stages;
         for (name, v) in [
             ("connect", st.connect_ns),
@@ -218,8 +181,29 @@ impl StatsBuilder {
                 self.stages.entry(name).or_default().push(v);
             }
         }
-        for (label, delays) in &m.forward {
-            entry(&mut self.forward, label).extend_from_slice(delays);
+        for f in &r.forward {
+            series.clear();
+            series.extend(f.delays(&r.points));
+            entry(&mut self.forward, &f.label()).extend_from_slice(&series);
+        }
+    }
+
+    /// Adds every request `other` saw, as if each had been added here too.
+    pub fn merge(&mut self, other: &StatsBuilder) {
+        self.requests += other.requests;
+        self.tokens += other.tokens;
+        self.new_connections += other.new_connections;
+        self.encrypted += other.encrypted;
+        self.coalesced += other.coalesced;
+        self.truncated += other.truncated;
+        merge_series(&mut self.ttft, &other.ttft);
+        self.ttft_server.merge(&other.ttft_server);
+        merge_series(&mut self.itl, &other.itl);
+        self.tpot.merge(&other.tpot);
+        merge_series(&mut self.record_gap, &other.record_gap);
+        merge_series(&mut self.stages, &other.stages);
+        for (label, samples) in &other.forward {
+            entry(&mut self.forward, label).merge(samples);
         }
     }
 
@@ -249,6 +233,15 @@ pub fn summaries<K: Ord + Clone>(m: &BTreeMap<K, Samples>) -> BTreeMap<K, Summar
         .collect()
 }
 
+fn merge_series(
+    mine: &mut BTreeMap<&'static str, Samples>,
+    theirs: &BTreeMap<&'static str, Samples>,
+) {
+    for (key, samples) in theirs {
+        mine.entry(key).or_default().merge(samples);
+    }
+}
+
 /// `map[key]`, made empty if absent; the key copied only then.
 fn entry<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
     if !map.contains_key(key) {
@@ -274,14 +267,33 @@ pub fn point_key(kind: PointKind) -> &'static str {
 /// of each request: its engine, or the furthest hop traced, keyed `comm/pid`) and per
 /// time window (requests by their start), fed a request at a time. A window's figures
 /// are fixed once `seal` says no request can still start in it.
+///
+/// Each request is added once, to its window's group of its route and process; a
+/// sealed window's groups are then summed into the window, the routes, the processes
+/// and the whole (`StatsBuilder::merge`: the same figures as adding every request to
+/// each, at the cost of each group's kept values or buckets rather than of every gap of
+/// every request four times: that was a twelfth of a report's instructions).
 #[derive(Debug)]
 pub struct Breakdown {
-    pub overall: StatsBuilder,
-    pub routes: BTreeMap<String, StatsBuilder>,
-    pub processes: BTreeMap<String, StatsBuilder>,
+    overall: StatsBuilder,
+    routes: BTreeMap<String, StatsBuilder>,
+    processes: BTreeMap<String, StatsBuilder>,
     width_ns: u64,
-    open: BTreeMap<u64, StatsBuilder>,
+    /// Per open window: per route, per process.
+    open: BTreeMap<u64, Groups>,
     sealed: BTreeMap<u64, Stats>,
+}
+
+type Groups = BTreeMap<String, BTreeMap<String, StatsBuilder>>;
+
+/// What a `Breakdown` summed up: overall, per route, per process and per window (keyed
+/// by the window's start).
+#[derive(Debug, Default)]
+pub struct BreakdownStats {
+    pub overall: Stats,
+    pub routes: BTreeMap<String, Stats>,
+    pub processes: BTreeMap<String, Stats>,
+    pub windows: BTreeMap<u64, Stats>,
 }
 
 impl Breakdown {
@@ -297,16 +309,13 @@ impl Breakdown {
     }
 
     pub fn add(&mut self, r: &Request) {
-        let m = Measured::of(r);
-        self.overall.add_measured(&m);
-        self.routes.entry(r.route()).or_default().add_measured(&m);
         let process = r.points.last().map_or_else(
             || "-".into(),
             |p| format!("{}/{}", p.comm, crate::ingest::hosts::pid_label(p.pid)),
         );
-        self.processes.entry(process).or_default().add_measured(&m);
         let w = r.start_ns / self.width_ns * self.width_ns;
-        self.open.entry(w).or_default().add_measured(&m);
+        let routes = self.open.entry(w).or_default();
+        entry(entry(routes, &r.route()), &process).add(r);
     }
 
     /// Every request that starts before `end_ns` was added: windows that end by then
@@ -316,15 +325,44 @@ impl Breakdown {
             if entry.key().saturating_add(self.width_ns) > end_ns {
                 break;
             }
-            let (start, b) = entry.remove_entry();
-            self.sealed.insert(start, b.finish());
+            let (start, groups) = entry.remove_entry();
+            let window = self.sum_up(groups);
+            self.sealed.insert(start, window.finish());
         }
     }
 
-    /// Per-window stats keyed by the window's start.
-    pub fn windows(&mut self) -> BTreeMap<u64, Stats> {
+    /// A window's groups into its own statistics, and into its routes', its processes'
+    /// and the whole's.
+    fn sum_up(&mut self, groups: Groups) -> StatsBuilder {
+        let mut window = StatsBuilder::default();
+        for (route, processes) in groups {
+            let mut of_route = StatsBuilder::default();
+            for (process, b) in processes {
+                entry(&mut self.processes, &process).merge(&b);
+                of_route.merge(&b);
+            }
+            entry(&mut self.routes, &route).merge(&of_route);
+            window.merge(&of_route);
+        }
+        self.overall.merge(&window);
+        window
+    }
+
+    /// Every window sealed, and everything summed up.
+    pub fn finish(mut self) -> BreakdownStats {
         self.seal(u64::MAX);
-        std::mem::take(&mut self.sealed)
+        BreakdownStats {
+            overall: self.overall.finish(),
+            routes: self
+                .routes
+                .iter()
+                .map(|(k, b)| (k.clone(), b.finish()))
+                .collect(),
+            processes: (self.processes.iter())
+                .map(|(k, b)| (k.clone(), b.finish()))
+                .collect(),
+            windows: self.sealed,
+        }
     }
 }
 
@@ -348,6 +386,48 @@ mod tests {
             stats.itl["client_read"].p50_ns, 0,
             "coalesced tokens arrive with gap 0"
         );
+    }
+
+    #[test]
+    fn a_breakdown_sums_up_what_each_group_alone_reads() {
+        // Requests over four 1 s windows, two routes and two serving processes.
+        let mut net = Net::default();
+        for i in 0..8u16 {
+            let t0 = 1_000 * MS + u64::from(i) * 450 * MS;
+            proxied(&mut net, t0, 40000 + i, 50000 + i, &format!("req-{i}"));
+        }
+        let mut requests = stitch(&net.events, false).requests;
+        assert_eq!(requests.len(), 8);
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.path = if i % 3 == 0 { "/a" } else { "/b" }.into();
+            r.points.last_mut().expect("a point").pid = 30 + (i % 2) as u32;
+        }
+        let mut b = Breakdown::new(1_000 * MS);
+        for r in &requests {
+            b.add(r);
+            b.seal(r.start_ns.saturating_sub(500 * MS));
+        }
+        let got = b.finish();
+        let of = |keep: &dyn Fn(&Request) -> bool| {
+            format!("{:?}", stats(requests.iter().filter(|r| keep(r))))
+        };
+        assert_eq!(format!("{:?}", got.overall), of(&|_| true), "the whole");
+        assert_eq!(got.routes.len(), 2);
+        for (route, s) in &got.routes {
+            assert_eq!(format!("{s:?}"), of(&|r| &r.route() == route), "{route}");
+        }
+        assert_eq!(got.processes.len(), 2);
+        for (process, s) in &got.processes {
+            let pid: u32 = process.rsplit('/').next().unwrap().parse().unwrap();
+            let serves = |r: &Request| r.points.last().is_some_and(|p| p.pid == pid);
+            assert_eq!(format!("{s:?}"), of(&serves), "{process}");
+        }
+        assert_eq!(got.windows.len(), 4);
+        for (&start, s) in &got.windows {
+            let within = |r: &Request| (start..start + 1_000 * MS).contains(&r.start_ns);
+            assert_eq!(format!("{s:?}"), of(&within), "window at {start}");
+            assert!(s.requests > 0);
+        }
     }
 
     #[test]

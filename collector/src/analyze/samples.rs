@@ -80,11 +80,47 @@ impl Samples {
     #[cold]
     #[inline(never)]
     fn fold(&mut self, v: u64) {
+        self.fold_kept();
+        self.count_in_bucket(v);
+    }
+
+    /// Every value kept so far into buckets: from here on only counts.
+    fn fold_kept(&mut self) {
         for kept in std::mem::take(&mut self.exact) {
             self.count_in_bucket(kept);
         }
-        self.count_in_bucket(v);
         self.folded = true;
+    }
+
+    /// Adds every value of `other`: the same series as pushing them one by one (count,
+    /// sum, max and, exact or folded, the same percentiles), at the cost of `other`'s
+    /// kept values or buckets rather than of every value it saw. A group's statistics
+    /// are summed from its parts this way (`Breakdown`).
+    pub fn merge(&mut self, other: &Samples) {
+        if !other.folded {
+            self.extend_from_slice(&other.exact);
+            return;
+        }
+        // `other` saw more than `EXACT_SAMPLES` values: so has the sum.
+        if !self.folded {
+            self.fold_kept();
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+        self.max = self.max.max(other.max);
+        if self.pages.len() < other.pages.len() {
+            self.pages.resize(other.pages.len(), None);
+        }
+        for (mine, theirs) in self.pages.iter_mut().zip(&other.pages) {
+            let Some(theirs) = theirs else { continue };
+            match mine {
+                Some(mine) => mine
+                    .iter_mut()
+                    .zip(theirs.iter())
+                    .for_each(|(m, t)| *m += t),
+                None => *mine = Some(theirs.clone()),
+            }
+        }
     }
 
     /// Inlined, with the page's first use out of line: every value of a long recording
@@ -210,6 +246,44 @@ mod tests {
         }
         assert_eq!(slices.summary(), one.summary());
         assert_eq!((slices.len(), slices.sum), (one.len(), one.sum));
+    }
+
+    #[test]
+    fn merged_parts_read_as_the_whole() {
+        // Parts exact and folded, merged into exact and folded sums, in either order.
+        let v: Vec<u64> = (0..5 * EXACT_SAMPLES as u64)
+            .map(|i| (i * 7919) % 100_003 * 1_000 + if i % 501 == 0 { u64::MAX / 3 } else { 0 })
+            .collect();
+        let whole = |values: &[u64]| {
+            let mut s = Samples::default();
+            values.iter().for_each(|&x| s.push(x));
+            s
+        };
+        let cuts = [
+            (0, 100, 200),
+            (0, 4000, 8000),
+            (0, 9000, 9100),
+            (0, 100, 3 * EXACT_SAMPLES),
+            (0, 2 * EXACT_SAMPLES, 5 * EXACT_SAMPLES),
+            (EXACT_SAMPLES, EXACT_SAMPLES + 1, 5 * EXACT_SAMPLES),
+        ];
+        for (a, b, c) in cuts {
+            let (first, second) = (whole(&v[a..b]), whole(&v[b..c]));
+            let want = whole(&v[a..c]);
+            for (x, y) in [(&first, &second), (&second, &first)] {
+                let mut got = x.clone();
+                got.merge(y);
+                assert_eq!(got.summary(), want.summary(), "{a}..{b}..{c}");
+                assert_eq!(
+                    (got.len(), got.sum, got.max, got.folded),
+                    (want.len(), want.sum, want.max, want.folded),
+                    "{a}..{b}..{c}"
+                );
+            }
+        }
+        let mut empty = Samples::default();
+        empty.merge(&Samples::default());
+        assert_eq!(empty.summary(), None, "nothing merged into nothing");
     }
 
     #[test]

@@ -282,6 +282,7 @@ impl Builder {
         let h = &self.header;
         let c = h.counters.unwrap_or_default();
         let slo = self.slo.finish(&self.diagnoses);
+        let stats = self.stats.finish();
         let (requests, spilled) = match self.requests {
             RequestSink::Keep(v) => (v, None),
             RequestSink::Spill(s, _) => (Vec::new(), s),
@@ -305,23 +306,10 @@ impl Builder {
             },
             unparsed_ios: self.last.unparsed_ios,
             protocols: self.pipeline.protocols(h.tls_untied),
-            overall: self.stats.overall.finish(),
-            routes: self
-                .stats
-                .routes
-                .iter()
-                .map(|(k, b)| (k.clone(), b.finish()))
-                .collect(),
-            processes: self
-                .stats
-                .processes
-                .iter()
-                .map(|(k, b)| (k.clone(), b.finish()))
-                .collect(),
-            windows: self
-                .stats
-                .windows()
-                .into_iter()
+            overall: stats.overall,
+            routes: stats.routes,
+            processes: stats.processes,
+            windows: (stats.windows.into_iter())
                 .map(|(start_ns, stats)| Window { start_ns, stats })
                 .collect(),
             gpu: self.gpu.summary(),
