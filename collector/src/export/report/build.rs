@@ -367,13 +367,20 @@ impl Spill {
             text.extend_from_slice(b",\n");
         }
         self.count += 1;
-        // JSON strings hold no raw newline: each line is a line of the document.
-        for (i, line) in json.split(|&b| b == b'\n').enumerate() {
-            if i > 0 {
-                text.push(b'\n');
+        // JSON strings hold no raw newline: each line is a line of the document. A
+        // summary is one line: found so by `contains` (a memchr), not by a split's
+        // closure called on each byte.
+        if json.contains(&b'\n') {
+            for (i, line) in json.split(|&b| b == b'\n').enumerate() {
+                if i > 0 {
+                    text.push(b'\n');
+                }
+                text.extend_from_slice(b"    ");
+                text.extend_from_slice(line);
             }
+        } else {
             text.extend_from_slice(b"    ");
-            text.extend_from_slice(line);
+            text.extend_from_slice(json);
         }
         if let Err(e) = file.write_all(&text) {
             self.error.get_or_insert(e);
