@@ -150,7 +150,12 @@ mod tests {
             let v: Vec<u64> = (0..len)
                 .map(|_| {
                     state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    (state >> 40) % 50_000 + if state % 17 == 0 { 7_000_000 } else { 0 }
+                    (state >> 40) % 50_000
+                        + if state.is_multiple_of(17) {
+                            7_000_000
+                        } else {
+                            0
+                        }
                 })
                 .collect();
             let (got, want) = (brief(&v).expect("samples"), summarize(&v).expect("samples"));
