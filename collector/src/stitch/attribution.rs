@@ -6,13 +6,14 @@
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 
 use serde::Serialize;
 
 use super::{PointKind, Request};
 use crate::gpu::{GpuStep, StepKind};
+use crate::ingest::fast_hash::{FastMap, FastSet};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuShare {
@@ -74,7 +75,7 @@ fn window(r: &Request) -> Option<Window<'_>> {
 fn reclassify(
     windows: &[Option<Window<'_>>],
     ended_in: &[Option<usize>],
-    by_pid: &HashMap<u32, Vec<usize>>,
+    by_pid: &FastMap<u32, Vec<usize>>,
     steps: &mut [GpuStep],
 ) {
     let mut changes = Vec::new();
@@ -125,17 +126,17 @@ fn gcd(a: u64, b: u64) -> u64 {
 /// whether its copies count every scheduled request.
 #[derive(Default)]
 struct Habits {
-    row: HashMap<u32, u64>,
-    chunking: HashSet<u32>,
+    row: FastMap<u32, u64>,
+    chunking: FastSet<u32>,
     /// Engines whose copies count every scheduled request: some step copied more rows
     /// than it sampled tokens (its decodes and the prompts whose prefill ended in it);
     /// engines that copy just the sampled tokens (vLLM V0) say nothing about prompts in
     /// prefill.
-    counted: HashSet<u32>,
+    counted: FastSet<u32>,
 }
 
 impl Habits {
-    fn learn(steps: &[GpuStep], decoders: &[u64], ending: &HashMap<usize, Vec<usize>>) -> Habits {
+    fn learn(steps: &[GpuStep], decoders: &[u64], ending: &FastMap<usize, Vec<usize>>) -> Habits {
         let mut h = Habits::default();
         for s in steps {
             let r = h.row.entry(s.pid).or_default();
@@ -172,7 +173,7 @@ fn decoders_per_step(
     steps: &[GpuStep],
 ) -> Vec<u64> {
     let n = steps.len();
-    let mut decoding: HashMap<u32, Vec<i64>> = HashMap::new();
+    let mut decoding: FastMap<u32, Vec<i64>> = FastMap::default();
     for (i, w) in windows.iter().enumerate() {
         let (Some(w), Some(e)) = (w, ended_in[i]) else {
             continue;
@@ -183,7 +184,7 @@ fn decoders_per_step(
             d[l + 1] -= 1;
         }
     }
-    let mut level: HashMap<u32, i64> = HashMap::new();
+    let mut level: FastMap<u32, i64> = FastMap::default();
     steps
         .iter()
         .enumerate()
@@ -222,7 +223,7 @@ fn prefill_starts(
     // The requests whose prefill ended in each step, and per engine the requests yet to
     // start in the order their prefills end (first come, first served: arrivals
     // microseconds apart may reach the scheduler in either order).
-    let mut ending: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut ending: FastMap<usize, Vec<usize>> = FastMap::default();
     let mut in_order: Vec<(usize, u64, usize)> = Vec::new();
     for (i, w) in windows.iter().enumerate() {
         let (Some(w), Some(e)) = (w, ended_in[i]) else {
@@ -232,7 +233,7 @@ fn prefill_starts(
         in_order.push((e, w.arrived, i));
     }
     in_order.sort_unstable();
-    let mut queues: HashMap<u32, VecDeque<usize>> = HashMap::new();
+    let mut queues: FastMap<u32, VecDeque<usize>> = FastMap::default();
     for (_, _, i) in in_order {
         let pid = windows[i].as_ref().map_or(0, |w| w.pid);
         queues.entry(pid).or_default().push_back(i);
@@ -240,7 +241,7 @@ fn prefill_starts(
     let decoders = decoders_per_step(windows, ended_in, last_in, steps);
     let habits = Habits::learn(steps, &decoders, &ending);
     // Per engine, the steps in which the prompts in prefill end.
-    let mut active: HashMap<u32, BinaryHeap<Reverse<usize>>> = HashMap::new();
+    let mut active: FastMap<u32, BinaryHeap<Reverse<usize>>> = FastMap::default();
     for (k, s) in steps.iter().enumerate() {
         let active = active.entry(s.pid).or_default();
         while active.peek().is_some_and(|Reverse(e)| *e < k) {
@@ -316,7 +317,7 @@ pub fn shares(requests: &[&Request], steps: &mut [GpuStep]) -> Vec<Option<GpuSha
         return vec![None; requests.len()];
     }
     let windows: Vec<Option<Window>> = requests.iter().map(|r| window(r)).collect();
-    let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut by_pid: FastMap<u32, Vec<usize>> = FastMap::default();
     for (k, s) in steps.iter().enumerate() {
         by_pid.entry(s.pid).or_default().push(k);
     }
@@ -343,7 +344,7 @@ pub fn shares(requests: &[&Request], steps: &mut [GpuStep]) -> Vec<Option<GpuSha
     let ids: Vec<usize> = requests.iter().map(|r| r.id).collect();
     // Each engine's steps, listed once (not once per request: 1.7 M pointers for the
     // 1,280 requests and 1,304 steps of a 20 s bench, far more over top's window).
-    let engine_steps: HashMap<u32, Vec<&GpuStep>> = by_pid
+    let engine_steps: FastMap<u32, Vec<&GpuStep>> = by_pid
         .iter()
         .map(|(&pid, ks)| (pid, ks.iter().map(|&k| &steps[k]).collect()))
         .collect();
@@ -367,13 +368,13 @@ pub fn shares(requests: &[&Request], steps: &mut [GpuStep]) -> Vec<Option<GpuSha
 struct Joined<'a> {
     windows: &'a [Option<Window<'a>>],
     /// Each engine's steps in start order.
-    engine_steps: &'a HashMap<u32, Vec<&'a GpuStep>>,
+    engine_steps: &'a FastMap<u32, Vec<&'a GpuStep>>,
     steps: &'a [GpuStep],
     started: &'a [Option<usize>],
     ended_in: &'a [Option<usize>],
     /// `waiting` per (engine, step start, step end), what it depends on: a prefill step
     /// falls in the gaps of every request decoding beside it, each of which asked.
-    waiting: RefCell<HashMap<StepKey, Rc<[usize]>>>,
+    waiting: RefCell<FastMap<StepKey, Rc<[usize]>>>,
 }
 
 /// A step as `Joined::waiting` sees it: engine pid, start, end.

@@ -3,10 +3,8 @@
 //! request body print and time), then one chain per request from the client
 //! (or the first traced hop) to the engine.
 
-use std::collections::HashMap;
-
 use super::conn::{Conns, Exchange, Role};
-use crate::ingest::fast_hash::FastMap;
+use crate::ingest::fast_hash::{FastMap, FastSet};
 
 /// An exchange at one connection end: (connection id, exchange index).
 pub type End = (usize, usize);
@@ -17,21 +15,21 @@ pub struct Links {
     /// their client ends are proxy reads, not client reads.
     pub proxies: std::collections::BTreeSet<u32>,
     /// Connection id -> its peer's id (the other end of a loopback connection).
-    pub peer: HashMap<usize, usize>,
+    pub peer: FastMap<usize, usize>,
     /// A proxy's accepted exchange -> the upstream exchange it opened for it.
-    pub upstream: HashMap<End, End>,
+    pub upstream: FastMap<End, End>,
     /// Upstream exchanges a proxy made on its own account while holding a
     /// request (e.g. auth_request): accepted exchange -> those sub-requests.
-    pub subrequests: HashMap<End, Vec<End>>,
+    pub subrequests: FastMap<End, Vec<End>>,
     /// Upstream exchanges whose hop is not decided yet (`link_ready`), and the
     /// accepted exchanges they may join: their chains are not final.
-    pub undecided: std::collections::HashSet<End>,
+    pub undecided: FastSet<End>,
     /// Accepted exchanges joined to their upstream one by the response alone (the
     /// proxy rewrote a body-less request's path): weaker evidence, said so.
-    pub by_response: std::collections::HashSet<End>,
+    pub by_response: FastSet<End>,
     /// Accepted exchanges joined to their upstream one by the text of the tokens
     /// forwarded (a gateway that rewrote the request and re-serialised every event).
-    pub by_tokens: std::collections::HashSet<End>,
+    pub by_tokens: FastSet<End>,
 }
 
 pub fn link(conns: &Conns) -> Links {
@@ -52,13 +50,13 @@ pub fn link_ready(conns: &Conns, ready: &dyn Fn(End) -> bool) -> Links {
     links
 }
 
-fn peers(conns: &Conns) -> HashMap<usize, usize> {
+fn peers(conns: &Conns) -> FastMap<usize, usize> {
     let mut by_tuple: FastMap<(std::net::SocketAddr, std::net::SocketAddr), Vec<usize>> =
         FastMap::default();
     for c in conns.values() {
         by_tuple.entry((c.local, c.remote)).or_default().push(c.id);
     }
-    let mut peer = HashMap::new();
+    let mut peer = FastMap::default();
     for c in conns.values() {
         let Some(candidates) = by_tuple.get(&(c.remote, c.local)) else {
             continue;
@@ -457,12 +455,11 @@ fn opaque_client(conns: &Conns, links: &Links, id: usize) -> bool {
 
 /// One chain per request, ordered from the client end to the engine end.
 pub fn chains(conns: &Conns, links: &Links) -> Vec<Vec<End>> {
-    let mut downstream_of: HashMap<End, End> = HashMap::new(); // upstream end -> accepted end
+    let mut downstream_of: FastMap<End, End> = FastMap::default(); // upstream end -> accepted end
     for (&i, &o) in &links.upstream {
         downstream_of.insert(o, i);
     }
-    let sub: std::collections::HashSet<End> =
-        links.subrequests.values().flatten().copied().collect();
+    let sub: FastSet<End> = links.subrequests.values().flatten().copied().collect();
     let mut chains = Vec::new();
     for c in conns.values() {
         for i in c.live_exchange_ids() {
