@@ -58,12 +58,12 @@ fn sum_up(r: &mut Request) -> Sums {
     let points = r
         .points
         .iter()
-        .map(|p| (p.token_ns.len(), p.record_ns.len(), brief(&p.itl_ns())))
+        .map(|p| (p.token_ns.len(), p.record_ns.len(), brief(p.itl_ns())))
         .collect();
     let delays = r
         .forward
         .iter()
-        .map(|hop| brief(&hop.delay_ns(&r.points)))
+        .map(|hop| brief(hop.delay_ns(&r.points)))
         .collect();
     let stalls = r
         .gpu
@@ -87,9 +87,8 @@ struct Brief {
 
 /// By selection, not a sort (seven series a request: their sorts were 2% of a
 /// report's instructions); the figures `summarize` gives.
-fn brief(v: &[u64]) -> Option<Brief> {
+fn brief(mut v: Vec<u64>) -> Option<Brief> {
     let max_ns = *v.iter().max()?;
-    let mut v = v.to_vec();
     let p99_ns = percentile_in_place(&mut v, 990);
     let p50_ns = percentile_in_place(&mut v, 500);
     Some(Brief {
@@ -158,13 +157,16 @@ mod tests {
                         }
                 })
                 .collect();
-            let (got, want) = (brief(&v).expect("samples"), summarize(&v).expect("samples"));
+            let (got, want) = (
+                brief(v.clone()).expect("samples"),
+                summarize(&v).expect("samples"),
+            );
             assert_eq!(
                 (got.p50_ns, got.p99_ns, got.max_ns),
                 (want.p50_ns, want.p99_ns, want.max_ns),
                 "{len} samples"
             );
         }
-        assert!(brief(&[]).is_none(), "no samples: null");
+        assert!(brief(Vec::new()).is_none(), "no samples: null");
     }
 }
