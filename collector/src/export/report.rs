@@ -14,7 +14,7 @@ use crate::ingest::Event;
 use crate::stitch::Request;
 
 mod build;
-mod sorted;
+
 pub mod summary;
 
 pub use build::{Builder, Requests, Spill, DIAGNOSIS_WINDOW_NS};
