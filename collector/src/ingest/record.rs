@@ -31,12 +31,14 @@ pub use ahead::ReadAhead;
 pub const MAGIC: &[u8; 8] = b"TKSCOPE\x01";
 /// What `protocol::print` is, as recordings name it (`FileHeader::prints`).
 pub const PRINTS: &str = "xxh3-64";
-/// 5: format 4, and the socket I/Os and libcuda calls that fit them as columns
+/// 6: format 5, and a sniff's own fingerprint (0 from every recorder since be611d6)
+/// kept in its event, not in the prints column (a third of that column was zeros). 5:
+/// format 4, and the socket I/Os and libcuda calls that fit them as columns
 /// (`columns`). 4: format 3, and sockets seen before left out or referred to in a
 /// per-file table (the recorder's SSE prints became XXH3-64 with it:
 /// `FileHeader::prints`). 3: delta timestamps, elided comms, one zstd stream across
-/// frames. 2: each frame zstd on its own. 1: plain. All five are read.
-pub const FORMAT_VERSION: u32 = 5;
+/// frames. 2: each frame zstd on its own. 1: plain. All six are read.
+pub const FORMAT_VERSION: u32 = 6;
 /// Magic + header region; frames start here.
 pub const HEADER_REGION: u64 = 4096;
 const MAX_FRAME: u64 = 64 << 20;

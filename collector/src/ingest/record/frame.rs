@@ -1,5 +1,9 @@
 //! How a frame's events become bytes, per format.
 //!
+//! Format 6: format 5, and the sniffs' own fingerprints left in their events (written
+//! there when not 0; none is since be611d6), not in the prints column: that column is
+//! then only the SSE, body and prefix prints (`each_print`).
+//!
 //! Format 5: format 4, and the events that fit them as columns (`columns`).
 //!
 //! Format 4: format 3, and an event's socket seen before in the file left out or
@@ -152,6 +156,8 @@ struct Packer {
     elide: Vec<bool>,
     /// Format 4's table (None: format 3).
     socks: Option<SockTable>,
+    /// The sniffs' own fingerprints go to the prints column (formats 3 to 5).
+    fingerprints: Fingerprints,
 }
 
 impl Packer {
@@ -160,6 +166,7 @@ impl Packer {
             last_of_tid: FastMap::default(),
             elide: Vec::new(),
             socks: (version >= 4).then(SockTable::default),
+            fingerprints: Fingerprints::of_format(version),
         }
     }
 
@@ -182,7 +189,9 @@ impl Packer {
                 .ts_deltas
                 .push(zigzag(ts.wrapping_sub(prev_ts) as i64));
             prev_ts = ts;
-            each_print(e, &mut |p| batch.prints.push(std::mem::take(p)));
+            each_print(e, self.fingerprints, &mut |p| {
+                batch.prints.push(std::mem::take(p))
+            });
             if elide {
                 e.comm.clear();
             } else if e.comm.is_empty() || e.comm.starts_with(COMM_ESCAPE) {
@@ -215,7 +224,12 @@ pub(super) fn repack(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String>
             plain.clear();
             columns.encode(&batch, &mut plain);
             let mut batch = super::batch::decode(&plain).map_err(|e| e.to_string())?;
-            unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks))?;
+            unpack_events(
+                &mut batch,
+                &mut last_of_tid,
+                Some(&mut socks),
+                packer.fingerprints,
+            )?;
             Ok(batch.events)
         })
         .collect()
@@ -227,8 +241,8 @@ pub(super) fn pack_for_tests(batch: &mut EventBatch) {
     Packer::for_format(super::FORMAT_VERSION).pack(batch);
 }
 
-/// Batches as a format 4 frame holds them once out of zstd, unpacked in turn: for the
-/// fuzz target `record_batch` (what a crafted frame that passes its CRC gives the
+/// Batches as a frame of the current format holds them once out of zstd, unpacked in
+/// turn: for the fuzz target `record_batch` (what a crafted frame that passes its CRC gives the
 /// reader; an error, never a panic).
 pub(super) fn unpack_plain(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> {
     let mut last_of_tid = FastMap::default();
@@ -237,7 +251,8 @@ pub(super) fn unpack_plain(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> 
         .iter()
         .map(|plain| {
             let mut batch = super::batch::decode(plain).map_err(|e| e.to_string())?;
-            unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks))?;
+            let fingerprints = Fingerprints::of_format(super::FORMAT_VERSION);
+            unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks), fingerprints)?;
             Ok(batch.events)
         })
         .collect()
@@ -432,6 +447,7 @@ pub(super) enum Decoding {
         plain: Vec<u8>,
         /// Format 4's table (None: format 3).
         socks: Option<Box<SockTable>>,
+        fingerprints: Fingerprints,
     },
 }
 
@@ -448,6 +464,7 @@ impl Decoding {
                     last_of_tid: FastMap::default(),
                     plain: Vec::new(),
                     socks: (version >= 4).then(Box::default),
+                    fingerprints: Fingerprints::of_format(version),
                 }
             }
         })
@@ -471,10 +488,13 @@ impl Decoding {
         };
         let mut batch = decoded.map_err(|e| e.to_string())?;
         if let Decoding::Stream {
-            last_of_tid, socks, ..
+            last_of_tid,
+            socks,
+            fingerprints,
+            ..
         } = self
         {
-            unpack_events(&mut batch, last_of_tid, socks.as_deref_mut())?;
+            unpack_events(&mut batch, last_of_tid, socks.as_deref_mut(), *fingerprints)?;
         }
         Ok(batch.events)
     }
@@ -485,6 +505,7 @@ fn unpack_events(
     batch: &mut EventBatch,
     last_of_tid: &mut FastMap<u32, usize>,
     mut socks: Option<&mut SockTable>,
+    fingerprints: Fingerprints,
 ) -> Result<(), String> {
     super::columns::expand(batch)?;
     let events = &mut batch.events;
@@ -500,7 +521,7 @@ fn unpack_events(
     let mut short = false;
     let mut prev_ts = 0u64;
     for i in 0..events.len() {
-        each_print(&mut events[i], &mut |p| match prints.next() {
+        each_print(&mut events[i], fingerprints, &mut |p| match prints.next() {
             Some(v) => *p = *v,
             None => short = true,
         });
@@ -528,18 +549,39 @@ fn unpack_events(
     Ok(())
 }
 
-/// Every sniff hash of an event, in a fixed order (the `prints` column's).
-fn each_print(e: &mut Event, f: &mut impl FnMut(&mut u64)) {
+/// Whether the sniffs' own fingerprints are in the prints column (formats 3 to 5) or
+/// left in their events (format 6 on).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fingerprints {
+    InPrints,
+    InEvents,
+}
+
+impl Fingerprints {
+    fn of_format(version: u32) -> Fingerprints {
+        if version >= 6 {
+            Fingerprints::InEvents
+        } else {
+            Fingerprints::InPrints
+        }
+    }
+}
+
+/// Every hash of an event that goes to the prints column, in a fixed order (the
+/// column's).
+fn each_print(e: &mut Event, fingerprints: Fingerprints, f: &mut impl FnMut(&mut u64)) {
     if let Some(Body::Io(SockIo {
         sniff: Some(sniff), ..
     })) = &mut e.body
     {
-        sniff_prints(sniff, f);
+        sniff_prints(sniff, fingerprints, f);
     }
 }
 
-fn sniff_prints<F: FnMut(&mut u64)>(s: &mut Sniff, f: &mut F) {
-    f(&mut s.fingerprint);
+fn sniff_prints<F: FnMut(&mut u64)>(s: &mut Sniff, fingerprints: Fingerprints, f: &mut F) {
+    if fingerprints == Fingerprints::InPrints {
+        f(&mut s.fingerprint);
+    }
     for x in &mut s.sse {
         f(&mut x.fingerprint);
         f(&mut x.text_print);
@@ -550,7 +592,7 @@ fn sniff_prints<F: FnMut(&mut u64)>(s: &mut Sniff, f: &mut F) {
     s.prefix_prints.iter_mut().for_each(&mut *f);
     for h in &mut s.h2_streams {
         if let Some(inner) = &mut h.sniff {
-            sniff_prints(inner, f);
+            sniff_prints(inner, fingerprints, f);
         }
     }
 }

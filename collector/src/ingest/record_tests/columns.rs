@@ -149,6 +149,62 @@ fn every_columnar_shape_reads_back_exactly() {
     assert!(back == Ok(vec![events.clone(), events]), "repacked");
 }
 
+/// Sniffs whose own fingerprints are not 0 (recordings before be611d6, or a file
+/// written by hand), on their own and inside an HTTP/2 stream: format 6 keeps them in
+/// their events, whole; format 5 in the prints column. Both read every one back.
+#[test]
+fn sniff_fingerprints_read_back_in_formats_5_and_6() {
+    use crate::ingest::model::H2StreamSniff;
+    let mut events = columnar_events();
+    let sock = events[0].sock().cloned();
+    for (i, fingerprint) in [(50, 7), (51, u64::MAX), (52, 0)] {
+        events.push(io(
+            i,
+            sock.clone(),
+            Some(Sniff {
+                fingerprint,
+                sse: vec![sse(2, 2, 0, 1)].into(),
+                h2_streams: vec![H2StreamSniff {
+                    stream_id: 1,
+                    sniff: Some(Sniff {
+                        fingerprint: fingerprint ^ 1,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        ));
+        events.push(io(
+            i + 10,
+            sock.clone(),
+            Some(Sniff {
+                fingerprint,
+                message_end: true,
+                ..Default::default()
+            }),
+        ));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    for version in [5, FORMAT_VERSION] {
+        let path = dir.path().join(format!("v{version}.tsrec"));
+        write_format_frames(&path, &[&events[..20], &events[20..]], version);
+        let mut r = RecordReader::open(&path).expect("open");
+        assert_eq!(r.header.format_version, version);
+        assert!(
+            r.read_all().expect("read") == events,
+            "format {version}: every fingerprint back"
+        );
+    }
+    let (_, columnar) = columnar_batch(&events);
+    let (_, zeroed) = columnar_batch(&events[..events.len() - 6]);
+    assert_eq!(
+        columnar,
+        zeroed + 1,
+        "of the six, only the one without fingerprint or HTTP/2 fits the columns"
+    );
+}
+
 /// The packed batch of `events` (one frame of a new file) through the columns, and
 /// how many of its events went to the columns.
 fn columnar_batch(events: &[Event]) -> (Vec<u8>, usize) {

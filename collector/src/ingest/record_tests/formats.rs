@@ -1,4 +1,4 @@
-//! Files as older tokenscopes wrote them (formats 1 to 4) still read; a newer format is
+//! Files as older tokenscopes wrote them (formats 1 to 5) still read; a newer format is
 //! refused naming its version.
 
 use super::*;
@@ -92,11 +92,11 @@ pub(super) fn write_format_frames(path: &Path, frames: &[&[Event]], version: u32
 }
 
 #[test]
-fn formats_3_and_4_files_still_read() {
+fn formats_3_to_5_files_still_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     let events = awkward_socket_events();
     let frames: Vec<&[Event]> = events.chunks(100).collect();
-    for version in [3, 4] {
+    for version in [3, 4, 5] {
         let path = dir.path().join(format!("v{version}.tsrec"));
         write_format_frames(&path, &frames, version);
         let mut r = RecordReader::open(&path).expect("open");
@@ -106,6 +106,52 @@ fn formats_3_and_4_files_still_read() {
             "format {version}: every event back"
         );
     }
+}
+
+/// A format 5 file as the format 5 writer wrote it (committed: the layout, not today's
+/// writer asked for version 5): the committed lab recording `tuned-plain` (format 2,
+/// from before be611d6, so its sniffs' fingerprints are not 0 and went to the prints
+/// column), rewritten by `tokenscope-lab replicate --times 1` at b5f134a. Every event
+/// reads back as the original's.
+#[test]
+fn a_committed_format_5_file_reads_as_its_original() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = |name: &str| {
+        let gz = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(format!("{name}.tsrec.gz"));
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).expect("fixture")),
+            &mut bytes,
+        )
+        .expect("gunzip");
+        let path = dir.path().join(format!("{}.tsrec", name.replace('/', "-")));
+        std::fs::write(&path, bytes).expect("write");
+        let mut r = RecordReader::open(&path).expect("open");
+        let events = r.read_all().expect("read");
+        (r.header.format_version, events)
+    };
+    let (version, v5) = fixture("formats/tuned-plain-v5");
+    assert_eq!(version, 5);
+    let (_, events) = fixture("diagnose/tuned-plain");
+    let fingerprinted = events
+        .iter()
+        .filter(|e| {
+            e.io()
+                .and_then(|io| io.sniff.as_ref())
+                .is_some_and(|s| s.fingerprint != 0)
+        })
+        .count();
+    assert!(
+        fingerprinted > 1000,
+        "{fingerprinted} sniffs with fingerprints"
+    );
+    assert_eq!(v5.len(), events.len());
+    assert!(
+        v5 == events,
+        "every event of the format 5 file as the original's"
+    );
 }
 
 #[test]
