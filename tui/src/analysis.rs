@@ -149,6 +149,17 @@ impl Analysis {
         self.collect();
     }
 
+    /// Batches done with are kept, emptied, for `take_spare` (a live source refills
+    /// them; see `Pipeline::keep_spare_batches`).
+    pub fn keep_spare_batches(&mut self) {
+        self.pipeline.keep_spare_batches();
+    }
+
+    /// An emptied batch to hand back to the source, once asked for.
+    pub fn take_spare(&mut self) -> Option<Vec<Event>> {
+        self.pipeline.take_spare()
+    }
+
     /// The least time between two makings of the findings (default a second).
     pub fn findings_every(&mut self, ns: u64) {
         self.findings.every_ns = ns;

@@ -144,6 +144,9 @@ impl Feeder<'_> {
         for batch in live.take_batches() {
             self.analysis.push(batch);
         }
+        while let Some(spare) = self.analysis.take_spare() {
+            live.give_back(spare);
+        }
         if let Some(d) = live.dropped().filter(|&d| self.dropped != Some(d)) {
             self.dropped = Some(d);
             self.analysis.set_dropped(d > 0);
@@ -186,6 +189,10 @@ fn run(
         dropped: None,
         replay_clock,
     };
+    if matches!(source, Source::Live(_)) {
+        // Its batches go back to the recorder to be refilled.
+        feeder.analysis.keep_spare_batches();
+    }
     let wall_start = Instant::now();
     let mut last = Instant::now();
     while !stop.load(Ordering::Relaxed) {

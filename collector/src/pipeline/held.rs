@@ -18,7 +18,15 @@ pub(super) struct Held {
     free: Vec<u32>,
     /// The batch single events go to.
     open: Option<u32>,
+    /// Batches let go, emptied with their room kept, for a source to fill again
+    /// (`Pipeline::take_spare`); at most `SPARES`, and only once asked for.
+    spares: Vec<Vec<Event>>,
+    keep_spares: bool,
 }
+
+/// Emptied batches kept for reuse: a live source hands over a batch per drain, so a
+/// few cover the ones in flight.
+const SPARES: usize = 4;
 
 #[derive(Default)]
 struct Batch {
@@ -115,8 +123,20 @@ impl Held {
     }
 
     fn let_go(&mut self, slot: u32) {
-        self.batches[slot as usize].events = Vec::new();
+        let mut events = std::mem::take(&mut self.batches[slot as usize].events);
+        if self.keep_spares && self.spares.len() < SPARES && events.capacity() > 0 {
+            events.clear();
+            self.spares.push(events);
+        }
         self.free.push(slot);
+    }
+
+    pub(super) fn keep_spares(&mut self) {
+        self.keep_spares = true;
+    }
+
+    pub(super) fn take_spare(&mut self) -> Option<Vec<Event>> {
+        self.spares.pop()
     }
 
     fn slot(&mut self) -> u32 {

@@ -52,7 +52,13 @@ struct Shared {
     lines: Mutex<Vec<String>>,
     /// Ring-buffer drops so far, as the recorder last read them.
     dropped: Mutex<Option<u64>>,
+    /// Emptied batches handed back by the watcher (`Live::give_back`), refilled at the
+    /// next drains instead of new ones.
+    spares: Mutex<Vec<Vec<Event>>>,
 }
+
+/// Batches handed back and kept for reuse, at most.
+const SPARES: usize = 4;
 
 struct Observer {
     shared: Arc<Shared>,
@@ -92,7 +98,11 @@ impl RecordObserver for Observer {
             return;
         }
         let room = self.batch.len();
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(room));
+        let next = lock(&self.shared.spares)
+            .pop()
+            .filter(|b| b.capacity() >= room)
+            .unwrap_or_else(|| Vec::with_capacity(room));
+        let batch = std::mem::replace(&mut self.batch, next);
         lock(&self.shared.events).push(batch);
     }
 
@@ -167,6 +177,17 @@ impl Live {
     /// (in order: one after the other they are the recording's order).
     pub fn take_batches(&self) -> Vec<Vec<Event>> {
         std::mem::take(&mut *lock(&self.shared.events))
+    }
+
+    /// A batch taken and done with, emptied, for the recorder to fill again (a batch
+    /// per drain otherwise: fresh pages every 50 ms, each a fault). Kept only while
+    /// fewer than a few wait.
+    pub fn give_back(&self, mut batch: Vec<Event>) {
+        let mut spares = lock(&self.shared.spares);
+        if spares.len() < SPARES && batch.capacity() > 0 {
+            batch.clear();
+            spares.push(batch);
+        }
     }
 
     /// Ring-buffer drops so far (None until the recorder has read its counters).
