@@ -6,6 +6,7 @@ pub mod hosts;
 pub mod io_source;
 pub mod model;
 pub mod record;
+pub mod spares;
 
 pub use decode::{decode_record, DecodeError};
 pub use model::Event;

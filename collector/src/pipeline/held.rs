@@ -6,6 +6,7 @@
 //! event, ~15% of an export's main thread in cycles. A batch is let go once its last
 //! event went through (and nothing is being added to it).
 
+use crate::ingest::spares::SpareBatches;
 use crate::ingest::Event;
 
 /// Single events gathered per open batch.
@@ -18,15 +19,10 @@ pub(super) struct Held {
     free: Vec<u32>,
     /// The batch single events go to.
     open: Option<u32>,
-    /// Batches let go, emptied with their room kept, for a source to fill again
-    /// (`Pipeline::take_spare`); at most `SPARES`, and only once asked for.
-    spares: Vec<Vec<Event>>,
-    keep_spares: bool,
+    /// Batches let go, for a source to fill again (`Pipeline::take_spare`): only once
+    /// asked for.
+    spares: Option<SpareBatches>,
 }
-
-/// Emptied batches kept for reuse: a live source hands over a batch per drain, so a
-/// few cover the ones in flight.
-const SPARES: usize = 4;
 
 #[derive(Default)]
 struct Batch {
@@ -123,20 +119,19 @@ impl Held {
     }
 
     fn let_go(&mut self, slot: u32) {
-        let mut events = std::mem::take(&mut self.batches[slot as usize].events);
-        if self.keep_spares && self.spares.len() < SPARES && events.capacity() > 0 {
-            events.clear();
-            self.spares.push(events);
+        let events = std::mem::take(&mut self.batches[slot as usize].events);
+        if let Some(spares) = &mut self.spares {
+            spares.keep(events);
         }
         self.free.push(slot);
     }
 
     pub(super) fn keep_spares(&mut self) {
-        self.keep_spares = true;
+        self.spares.get_or_insert_with(SpareBatches::default);
     }
 
     pub(super) fn take_spare(&mut self) -> Option<Vec<Event>> {
-        self.spares.pop()
+        self.spares.as_mut()?.take(0)
     }
 
     fn slot(&mut self) -> u32 {
@@ -147,5 +142,34 @@ impl Held {
                 u32::try_from(self.batches.len() - 1).expect("fewer than 2^32 batches waiting")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch goes to the spares once its last event went through and it is sealed,
+    /// and only once they are asked for.
+    #[test]
+    fn batches_let_go_are_spares_only_when_asked() {
+        let batch = || {
+            let mut b = Vec::with_capacity(8);
+            b.resize_with(2, Event::default);
+            b
+        };
+        let mut held = Held::default();
+        let slot = held.batch(batch());
+        held.seal(slot);
+        assert!(held.take_spare().is_none(), "not asked: dropped");
+        held.keep_spares();
+        let slot = held.batch(batch());
+        held.wait(slot);
+        held.seal(slot);
+        assert!(held.take_spare().is_none(), "an event still waits");
+        let events = held.take(slot);
+        held.put_back(slot, events, true);
+        let spare = held.take_spare().expect("let go, kept");
+        assert!(spare.is_empty() && spare.capacity() >= 8);
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{RecordObserver, RecordOptions, RecordSessionError};
 use crate::ingest::record::FileHeader;
+use crate::ingest::spares::SpareBatches;
 use crate::ingest::Event;
 use crate::probes::Probes;
 
@@ -52,13 +53,10 @@ struct Shared {
     lines: Mutex<Vec<String>>,
     /// Ring-buffer drops so far, as the recorder last read them.
     dropped: Mutex<Option<u64>>,
-    /// Emptied batches handed back by the watcher (`Live::give_back`), refilled at the
-    /// next drains instead of new ones.
-    spares: Mutex<Vec<Vec<Event>>>,
+    /// Batches handed back by the watcher (`Live::give_back`), refilled at the next
+    /// drains instead of new ones.
+    spares: Mutex<SpareBatches>,
 }
-
-/// Batches handed back and kept for reuse, at most.
-const SPARES: usize = 4;
 
 struct Observer {
     shared: Arc<Shared>,
@@ -99,8 +97,7 @@ impl RecordObserver for Observer {
         }
         let room = self.batch.len();
         let next = lock(&self.shared.spares)
-            .pop()
-            .filter(|b| b.capacity() >= room)
+            .take(room)
             .unwrap_or_else(|| Vec::with_capacity(room));
         let batch = std::mem::replace(&mut self.batch, next);
         lock(&self.shared.events).push(batch);
@@ -182,12 +179,8 @@ impl Live {
     /// A batch taken and done with, emptied, for the recorder to fill again (a batch
     /// per drain otherwise: fresh pages every 50 ms, each a fault). Kept only while
     /// fewer than a few wait.
-    pub fn give_back(&self, mut batch: Vec<Event>) {
-        let mut spares = lock(&self.shared.spares);
-        if spares.len() < SPARES && batch.capacity() > 0 {
-            batch.clear();
-            spares.push(batch);
-        }
+    pub fn give_back(&self, batch: Vec<Event>) {
+        lock(&self.shared.spares).keep(batch);
     }
 
     /// Ring-buffer drops so far (None until the recorder has read its counters).

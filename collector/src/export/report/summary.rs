@@ -167,7 +167,7 @@ struct PointView<'a> {
     kind: PointKind,
     max_tokens_per_io: u32,
     pid: u32,
-    #[serde(skip_serializing_if = "is_zero_usize")]
+    #[serde(skip_serializing_if = "is_zero")]
     records: usize,
     tokens: usize,
     ttft_ns: Option<u64>,
@@ -317,12 +317,8 @@ impl GpuView {
     }
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-fn is_zero_usize(n: &usize) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// p50, p99 and max of a series (null when empty; its count is the point's tokens).

@@ -242,16 +242,16 @@ pub(super) fn pack_for_tests(batch: &mut EventBatch) {
 }
 
 /// Batches as a frame of the current format holds them once out of zstd, unpacked in
-/// turn: for the fuzz target `record_batch` (what a crafted frame that passes its CRC gives the
-/// reader; an error, never a panic).
+/// turn: for the fuzz target `record_batch` (what a crafted frame that passes its CRC
+/// gives the reader; an error, never a panic).
 pub(super) fn unpack_plain(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> {
     let mut last_of_tid = FastMap::default();
     let mut socks = SockTable::default();
+    let fingerprints = Fingerprints::of_format(super::FORMAT_VERSION);
     plains
         .iter()
         .map(|plain| {
             let mut batch = super::batch::decode(plain).map_err(|e| e.to_string())?;
-            let fingerprints = Fingerprints::of_format(super::FORMAT_VERSION);
             unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks), fingerprints)?;
             Ok(batch.events)
         })
