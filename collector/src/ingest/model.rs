@@ -8,7 +8,10 @@
 //! headers, SSE events and hashes of bodies), so request bodies, completions, Authorization
 //! and Cookie values never leave the process.
 
+mod addr;
 mod messages;
+
+pub use addr::Addr;
 
 /// One kernel event, decoded and redacted. Its protobuf encoding is written by hand
 /// (`messages`), as prost would (tags 1-5, then the body's oneof tags 10-17), so that
@@ -75,7 +78,7 @@ pub struct RingCounters {
 /// A TCP socket: kernel address (its identity for its lifetime) and 4-tuple. Its
 /// protobuf encoding is written by hand (`messages`), as prost would, so that the
 /// addresses are kept inline rather than in two heap vectors per event.
-#[derive(PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Sock {
     /// Tag 1.
     pub skaddr: u64,
@@ -88,10 +91,6 @@ pub struct Sock {
     /// Tag 5.
     pub dport: u32,
 }
-
-/// A socket address's bytes: inline up to 24 (IPv6 and a record file's marker byte),
-/// on the heap beyond (only files written by hand or damaged hold longer ones).
-pub type Addr = smallvec::SmallVec<[u8; 24]>;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct StateChange {
@@ -614,20 +613,6 @@ impl Syscall {
     /// The I/O is the application's plaintext of a TLS connection, not socket bytes.
     pub fn is_tls_plaintext(self) -> bool {
         matches!(self, Syscall::SslWrite | Syscall::SslRead)
-    }
-}
-
-/// By hand: SmallVec's own clone goes through its `Extend`, byte by byte (a format 4
-/// reference clones its socket from the file's table, once per I/O).
-impl Clone for Sock {
-    fn clone(&self) -> Sock {
-        Sock {
-            skaddr: self.skaddr,
-            saddr: Addr::from_slice(&self.saddr),
-            sport: self.sport,
-            daddr: Addr::from_slice(&self.daddr),
-            dport: self.dport,
-        }
     }
 }
 

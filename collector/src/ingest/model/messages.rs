@@ -503,8 +503,7 @@ fn field_len(wire_type: WireType, buf: &mut impl Buf) -> Result<usize, DecodeErr
 /// As prost's `bytes::merge`: the field's bytes replace the address.
 fn merge_addr(wire_type: WireType, addr: &mut Addr, buf: &mut impl Buf) -> Result<(), DecodeError> {
     let len = field_len(wire_type, buf)?;
-    addr.clear();
-    addr.resize(len, 0);
+    *addr = Addr::zeroed(len);
     buf.copy_to_slice(addr);
     Ok(())
 }
