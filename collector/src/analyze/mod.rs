@@ -57,18 +57,34 @@ pub fn percentile(samples: &[u64], permille: usize) -> u64 {
 
 /// `percentile`, reordering `v` (its values stay the same) instead of copying it.
 pub fn percentile_in_place(v: &mut [u64], permille: usize) -> u64 {
+    let [p] = percentiles_in_place(v, [permille]);
+    p
+}
+
+/// `percentile_in_place` of each of `permilles`, which ascend: each selects only among
+/// the values the one before left above its rank (a p99 after a p50 looks at half).
+pub fn percentiles_in_place<const N: usize>(v: &mut [u64], permilles: [usize; N]) -> [u64; N] {
+    debug_assert!(permilles.is_sorted(), "ascending permilles");
+    let mut out = [0; N];
     if v.is_empty() {
-        return 0;
+        return out;
     }
-    let (lo, frac) = rank(v.len(), permille);
-    let (_, &mut below, rest) = v.select_nth_unstable(lo);
-    // The next rank up is the smallest of what selection left above.
-    let above = if frac > 0.0 {
-        rest.iter().copied().min().unwrap_or(below)
-    } else {
-        below
-    };
-    interpolate(below, above, frac)
+    // Every value below `from` is at most every value from it on.
+    let mut from = 0;
+    for (o, permille) in out.iter_mut().zip(permilles) {
+        let (lo, frac) = rank(v.len(), permille);
+        let lo = lo.max(from);
+        let (_, &mut below, rest) = v[from..].select_nth_unstable(lo - from);
+        // The next rank up is the smallest of what selection left above.
+        let above = if frac > 0.0 {
+            rest.iter().copied().min().unwrap_or(below)
+        } else {
+            below
+        };
+        *o = interpolate(below, above, frac);
+        from = lo;
+    }
+    out
 }
 
 /// `percentile` of samples already sorted ascending.
@@ -428,6 +444,32 @@ mod tests {
             assert_eq!(format!("{s:?}"), of(&within), "window at {start}");
             assert!(s.requests > 0);
         }
+    }
+
+    #[test]
+    fn percentiles_selected_in_turn_are_those_of_the_sorted_values() {
+        let mut state = 11u64;
+        for len in [1, 2, 3, 7, 100, 1001] {
+            let v: Vec<u64> = (0..len)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    (state >> 40) % 50
+                })
+                .collect();
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            let want = [500, 900, 990].map(|p| percentile_of_sorted(&sorted, p));
+            let mut w = v.clone();
+            assert_eq!(
+                percentiles_in_place(&mut w, [500, 900, 990]),
+                want,
+                "{len} values"
+            );
+            w.sort_unstable();
+            assert_eq!(w, sorted, "the same values, reordered");
+            assert_eq!(percentile_in_place(&mut v.clone(), 990), want[2]);
+        }
+        assert_eq!(percentiles_in_place(&mut [], [500, 990]), [0, 0]);
     }
 
     #[test]

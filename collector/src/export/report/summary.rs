@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::analyze::percentile_in_place;
+use crate::analyze::percentiles_in_place;
 use crate::ingest::hosts::split_pid;
 use crate::stitch::attribution::GpuShare;
 use crate::stitch::request::{Forward, Stages};
@@ -333,8 +333,7 @@ struct Brief {
 /// report's instructions); the figures `summarize` gives. Reorders `v`.
 fn brief(v: &mut [u64]) -> Option<Brief> {
     let max_ns = *v.iter().max()?;
-    let p99_ns = percentile_in_place(v, 990);
-    let p50_ns = percentile_in_place(v, 500);
+    let [p50_ns, p99_ns] = percentiles_in_place(v, [500, 990]);
     Some(Brief {
         max_ns,
         p50_ns,
