@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use collector::analyze::{percentile_in_place, summarize};
+use collector::analyze::{percentiles_in_place, summarize};
 use collector::ingest::fast_hash::FastMap;
 use collector::ingest::model::NvmlSample;
 use collector::stitch::{PointKind, Request};
@@ -207,8 +207,8 @@ pub fn itl_by_route<'a>(
             let (p50_ns, p99_ns) = if gaps.is_empty() {
                 (None, None)
             } else {
-                let p50 = percentile_in_place(gaps, 500);
-                (Some(p50), Some(percentile_in_place(gaps, 990)))
+                let [p50, p99] = percentiles_in_place(gaps, [500, 990]);
+                (Some(p50), Some(p99))
             };
             RouteItl {
                 route: route.to_string(),
