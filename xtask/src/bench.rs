@@ -41,21 +41,21 @@ pub(crate) fn run(what: Option<&str>, more: &[String]) -> Result<()> {
     match what {
         None => {}
         Some("scaling") => {
-            return scaling::run(&crate::build_binaries(true)?.join("tokenscope"));
+            return scaling::run(&binaries()?);
         }
         Some("agent") => {
             crate::setup::run()?;
-            return agent::run(&crate::build_binaries(true)?.join("tokenscope"));
+            return agent::run(&binaries()?);
         }
         Some("table") => {
             crate::setup::run()?;
-            let bin = crate::build_binaries(true)?.join("tokenscope");
+            let bin = binaries()?;
             warn_other_recorders();
             return table::run(&bin);
         }
         Some("top") => {
             crate::setup::run()?;
-            let bin = crate::build_binaries(true)?.join("tokenscope");
+            let bin = binaries()?;
             warn_other_recorders();
             let others: Vec<PathBuf> = more.iter().map(PathBuf::from).collect();
             return table::run_top(&bin, &others);
@@ -63,7 +63,7 @@ pub(crate) fn run(what: Option<&str>, more: &[String]) -> Result<()> {
         Some(other) => bail!("unknown bench '{other}' (known: table, top, scaling, agent)"),
     }
     crate::setup::run()?;
-    let bin = crate::build_binaries(true)?.join("tokenscope");
+    let bin = binaries()?;
     warn_other_recorders();
     table::run(&bin)?;
     let out = std::env::temp_dir().join(format!("tokenscope-bench-{}.tsrec", std::process::id()));
@@ -137,9 +137,18 @@ pub(crate) fn run(what: Option<&str>, more: &[String]) -> Result<()> {
     agent::run(&bin)
 }
 
-/// The lab's binary (engine, bench), built beside the profiler.
-fn lab(bin: &Path) -> PathBuf {
-    bin.with_file_name("tokenscope-lab")
+/// Builds what the bench runs; the profiler's path. The profiler as `cargo xtask dist`
+/// ships it (lto, one codegen unit, nothing of the lab in its dependencies): an SRE's
+/// costs are that binary's (a `--release` build replays the bench recording ~7% slower
+/// on one core). The lab (load, engine, proxy) in release, built on its own.
+fn binaries() -> Result<PathBuf> {
+    crate::cargo(&["build", "--release", "-p", "tokenscope-lab", "--bins"])?;
+    Ok(crate::dist::build()?.join("tokenscope"))
+}
+
+/// The lab's binary (engine, proxy, load), from `binaries`.
+fn lab() -> PathBuf {
+    crate::target_dir().join("release").join("tokenscope-lab")
 }
 
 /// Another recorder's probes fire in every figure here, the baselines included.
@@ -175,7 +184,7 @@ fn uprobe_cost(bin: &Path, out: &Path) -> Result<()> {
     let lib = dir.join("libcuda.so.1");
     // `tokenscope-lab engine --libcuda PATH` writes the stand-in there when it is missing.
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut engine = Command::new(lab(bin))
+    let mut engine = Command::new(lab())
         .args([
             "engine",
             "--listen",
@@ -505,7 +514,7 @@ impl Drop for Peer {
 /// Records the lab engine under bench load, then times `tokenscope report` on it.
 fn replay(bin: &Path, out: &Path) -> Result<()> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut engine = Command::new(lab(bin))
+    let mut engine = Command::new(lab())
         .args(["engine", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
         .spawn()
@@ -533,7 +542,7 @@ fn replay(bin: &Path, out: &Path) -> Result<()> {
         "32",
         "--no-progress",
     ];
-    crate::run(Command::new(lab(bin)).args(load).stdout(Stdio::null()))?;
+    crate::run(Command::new(lab()).args(load).stdout(Stdio::null()))?;
     let summary = rec.stop()?;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(engine.id() as i32, libc::SIGTERM) };

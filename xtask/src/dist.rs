@@ -6,18 +6,7 @@
 use anyhow::{Context, Result};
 
 pub(crate) fn run() -> Result<()> {
-    // Only the profiler's packages: building the lab in the same run would unify its
-    // features (the stand-in libraries) into the profiler's dependencies.
-    crate::cargo(&[
-        "build",
-        "--profile",
-        "dist",
-        "-p",
-        "tokenscope",
-        "-p",
-        "tokenscope-cupti-hook",
-    ])?;
-    let built = crate::target_dir().join("dist");
+    let built = build()?;
     let dist = crate::root().join("dist");
     if dist.exists() {
         std::fs::remove_dir_all(&dist).with_context(|| format!("emptying {}", dist.display()))?;
@@ -49,4 +38,21 @@ pub(crate) fn run() -> Result<()> {
         "xtask: completions in dist/completions, man pages in dist/man (man -l dist/man/tokenscope.1)"
     );
     Ok(())
+}
+
+/// Builds what ships (the profiler and the CUPTI hook, `dist` profile); the folder
+/// they are in. `cargo xtask bench` measures this profiler.
+pub(crate) fn build() -> Result<std::path::PathBuf> {
+    // Only the profiler's packages: building the lab in the same run would unify its
+    // features (the stand-in libraries) into the profiler's dependencies.
+    crate::cargo(&[
+        "build",
+        "--profile",
+        "dist",
+        "-p",
+        "tokenscope",
+        "-p",
+        "tokenscope-cupti-hook",
+    ])?;
+    Ok(crate::target_dir().join("dist"))
 }

@@ -62,7 +62,7 @@ const LOADS: &[Load] = &[
 ];
 
 pub(super) fn run(bin: &Path) -> Result<()> {
-    let lab = super::lab(bin);
+    let lab = super::lab();
     let chain = Chain::start(&lab, &[], "--untuned")?;
     let (engine_port, proxy_port) = (chain.engine_port, chain.proxy_port);
     let recording = std::env::temp_dir().join(format!(

@@ -88,7 +88,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
     for &factor in FACTORS {
         let replica = dir.join(format!("x{factor}.tsrec"));
-        let events = replicate(bin, &original, factor, &replica)?;
+        let events = replicate(&original, factor, &replica)?;
         let mut runs = (0..ROUNDS)
             .map(|_| timed_report(bin, &replica, Stdio::null(), Cores::All))
             .collect::<Result<Vec<_>>>()?;
@@ -168,8 +168,8 @@ fn print_rows(rows: &[Row]) {
 }
 
 /// `tokenscope-lab replicate`; the events it wrote.
-fn replicate(bin: &Path, input: &Path, factor: u32, output: &Path) -> Result<u64> {
-    let out = Command::new(super::lab(bin))
+fn replicate(input: &Path, factor: u32, output: &Path) -> Result<u64> {
+    let out = Command::new(super::lab())
         .arg("replicate")
         .arg(input)
         .args(["--times", &factor.to_string(), "-o"])

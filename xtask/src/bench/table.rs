@@ -110,8 +110,8 @@ struct Lab {
 }
 
 impl Lab {
-    fn start(bin: &Path) -> Result<Lab> {
-        let lab = super::lab(bin);
+    fn start() -> Result<Lab> {
+        let lab = super::lab();
         let chain = Chain::start(&lab, ENGINE, "--tuned-plain")?;
         Ok(Lab {
             lab,
@@ -214,7 +214,7 @@ pub(super) fn run(bin: &Path) -> Result<()> {
 
 fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     let mut rows = Rows::default();
-    let lab = Lab::start(bin)?;
+    let lab = Lab::start()?;
     println!("table: {STREAMS} streams through the tuned nginx, {LOAD_SECONDS} s per run, {ROUNDS} rounds without/with `tokenscope record`...");
     // Warm-up: nginx's upstream connections, the engine's prefix cache.
     lab.tokens_per_s(STREAMS)?;
@@ -295,7 +295,7 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     rows.push(top_row(bin, &lab)?);
     drop(lab);
 
-    let lab = Lab::start(bin)?;
+    let lab = Lab::start()?;
     lab.tokens_per_s(STREAMS)?;
     let mut scaling = Vec::new();
     for &streams in SCALING_STREAMS {
@@ -362,7 +362,7 @@ pub(super) fn run_top(bin: &Path, others: &[PathBuf]) -> Result<()> {
     for other in others {
         anyhow::ensure!(other.is_file(), "{}: no such binary", other.display());
     }
-    let lab = Lab::start(bin)?;
+    let lab = Lab::start()?;
     lab.tokens_per_s(STREAMS)?;
     let mut rows = Vec::new();
     for b in std::iter::once(bin).chain(others.iter().map(PathBuf::as_path)) {
@@ -517,7 +517,7 @@ fn render(rows: &[Row]) -> Result<String> {
     )?;
     writeln!(
         t,
-        "Every figure is a rate or a ratio measured in that one run; release build. Load: the lab \
+        "Every figure is a rate or a ratio measured in that one run; the profiler as `cargo xtask dist` builds it (lto, one codegen unit). Load: the lab \
          engine behind the lab's tuned nginx (HTTP/1.1 keep-alive both sides, buffering off), \
          {STREAMS} closed-loop streams of chat completions (64 tokens each), {LOAD_SECONDS} s per \
          run, {ROUNDS} rounds alternating without and with `tokenscope record`. `report` and \
