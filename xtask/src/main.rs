@@ -28,8 +28,9 @@ tasks:
           (test-kernels)
   test-kernels  boot older kernels (Debian 12's 6.1) in QEMU and run the I/O-source tests inside
   demo    setup, then run `tokenscope-lab demo --compare` (lab engine + nginx, untuned vs tuned)
-  bench   setup, then the cost table (record, report, export, top, 64/256/1000 streams,
-          replay scaling; printed and written to BENCHMARKS.md), probe overhead and event
+  bench   setup, then, on the profiler as `dist` builds it, the cost table (record, report,
+          export, top, 64/256/1000 streams, replay scaling; printed and written to
+          BENCHMARKS.md), probe overhead and event
           throughput (same-run ratios), uprobe costs, the agent; `bench table`: the table
           alone; `bench top [BIN..]`: top's row alone (printed only), and each other tokenscope
           binary's in turn on the same lab (before/after); `bench scaling`: replay of a
