@@ -339,6 +339,9 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     Ok(rows.0)
 }
 
+/// `report`'s one-core runs at each moment of the table (see `Replay`).
+const RUNS_AT_A_MOMENT: usize = 3;
+
 /// `report` on the load's recording: on one core (the target's terms: its reading
 /// thread shares that core) three runs at each of three moments of the table (after the
 /// load rounds, after `top`, after the scaling rounds); on every core (what a user's
@@ -356,13 +359,16 @@ struct Replay {
 }
 
 impl Replay {
-    /// Three more runs on one core.
+    /// `RUNS_AT_A_MOMENT` more runs on one core.
     fn sample(&mut self) -> Result<()> {
-        for _ in 0..3 {
-            let run = || {
-                super::scaling::timed_report(&self.bin, &self.recording, Stdio::null(), Cores::One)
-            };
-            self.one_core.push(run()?);
+        for _ in 0..RUNS_AT_A_MOMENT {
+            let run = super::scaling::timed_report(
+                &self.bin,
+                &self.recording,
+                Stdio::null(),
+                Cores::One,
+            )?;
+            self.one_core.push(run);
         }
         Ok(())
     }
@@ -380,7 +386,7 @@ impl Replay {
                 median / 1e3,
                 self.events,
                 walls.len(),
-                walls.len() / 3,
+                walls.len() / RUNS_AT_A_MOMENT,
                 rate(walls[walls.len() - 1]) / 1e3,
                 rate(walls[0]) / 1e3,
                 self.events / self.all.wall.as_secs_f64() / 1e3,
@@ -457,8 +463,8 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<Replay> {
         "<= 48 B per token",
         Some(per_token <= 48.0),
     ));
-    // Each timed run writes its output here: the JSON's size and the export's summary
-    // line are read from the last one, not from another run.
+    // The every-core runs and the export's write their output here: the JSON's size and
+    // the export's summary line are read from the last one, not from another run.
     let output = recording.with_extension("out");
     let to_output = || -> Result<Stdio> { Ok(std::fs::File::create(&output)?.into()) };
     let all =
@@ -471,10 +477,7 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<Replay> {
         all,
         row_index: rows.0.len(),
     };
-    for _ in 0..3 {
-        let run = super::scaling::timed_report(bin, recording, to_output()?, Cores::One)?;
-        replay.one_core.push(run);
-    }
+    replay.sample()?;
     rows.push(replay.row());
     let per_request = std::fs::metadata(&output)?.len() as f64 / counts.requests;
     rows.push(Row::new(
