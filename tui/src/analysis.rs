@@ -15,7 +15,8 @@ use collector::pipeline::{Config, Open, Pipeline};
 use collector::stitch::Request;
 
 use crate::findings::{Findings, Shown};
-use crate::rows::{self, GpuReading, RouteItl, Row, RowKey, TtftWindow};
+use crate::routes::{RouteGaps, RouteItl};
+use crate::rows::{self, GpuReading, Row, RowKey, TtftWindow};
 
 const SECOND_NS: u64 = 1_000_000_000;
 /// Width of the TTFT-over-time windows.
@@ -64,10 +65,10 @@ pub struct Analysis {
     pub max_requests: usize,
     done: VecDeque<Done>,
     findings: Findings,
-    /// Where a pass pools a route's token gaps (`rows::itl_by_route`).
-    itl_scratch: Vec<u64>,
-    /// One string per route for the finished requests' rows (`rows::itl_by_route`
-    /// groups by its address); a route no row holds any more is let go at eviction.
+    /// The finished requests' token gaps per route, kept as they come and go.
+    routes: RouteGaps,
+    /// One string per route for the finished requests' rows (and their route's
+    /// pool); a route nothing holds any more is let go at eviction.
     route_names: FastSet<Arc<str>>,
     steps: VecDeque<GpuStep>,
     nvml: VecDeque<(u64, NvmlSample)>,
@@ -105,7 +106,7 @@ impl Analysis {
             max_requests: 100_000,
             done: VecDeque::new(),
             findings: Findings::default(),
-            itl_scratch: Vec::new(),
+            routes: RouteGaps::default(),
             route_names: FastSet::default(),
             steps: VecDeque::new(),
             nvml: VecDeque::new(),
@@ -215,15 +216,19 @@ impl Analysis {
     fn collect(&mut self) {
         let out = self.pipeline.take();
         self.dirty |= !out.requests.is_empty() || !out.steps.is_empty() || !out.nvml.is_empty();
-        let names = &mut self.route_names;
-        self.done
-            .extend(out.requests.into_iter().map(|r| Done::of(r, names)));
+        for r in out.requests {
+            let done = Done::of(r, &mut self.route_names);
+            self.routes.add(&done.row.route, &done.request);
+            self.done.push_back(done);
+        }
         self.steps.extend(out.steps);
         self.nvml.extend(out.nvml);
         self.unparsed_ios = out.unparsed_ios;
         self.late_events = out.late_events;
         while self.done.len() > self.max_requests {
-            self.done.pop_front();
+            if let Some(d) = self.done.pop_front() {
+                self.routes.remove(&d.row.route, &d.request);
+            }
             self.capped = true;
         }
     }
@@ -231,7 +236,14 @@ impl Analysis {
     fn evict(&mut self) {
         let cutoff = self.clock_ns.saturating_sub(self.window_ns);
         let before = (self.done.len(), self.steps.len(), self.nvml.len());
-        self.done.retain(|d| d.last_ns >= cutoff);
+        let routes = &mut self.routes;
+        self.done.retain(|d| {
+            let keep = d.last_ns >= cutoff;
+            if !keep {
+                routes.remove(&d.row.route, &d.request);
+            }
+            keep
+        });
         self.route_names.retain(|name| Arc::strong_count(name) > 1);
         self.steps.retain(|s| s.end_ns >= cutoff);
         self.nvml.retain(|(t, _)| *t >= cutoff);
@@ -252,6 +264,7 @@ impl Analysis {
         // order as `pipeline::renumber` puts them (a stable sort, the same ties).
         // Those in flight were built for this pass (`Open::AtTick`): taken, not copied.
         let open = self.pipeline.take_open();
+        let routes = self.routes.itl(open.iter().map(|r| (r.route(), r)));
         let mut held: Vec<(Arc<Request>, Option<&Row>)> = self
             .done
             .iter()
@@ -287,12 +300,7 @@ impl Analysis {
         }
         Snapshot {
             clock_ns: self.clock_ns,
-            routes: rows::itl_by_route(
-                rows.iter()
-                    .map(|r| &r.route)
-                    .zip(requests.iter().map(|r| &**r)),
-                &mut self.itl_scratch,
-            ),
+            routes,
             ttft_windows: rows::ttft_over_time(&rows, TTFT_WINDOW_NS),
             gpu: rows::latest_gpu(&self.nvml),
             gpu_steps: self.steps.len(),

@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod app;
 pub mod feed;
 pub mod findings;
+pub mod routes;
 pub mod rows;
 pub mod state;
 pub mod term;

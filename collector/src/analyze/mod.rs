@@ -97,6 +97,44 @@ pub fn percentile_of_sorted(sorted: &[u64], permille: usize) -> u64 {
     interpolate(sorted[lo], sorted[hi], frac)
 }
 
+/// `percentile_of_sorted` of the values of two sorted (ascending) slices together,
+/// without merging them: each of the two closest ranks is found by a binary search
+/// over how many of it come from `b` (top keeps a window's pooled gaps sorted from
+/// pass to pass and adds those of the requests in flight).
+pub fn percentile_of_sorted_pair(a: &[u64], b: &[u64], permille: usize) -> u64 {
+    let len = a.len() + b.len();
+    if len == 0 {
+        return 0;
+    }
+    let (lo, frac) = rank(len, permille);
+    let below = nth_of_sorted_pair(a, b, lo);
+    let above = if frac > 0.0 {
+        nth_of_sorted_pair(a, b, lo + 1)
+    } else {
+        below
+    };
+    interpolate(below, above, frac)
+}
+
+/// The value at rank `k` (from 0, ascending) of two sorted slices together; `k` is
+/// below their total length.
+fn nth_of_sorted_pair(a: &[u64], b: &[u64], k: usize) -> u64 {
+    // The first k + 1 values are a[..k + 1 - i] and b[..i] for the least i whose next
+    // value of `b` is not below the last of those taken from `a`.
+    let (mut lo, mut hi) = ((k + 1).saturating_sub(a.len()), (k + 1).min(b.len()));
+    while lo < hi {
+        let i = (lo + hi) / 2;
+        if b[i] < a[k - i] {
+            lo = i + 1;
+        } else {
+            hi = i;
+        }
+    }
+    let from_a = (k + 1 - lo).checked_sub(1).map(|j| a[j]);
+    let from_b = lo.checked_sub(1).map(|i| b[i]);
+    from_a.max(from_b).expect("k below the total length")
+}
+
 /// The closest rank at or below the `permille` percentile of `len` samples, and how far
 /// (0..1) the percentile lies towards the next rank.
 fn rank(len: usize, permille: usize) -> (usize, f64) {
@@ -444,6 +482,44 @@ mod tests {
             assert_eq!(format!("{s:?}"), of(&within), "window at {start}");
             assert!(s.requests > 0);
         }
+    }
+
+    #[test]
+    fn percentiles_of_a_sorted_pair_are_those_of_the_values_merged() {
+        let mut state = 5u64;
+        let mut next = |m: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (state >> 40) % m
+        };
+        for (la, lb) in [
+            (0, 1),
+            (1, 0),
+            (1, 1),
+            (2, 9),
+            (9, 2),
+            (100, 3),
+            (3, 100),
+            (500, 501),
+        ] {
+            // Few distinct values: ties across the two slices.
+            let mut a: Vec<u64> = (0..la).map(|_| next(40)).collect();
+            let mut b: Vec<u64> = (0..lb).map(|_| next(40)).collect();
+            a.sort_unstable();
+            b.sort_unstable();
+            let mut all = [a.clone(), b.clone()].concat();
+            all.sort_unstable();
+            for (k, &want) in all.iter().enumerate() {
+                assert_eq!(nth_of_sorted_pair(&a, &b, k), want, "rank {k} of {la}+{lb}");
+            }
+            for p in [0, 500, 900, 990, 999, 1000] {
+                assert_eq!(
+                    percentile_of_sorted_pair(&a, &b, p),
+                    percentile_of_sorted(&all, p),
+                    "p{p} of {la}+{lb}"
+                );
+            }
+        }
+        assert_eq!(percentile_of_sorted_pair(&[], &[], 990), 0);
     }
 
     #[test]

@@ -34,7 +34,7 @@ fn render_itl_by_route(f: &mut Frame, state: &State, area: Rect) {
     let block = panel(" ITL per route: 0…≥1s, p99 ms ");
     let inner = block.inner(area);
     let width = inner.width as usize;
-    let hist_width = crate::rows::ITL_BUCKET_LABELS.len();
+    let hist_width = crate::routes::ITL_BUCKET_LABELS.len();
     let stats_width = hist_width + 7;
     let narrow = width < 50;
     let route_width = if narrow {
