@@ -385,9 +385,11 @@ mod tests {
         let there = Spread::of("A -> B (0 ms)", trips.iter().map(|t| t.arrived - t.sent));
         let back = Spread::of("B -> A (5 ms)", trips.iter().map(|t| t.done - t.arrived));
         let rtt = Spread::of("A's round trip", trips.iter().map(|t| t.done - t.sent));
+        // +1 ms as the held leg: a fresh-clone CI saw a 0.53 ms median for this leg
+        // (its fastest 0.15 ms), and a wire that holds it 5 ms still fails.
         assert!(
-            there.median() <= HALF_MS,
-            "A -> B is not held (median within 0.5 ms): {:?}",
+            there.median() <= 2 * HALF_MS,
+            "A -> B is not held (median within 1 ms): {:?}",
             there.0
         );
         // Medians seen on an idle 2-CPU VM: 5.22-5.59 ms for the held leg, round trips
