@@ -284,9 +284,6 @@ fn run_loop(
             update(state, action);
             changed = true;
         }
-        for old in state.take_retired() {
-            worker.retire(old);
-        }
         if std::mem::take(&mut changed) {
             guard.terminal.draw(|f| render(f, state))?;
         }

@@ -92,8 +92,6 @@ pub enum Action {
 
 /// Rows a page key moves.
 const PAGE: usize = 10;
-/// Replaced snapshots kept for `State::take_retired` at most.
-const RETIRED_MAX: usize = 4;
 
 pub struct State {
     pub meta: Meta,
@@ -101,12 +99,6 @@ pub struct State {
     pub shown: Snapshot,
     /// The newest snapshot that came while paused: shown on resume.
     held: Option<Box<Snapshot>>,
-    /// Snapshots replaced, for the app to hand back to the pipeline's thread
-    /// (`take_retired`): dropped there, their shared rows and requests are released
-    /// on the core that shares them again at the next pass. Dropped on this one, every
-    /// reference count of a full window (four per request) moved between the two
-    /// cores' caches twice a pass: a tenth of top's CPU.
-    retired: Vec<Snapshot>,
     /// Indices into `rows`, filtered and sorted.
     pub visible: Vec<usize>,
     /// Position in `visible`.
@@ -133,7 +125,6 @@ impl State {
             },
             meta,
             held: None,
-            retired: Vec::new(),
             visible: Vec::new(),
             selected: 0,
             selected_key: None,
@@ -180,22 +171,8 @@ impl State {
 
     /// Shows a pass: the rows are laid out again, the selection kept on its request.
     fn show(&mut self, s: Snapshot) {
-        let old = std::mem::replace(&mut self.shown, s);
-        self.retire(old);
+        self.shown = s;
         self.relayout();
-    }
-
-    fn retire(&mut self, s: Snapshot) {
-        // Nobody taking them (tests that drive `update` alone): the oldest go here.
-        if self.retired.len() >= RETIRED_MAX {
-            self.retired.remove(0);
-        }
-        self.retired.push(s);
-    }
-
-    /// The snapshots replaced since the last call (see `retired`).
-    pub fn take_retired(&mut self) -> Vec<Snapshot> {
-        std::mem::take(&mut self.retired)
     }
 
     /// Filter and sort the rows again, keeping the selected request selected.
@@ -250,11 +227,7 @@ impl State {
 pub fn update(state: &mut State, action: Action) {
     match action {
         // Paused: the screen holds still; passes keep coming underneath.
-        Action::Snapshot(snapshot) if state.paused => {
-            if let Some(old) = state.held.replace(snapshot) {
-                state.retire(*old);
-            }
-        }
+        Action::Snapshot(snapshot) if state.paused => state.held = Some(snapshot),
         Action::Snapshot(snapshot) => state.show(*snapshot),
         Action::SourceEnded(why) => state.ended = Some(why),
         Action::Dropped(n) => state.meta.dropped = Some(n),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use collector::pipeline::Config;
 
-use crate::analysis::{Analysis, Snapshot};
+use crate::analysis::Analysis;
 use crate::feed::{Live, Replay};
 use crate::state::Action;
 
@@ -34,8 +34,6 @@ pub enum Source {
 
 pub struct Worker {
     actions: Receiver<Action>,
-    /// Snapshots the screen replaced, dropped on the thread (see `State::retired`).
-    retired: Sender<Snapshot>,
     /// The screen is paused: a replay's clock stops with it.
     paused: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
@@ -45,17 +43,15 @@ pub struct Worker {
 impl Worker {
     pub fn start(source: Source, window_ns: u64) -> anyhow::Result<Worker> {
         let (tx, actions) = mpsc::channel();
-        let (retired, to_drop) = mpsc::channel();
         let paused = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let flags = (Arc::clone(&paused), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("tokenscope-pipeline".into())
-            .spawn(move || run(source, window_ns, &tx, &to_drop, &flags.0, &flags.1))
+            .spawn(move || run(source, window_ns, &tx, &flags.0, &flags.1))
             .context("starting the pipeline thread")?;
         Ok(Worker {
             actions,
-            retired,
             paused,
             stop,
             thread: Some(thread),
@@ -65,12 +61,6 @@ impl Worker {
     /// What the thread sent since the last call; never blocks.
     pub fn actions(&self) -> impl Iterator<Item = Action> + '_ {
         self.actions.try_iter()
-    }
-
-    /// A snapshot the screen is done with, dropped on the thread that made it (once
-    /// the thread ended, here).
-    pub fn retire(&self, snapshot: Snapshot) {
-        let _ = self.retired.send(snapshot);
     }
 
     pub fn set_paused(&self, paused: bool) {
@@ -185,7 +175,6 @@ fn run(
     mut source: Source,
     window_ns: u64,
     tx: &Sender<Action>,
-    retired: &Receiver<Snapshot>,
     paused: &AtomicBool,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
@@ -225,8 +214,6 @@ fn run(
             continue;
         }
         let wall_ns = now.duration_since(wall_start).as_nanos() as u64;
-        // Released before the next pass shares the window's rows again.
-        retired.try_iter().for_each(drop);
         let pass = Instant::now();
         if let Some(mut snapshot) = feeder.analysis.tick(clock_ns, wall_ns) {
             snapshot.pass_ns = pass.elapsed().as_nanos() as u64;
