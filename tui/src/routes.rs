@@ -1,9 +1,10 @@
 //! ITL per route over the window, kept from pass to pass. A finished request's gaps
 //! (at its first point) go into its route's pool once, when it finishes, and out once,
 //! when it leaves the window; a pass merges in only what changed since the last and
-//! adds the requests still in flight. Pooling the whole window again each pass (a
-//! quarter million gaps at 4k tokens/s: gathered, bucketed and selected from) was a
-//! tenth of top's CPU.
+//! adds the requests still in flight, instead of gathering, bucketing and selecting
+//! from the whole window's gaps (a quarter million at 4k tokens/s) every pass. Under
+//! the bench's lab load a pass's median time went from 10.5 to 10 ms (20 samples
+//! each): most of a pass is the pipeline's tick, not this.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
