@@ -67,9 +67,11 @@ pub struct Analysis {
     findings: Findings,
     /// The finished requests' token gaps per route, kept as they come and go.
     routes: RouteGaps,
-    /// One string per route for the finished requests' rows (and their route's
-    /// pool); a route nothing holds any more is let go at eviction.
-    route_names: FastSet<Arc<str>>,
+    /// One string per route, client and client address for the finished requests'
+    /// rows (and their route's pool); one nothing holds any more is let go at
+    /// eviction. Shared, a row's text is the same few cache lines for every row: a
+    /// pass copies every row, and the screen drops the last pass's copies.
+    names: FastSet<Arc<str>>,
     steps: VecDeque<GpuStep>,
     nvml: VecDeque<(u64, NvmlSample)>,
     /// Event counts per second of event time (the window's count).
@@ -107,7 +109,7 @@ impl Analysis {
             done: VecDeque::new(),
             findings: Findings::default(),
             routes: RouteGaps::default(),
-            route_names: FastSet::default(),
+            names: FastSet::default(),
             steps: VecDeque::new(),
             nvml: VecDeque::new(),
             per_second: VecDeque::new(),
@@ -217,7 +219,7 @@ impl Analysis {
         let out = self.pipeline.take();
         self.dirty |= !out.requests.is_empty() || !out.steps.is_empty() || !out.nvml.is_empty();
         for r in out.requests {
-            let done = Done::of(r, &mut self.route_names);
+            let done = Done::of(r, &mut self.names);
             self.routes.add(&done.row.route, &done.request);
             self.done.push_back(done);
         }
@@ -244,7 +246,7 @@ impl Analysis {
             }
             keep
         });
-        self.route_names.retain(|name| Arc::strong_count(name) > 1);
+        self.names.retain(|name| Arc::strong_count(name) > 1);
         self.steps.retain(|s| s.end_ns >= cutoff);
         self.nvml.retain(|(t, _)| *t >= cutoff);
         let first_second = cutoff / SECOND_NS;
@@ -286,7 +288,9 @@ impl Analysis {
             let mut steps: Vec<GpuStep> = self.steps.iter().cloned().collect();
             steps.sort_by_key(|s| s.start_ns);
             let nvml: Vec<(u64, NvmlSample)> = self.nvml.iter().cloned().collect();
-            self.findings.make(&requests, &mut steps, &nvml, wall_ns);
+            let keys = rows.iter().map(|r| r.key.clone());
+            self.findings
+                .make(&requests, keys, &mut steps, &nvml, wall_ns);
         }
         let position: FastMap<&RowKey, usize> =
             rows.iter().enumerate().map(|(i, r)| (&r.key, i)).collect();
@@ -335,13 +339,15 @@ struct Done {
 }
 
 impl Done {
-    /// Its row's route is the one string of `names` that spells it.
+    /// Its row's texts are the strings of `names` that spell them.
     fn of(r: Request, names: &mut FastSet<Arc<str>>) -> Done {
         let mut row = Row::from_request(0, &r);
-        match names.get(&*row.route) {
-            Some(known) => row.route = Arc::clone(known),
-            None => {
-                names.insert(Arc::clone(&row.route));
+        for text in [&mut row.route, &mut row.client, &mut row.key.client_addr] {
+            match names.get(&**text) {
+                Some(known) => *text = Arc::clone(known),
+                None => {
+                    names.insert(Arc::clone(text));
+                }
             }
         }
         Done {
@@ -360,4 +366,30 @@ fn last_moment(r: &Request) -> u64 {
         .chain(r.end_ns)
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::tests::bare_request;
+
+    #[test]
+    fn finished_rows_share_their_texts_until_none_holds_them() {
+        let mut names = FastSet::default();
+        let (mut a, mut b) = (bare_request(), bare_request());
+        (a.first_byte_ns, b.first_byte_ns) = (10, 20);
+        let (a, b) = (Done::of(a, &mut names), Done::of(b, &mut names));
+        for (x, y) in [
+            (&a.row.route, &b.row.route),
+            (&a.row.client, &b.row.client),
+            (&a.row.key.client_addr, &b.row.key.client_addr),
+        ] {
+            assert_eq!(x, y);
+            assert!(Arc::ptr_eq(x, y), "{x:?}: one string for both rows");
+        }
+        assert_ne!(a.row.key, b.row.key, "their times tell them apart");
+        drop((a, b));
+        names.retain(|name| Arc::strong_count(name) > 1);
+        assert!(names.is_empty(), "let go with the last row: {names:?}");
+    }
 }

@@ -114,6 +114,7 @@ impl Findings {
     pub fn make(
         &mut self,
         requests: &[Arc<Request>],
+        keys: impl Iterator<Item = RowKey>,
         steps: &mut [GpuStep],
         nvml: &[(u64, NvmlSample)],
         wall_ns: u64,
@@ -121,7 +122,8 @@ impl Findings {
         let started = std::time::Instant::now();
         let requests: Vec<&Request> = requests.iter().map(|r| &**r).collect();
         let gpu = attribution::shares(&requests, steps);
-        let row_keys: Vec<RowKey> = requests.iter().map(|r| RowKey::of(r)).collect();
+        let row_keys: Vec<RowKey> = keys.collect();
+        debug_assert_eq!(row_keys.len(), requests.len(), "a key per request");
         let shares = row_keys
             .iter()
             .zip(&gpu)
