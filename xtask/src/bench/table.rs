@@ -9,9 +9,9 @@
 //! - `record`'s CPU (utime + stime from /proc over its rounds) per 1k tokens/s served,
 //!   its RSS while recording (VmRSS) and its peak (VmHWM), drops, and the
 //!   last round's recording: bytes per token.
-//! - On that recording: `report --json` (events/s on one core, the median of runs at
-//!   three moments of the table, see `Replay`; peak RSS, bytes of JSON per request) and
-//!   `export` (events/s, bytes of trace per token event, peak RSS).
+//! - On that recording: `report --json` (events/s on one core; peak RSS, bytes of JSON
+//!   per request) and `export` (events/s, bytes of trace per token event, peak RSS),
+//!   each rate the median of runs at three moments of the table (see `Replay`).
 //! - `tokenscope top` live on the same load (in a tmux pane, see `top`): CPU and RSS
 //!   once its 60 s window is full.
 //! - Scaling: 64, 256 and 1,000 streams with `record` attached: CPU per 1k tokens/s and
@@ -335,11 +335,13 @@ fn measure(bin: &Path, dir: &Path) -> Result<Vec<Row>> {
     drop(lab);
     replay.sample()?;
     rows.set(replay.row_index, replay.row());
+    rows.set(replay.export_row_index, replay.export_row());
     rows.extend(super::scaling::rows(bin)?);
     Ok(rows.0)
 }
 
-/// `report`'s one-core runs at each moment of the table (see `Replay`).
+/// `report`'s one-core runs and `export`'s runs at each moment of the table (see
+/// `Replay`).
 const RUNS_AT_A_MOMENT: usize = 3;
 
 /// `report` on the load's recording: on one core (the target's terms: its reading
@@ -348,7 +350,9 @@ const RUNS_AT_A_MOMENT: usize = 3;
 /// machine gives it) three runs at the first. This host's speed moved by a fifth within
 /// minutes (the same binary on the same file: 108 ms, then 130 ms twenty minutes later),
 /// so three runs in a row measured the moment as much as the code; the row gives the
-/// median of the nine and their range.
+/// median of the nine and their range. `export` likewise, on every core, after each
+/// moment's `report` runs (three in a row at one moment read 1,887k events/s in a
+/// table whose code had read 2,298k in the table before).
 struct Replay {
     bin: PathBuf,
     recording: PathBuf,
@@ -356,10 +360,24 @@ struct Replay {
     one_core: Vec<Timed>,
     all: Timed,
     row_index: usize,
+    exports: Vec<Timed>,
+    trace: TraceSizes,
+    export_row_index: usize,
+}
+
+/// What `export` said of its trace (the same every run: one recording, one build).
+#[derive(Clone, Copy, Debug, Default)]
+struct TraceSizes {
+    token_events: f64,
+    /// A token instant's bytes before compression.
+    instant: f64,
+    /// The trace's bytes, deflated, and before.
+    bytes: f64,
+    uncompressed: f64,
 }
 
 impl Replay {
-    /// `RUNS_AT_A_MOMENT` more runs on one core.
+    /// `RUNS_AT_A_MOMENT` more runs of `report` on one core, then of `export`.
     fn sample(&mut self) -> Result<()> {
         for _ in 0..RUNS_AT_A_MOMENT {
             let run = super::scaling::timed_report(
@@ -370,7 +388,44 @@ impl Replay {
             )?;
             self.one_core.push(run);
         }
+        for _ in 0..RUNS_AT_A_MOMENT {
+            let (run, trace) = export_once(&self.bin, &self.recording)?;
+            self.exports.push(run);
+            self.trace = trace;
+        }
         Ok(())
+    }
+
+    fn export_row(&self) -> Row {
+        let mut walls: Vec<Duration> = self.exports.iter().map(|t| t.wall).collect();
+        walls.sort();
+        let rate = |wall: Duration| self.events / wall.as_secs_f64();
+        let median = walls[walls.len() / 2];
+        let cpu = self
+            .exports
+            .iter()
+            .find(|t| t.wall == median)
+            .map_or(Duration::ZERO, |t| t.cpu);
+        let rss = self.exports.iter().map(|t| t.rss_kib).max().unwrap_or(0);
+        let t = self.trace;
+        let per_token_event = t.bytes / t.token_events;
+        Row::new(
+            "`export`",
+            format!(
+                "{:.0}k events/s on every core (the median of {} runs at {} moments of the table, {:.0}k-{:.0}k; reading and deflating on threads of their own; {:.0}k events per CPU second), {per_token_event:.1} B of trace per token event (deflated; {:.1} B before, its instant {:.1} B), {:.0} MiB peak RSS",
+                rate(median) / 1e3,
+                walls.len(),
+                walls.len() / RUNS_AT_A_MOMENT,
+                rate(walls[walls.len() - 1]) / 1e3,
+                rate(walls[0]) / 1e3,
+                self.events / cpu.as_secs_f64() / 1e3,
+                t.uncompressed / t.token_events,
+                t.instant,
+                rss as f64 / 1024.0
+            ),
+            ">= 2 M events/s, <= 16 B per token event, <= 100 MB",
+            Some(rate(median) >= 2e6 && per_token_event <= 16.0 && rss * 1024 <= 100_000_000),
+        )
     }
 
     fn row(&self) -> Row {
@@ -463,8 +518,8 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<Replay> {
         "<= 48 B per token",
         Some(per_token <= 48.0),
     ));
-    // The every-core runs and the export's write their output here: the JSON's size and
-    // the export's summary line are read from the last one, not from another run.
+    // The every-core runs write their JSON here: its size is read from the last one, not
+    // from another run.
     let output = recording.with_extension("out");
     let to_output = || -> Result<Stdio> { Ok(std::fs::File::create(&output)?.into()) };
     let all =
@@ -476,6 +531,9 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<Replay> {
         one_core: Vec::new(),
         all,
         row_index: rows.0.len(),
+        exports: Vec::new(),
+        trace: TraceSizes::default(),
+        export_row_index: 0,
     };
     replay.sample()?;
     rows.push(replay.row());
@@ -489,53 +547,53 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<Replay> {
         "<= 2 KB per request",
         Some(per_request <= 2048.0),
     ));
-    let trace = recording.with_extension("pftrace");
-    let export = median_of_three(|| {
-        super::scaling::timed(
-            bin,
-            &[
-                "export".as_ref(),
-                recording.as_os_str(),
-                "-o".as_ref(),
-                trace.as_os_str(),
-            ],
-            Stdio::null(),
-            to_output()?,
-            Cores::All,
-        )
-    })?;
-    let _ = std::fs::remove_file(&trace);
-    let said = std::fs::read_to_string(&output)?;
     let _ = std::fs::remove_file(&output);
+    replay.export_row_index = rows.0.len();
+    rows.push(replay.export_row());
+    Ok(replay)
+}
+
+/// One `export` of `recording` (to a trace beside it, removed after), and what it said
+/// of the trace.
+fn export_once(bin: &Path, recording: &Path) -> Result<(Timed, TraceSizes)> {
+    let trace = recording.with_extension("pftrace");
+    let said = recording.with_extension("export-said");
+    let run = super::scaling::timed(
+        bin,
+        &[
+            "export".as_ref(),
+            recording.as_os_str(),
+            "-o".as_ref(),
+            trace.as_os_str(),
+        ],
+        Stdio::null(),
+        std::fs::File::create(&said)?.into(),
+        Cores::All,
+    );
+    let _ = std::fs::remove_file(&trace);
+    let text = std::fs::read_to_string(&said);
+    let _ = std::fs::remove_file(&said);
+    let (run, text) = (run?, text?);
     // "FILE: N requests, T token events (B B each before compression), ...; P packets,
     // B bytes (deflated in N bundles from U bytes), ..."
-    let (Some(tokens), Some(instant), Some(trace_bytes), Some(uncompressed)) = (
-        number_before(&said, " token events"),
-        number_before(&said, " B each"),
-        number_before(&said, " bytes"),
-        number_before(&said, " bytes)"),
+    let (Some(token_events), Some(instant), Some(bytes), Some(uncompressed)) = (
+        number_before(&text, " token events"),
+        number_before(&text, " B each"),
+        number_before(&text, " bytes"),
+        number_before(&text, " bytes)"),
     ) else {
         anyhow::bail!(
             "no token event or byte count from tokenscope export: {}",
-            said.trim()
+            text.trim()
         );
     };
-    let rate = counts.events / export.wall.as_secs_f64();
-    let per_token_event = trace_bytes / tokens;
-    let rss = export.rss_kib;
-    rows.push(Row::new(
-        "`export`",
-        format!(
-            "{:.0}k events/s on every core (reading and deflating on threads of their own; {:.0}k events per CPU second), {per_token_event:.1} B of trace per token event (deflated; {:.1} B before, its instant {instant:.1} B), {:.0} MiB peak RSS",
-            rate / 1e3,
-            counts.events / export.cpu.as_secs_f64() / 1e3,
-            uncompressed / tokens,
-            rss as f64 / 1024.0
-        ),
-        ">= 2 M events/s, <= 16 B per token event, <= 100 MB",
-        Some(rate >= 2e6 && per_token_event <= 16.0 && rss * 1024 <= 100_000_000),
-    ));
-    Ok(replay)
+    let sizes = TraceSizes {
+        token_events,
+        instant,
+        bytes,
+        uncompressed,
+    };
+    Ok((run, sizes))
 }
 
 /// The run of median wall time of three, with the largest peak RSS.
