@@ -32,9 +32,10 @@ use super::scaling::{Cores, Timed};
 use super::Recorder;
 
 const LOAD_SECONDS: u64 = 20;
-/// top is measured over a minute: its findings (capped at 2% of a core) are made every
-/// 30-60 s at this load and cost 0.3-1.2 s each, so a 20 s run read 10.0-15.1% of a
-/// core for one binary depending on whether a making fell inside it.
+/// top is measured over a minute: its findings (at most 0.5% of a core, see tui's
+/// `findings::COST_FACTOR`) are made every 1-9 s at this load, 10-45 ms each as its
+/// window fills, so a short run reads more or less as makings fall inside it (when they
+/// were capped at 2% and cost 0.3-1.2 s, a 20 s run read 10.0-15.1% for one binary).
 const TOP_MEASURED: Duration = Duration::from_secs(60);
 const ROUNDS: usize = 3;
 const STREAMS: u32 = 64;
