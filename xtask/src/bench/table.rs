@@ -403,60 +403,73 @@ impl Replay {
     }
 
     fn export_row(&self) -> Row {
-        let mut walls: Vec<Duration> = self.exports.iter().map(|t| t.wall).collect();
-        walls.sort();
-        let rate = |wall: Duration| self.events / wall.as_secs_f64();
-        let median = walls[walls.len() / 2];
-        let cpu = self
-            .exports
-            .iter()
-            .find(|t| t.wall == median)
-            .map_or(Duration::ZERO, |t| t.cpu);
-        let rss = self.exports.iter().map(|t| t.rss_kib).max().unwrap_or(0);
+        let s = Sampled::of(&self.exports, self.events);
         let t = self.trace;
         let per_token_event = t.bytes / t.token_events;
         Row::new(
             "`export`",
             format!(
-                "{:.0}k events/s on every core (the median of {} runs at {} moments of the table, {:.0}k-{:.0}k; reading and deflating on threads of their own; {:.0}k events per CPU second), {per_token_event:.1} B of trace per token event (deflated; {:.1} B before, its instant {:.1} B), {:.0} MiB peak RSS",
-                rate(median) / 1e3,
-                walls.len(),
-                walls.len() / RUNS_AT_A_MOMENT,
-                rate(walls[walls.len() - 1]) / 1e3,
-                rate(walls[0]) / 1e3,
-                self.events / cpu.as_secs_f64() / 1e3,
+                "{:.0}k events/s on every core ({}; reading and deflating on threads of their own; {:.0}k events per CPU second), {per_token_event:.1} B of trace per token event (deflated; {:.1} B before, its instant {:.1} B), {:.0} MiB peak RSS",
+                s.rate / 1e3,
+                s.spread,
+                self.events / s.median.cpu.as_secs_f64() / 1e3,
                 t.uncompressed / t.token_events,
                 t.instant,
-                rss as f64 / 1024.0
+                s.rss_kib as f64 / 1024.0
             ),
             ">= 2 M events/s, <= 16 B per token event, <= 100 MB",
-            Some(rate(median) >= 2e6 && per_token_event <= 16.0 && rss * 1024 <= 100_000_000),
+            Some(s.rate >= 2e6 && per_token_event <= 16.0 && s.rss_kib * 1024 <= 100_000_000),
         )
     }
 
     fn row(&self) -> Row {
-        let mut walls: Vec<Duration> = self.one_core.iter().map(|t| t.wall).collect();
-        walls.sort();
-        let rate = |wall: Duration| self.events / wall.as_secs_f64();
-        let median = rate(walls[walls.len() / 2]);
-        let rss = self.one_core.iter().map(|t| t.rss_kib).max().unwrap_or(0);
+        let s = Sampled::of(&self.one_core, self.events);
         Row::new(
             "`report` replay",
             format!(
-                "on one core {:.0}k events/s ({:.0} events; the median of {} runs at {} moments of the table, {:.0}k-{:.0}k); on every core (reading on a thread of its own): {:.0}k events/s ({:.2} s of CPU); {:.0} MiB peak RSS",
-                median / 1e3,
+                "on one core {:.0}k events/s ({:.0} events; {}); on every core (reading on a thread of its own): {:.0}k events/s ({:.2} s of CPU); {:.0} MiB peak RSS",
+                s.rate / 1e3,
                 self.events,
-                walls.len(),
-                walls.len() / RUNS_AT_A_MOMENT,
-                rate(walls[walls.len() - 1]) / 1e3,
-                rate(walls[0]) / 1e3,
+                s.spread,
                 self.events / self.all.wall.as_secs_f64() / 1e3,
                 self.all.cpu.as_secs_f64(),
-                rss.max(self.all.rss_kib) as f64 / 1024.0
+                s.rss_kib.max(self.all.rss_kib) as f64 / 1024.0
             ),
             ">= 3 M events/s on one core",
-            Some(median >= 3e6),
+            Some(s.rate >= 3e6),
         )
+    }
+}
+
+/// Runs taken at the table's moments (`Replay::sample`), summed up for a row.
+struct Sampled {
+    /// The run of median wall time, and its rate in events/s.
+    median: Timed,
+    rate: f64,
+    /// "the median of N runs at M moments of the table, FASTk-SLOWk"
+    spread: String,
+    /// The largest peak RSS of them.
+    rss_kib: i64,
+}
+
+impl Sampled {
+    fn of(runs: &[Timed], events: f64) -> Sampled {
+        let mut sorted = runs.to_vec();
+        sorted.sort();
+        let rate = |t: &Timed| events / t.wall.as_secs_f64();
+        let median = sorted[sorted.len() / 2];
+        Sampled {
+            median,
+            rate: rate(&median),
+            spread: format!(
+                "the median of {} runs at {} moments of the table, {:.0}k-{:.0}k",
+                sorted.len(),
+                sorted.len() / RUNS_AT_A_MOMENT,
+                rate(&sorted[sorted.len() - 1]) / 1e3,
+                rate(&sorted[0]) / 1e3
+            ),
+            rss_kib: runs.iter().map(|t| t.rss_kib).max().unwrap_or(0),
+        }
     }
 }
 
