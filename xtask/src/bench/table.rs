@@ -446,7 +446,7 @@ struct Sampled {
     /// The run of median wall time, and its rate in events/s.
     median: Timed,
     rate: f64,
-    /// "the median of N runs at M moments of the table, FASTk-SLOWk"
+    /// "the median of N runs at M moments of the table, FASTk-SLOWk; by moment Ak, Bk, Ck"
     spread: String,
     /// The largest peak RSS of them.
     rss_kib: i64,
@@ -458,15 +458,26 @@ impl Sampled {
         sorted.sort();
         let rate = |t: &Timed| events / t.wall.as_secs_f64();
         let median = sorted[sorted.len() / 2];
+        // Each moment's own median (`runs` are in the order taken): the host's speed
+        // moved by 15-25% within minutes, and this shows whether a row moved with it.
+        let moments: Vec<String> = runs
+            .chunks(RUNS_AT_A_MOMENT)
+            .map(|moment| {
+                let mut m = moment.to_vec();
+                m.sort();
+                format!("{:.0}k", rate(&m[m.len() / 2]) / 1e3)
+            })
+            .collect();
         Sampled {
             median,
             rate: rate(&median),
             spread: format!(
-                "the median of {} runs at {} moments of the table, {:.0}k-{:.0}k",
+                "the median of {} runs at {} moments of the table, {:.0}k-{:.0}k; by moment {}",
                 sorted.len(),
                 sorted.len() / RUNS_AT_A_MOMENT,
                 rate(&sorted[sorted.len() - 1]) / 1e3,
-                rate(&sorted[0]) / 1e3
+                rate(&sorted[0]) / 1e3,
+                moments.join(", ")
             ),
             rss_kib: runs.iter().map(|t| t.rss_kib).max().unwrap_or(0),
         }
