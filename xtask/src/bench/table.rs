@@ -454,34 +454,36 @@ struct Sampled {
 
 impl Sampled {
     fn of(runs: &[Timed], events: f64) -> Sampled {
-        let mut sorted = runs.to_vec();
-        sorted.sort();
         let rate = |t: &Timed| events / t.wall.as_secs_f64();
-        let median = sorted[sorted.len() / 2];
+        let middle = median(runs);
+        let (fastest, slowest) = (runs.iter().min(), runs.iter().max());
         // Each moment's own median (`runs` are in the order taken): the host's speed
         // moved by 15-25% within minutes, and this shows whether a row moved with it.
         let moments: Vec<String> = runs
             .chunks(RUNS_AT_A_MOMENT)
-            .map(|moment| {
-                let mut m = moment.to_vec();
-                m.sort();
-                format!("{:.0}k", rate(&m[m.len() / 2]) / 1e3)
-            })
+            .map(|moment| format!("{:.0}k", rate(&median(moment)) / 1e3))
             .collect();
         Sampled {
-            median,
-            rate: rate(&median),
+            median: middle,
+            rate: rate(&middle),
             spread: format!(
                 "the median of {} runs at {} moments of the table, {:.0}k-{:.0}k; by moment {}",
-                sorted.len(),
-                sorted.len() / RUNS_AT_A_MOMENT,
-                rate(&sorted[sorted.len() - 1]) / 1e3,
-                rate(&sorted[0]) / 1e3,
+                runs.len(),
+                runs.len() / RUNS_AT_A_MOMENT,
+                slowest.map_or(0.0, rate) / 1e3,
+                fastest.map_or(0.0, rate) / 1e3,
                 moments.join(", ")
             ),
             rss_kib: runs.iter().map(|t| t.rss_kib).max().unwrap_or(0),
         }
     }
+}
+
+/// The run of median wall time (the later of the two middle ones for an even count).
+fn median(runs: &[Timed]) -> Timed {
+    let mut sorted = runs.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
 }
 
 /// `tokenscope top` live on the lab's load, its window full (the `top` row).
