@@ -225,8 +225,14 @@ impl Pipeline {
         self.held.keep_spares();
     }
 
-    /// An empty batch with room, once `keep_spare_batches` was asked for and one was
-    /// let go.
+    /// Batches whose events all went through are kept whole, events and all, for a
+    /// recording's reader to write its next frame over (`Source::recycle`).
+    pub fn recycle_batches(&mut self) {
+        self.held.keep_whole_spares();
+    }
+
+    /// A batch let go (empty with room after `keep_spare_batches`, whole after
+    /// `recycle_batches`), once one of them was asked for and one was let go.
     pub fn take_spare(&mut self) -> Option<Vec<Event>> {
         self.held.take_spare()
     }

@@ -142,7 +142,7 @@ pub fn write_events(
     compression: Compression,
 ) -> Result<TraceSummary, PerfettoError> {
     let mut batches = events.chunks(1024);
-    let next = || Ok(batches.next().map(<[Event]>::to_vec));
+    let next = |_done| Ok(batches.next().map(<[Event]>::to_vec));
     write_batches(header, next, out, windowing, compression)
 }
 
@@ -156,7 +156,12 @@ pub fn write_trace_streamed(
     compression: Compression,
 ) -> Result<TraceSummary, PerfettoError> {
     let header = reader.header().clone();
-    let next = || Ok(reader.next_batch()?);
+    let next = |done: Option<Vec<Event>>| {
+        if let Some(done) = done {
+            reader.recycle(done);
+        }
+        Ok(reader.next_batch()?)
+    };
     write_batches(&header, next, out, windowing, compression)
 }
 
@@ -167,19 +172,21 @@ pub fn pipeline(header: &FileHeader) -> Pipeline {
 }
 
 /// Pushes each batch through the pipeline, takes what it finished, and writes each
-/// window once it is done: laid out, encoded and let go before the next.
+/// window once it is done: laid out, encoded and let go before the next. `next` is
+/// handed each batch whose events all went through (`Pipeline::recycle_batches`).
 fn write_batches(
     header: &FileHeader,
-    mut next: impl FnMut() -> Result<Option<Vec<Event>>, PerfettoError>,
+    mut next: impl FnMut(Option<Vec<Event>>) -> Result<Option<Vec<Event>>, PerfettoError>,
     mut out: impl Write,
     windowing: Windowing,
     compression: Compression,
 ) -> Result<TraceSummary, PerfettoError> {
     let mut p = pipeline(header);
+    p.recycle_batches();
     let mut windows = Windows::new(header, windowing.window_ns);
     let mut w = Writer::new(Bundles::new(&mut out, compression));
     let mut uuids = layout::Uuids::default();
-    while let Some(batch) = next()? {
+    while let Some(batch) = next(p.take_spare())? {
         p.push_batch(batch);
         windows.take(&mut p);
         while let Some(trace) = windows.ready(&p) {

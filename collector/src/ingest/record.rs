@@ -429,6 +429,10 @@ pub trait Source {
     fn header(&self) -> &FileHeader;
     /// The next batch of events, `Ok(None)` at the end.
     fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError>;
+    /// A batch this source gave and the caller is done with, its events as they are: a
+    /// source may write the next batch over them (`RecordReader::recycle`). Dropped by
+    /// default.
+    fn recycle(&mut self, _batch: Vec<Event>) {}
 }
 
 impl Source for RecordReader {
@@ -438,6 +442,10 @@ impl Source for RecordReader {
 
     fn next_batch(&mut self) -> Result<Option<Vec<Event>>, RecordError> {
         RecordReader::next_batch(self)
+    }
+
+    fn recycle(&mut self, batch: Vec<Event>) {
+        RecordReader::recycle(self, batch)
     }
 }
 
@@ -453,6 +461,8 @@ pub struct RecordReader {
     decoding: frame::Decoding,
     /// A corrupt frame's offset: from format 3 on the frames after it cannot be decoded.
     failed_at: Option<u64>,
+    /// A batch done with, for the next frame's events (`recycle`).
+    recycled: Vec<Event>,
 }
 
 impl RecordReader {
@@ -502,7 +512,17 @@ impl RecordReader {
             cut_off_at: None,
             decoding,
             failed_at: None,
+            recycled: Vec::new(),
         })
+    }
+
+    /// `batch`, which this reader gave and its caller is done with: the next frame's
+    /// columnar events are written over its events where they lie, instead of each made
+    /// from a default and dropped later. One is kept; the one it replaces is dropped.
+    pub fn recycle(&mut self, batch: Vec<Event>) {
+        if batch.capacity() > self.recycled.capacity() {
+            self.recycled = batch;
+        }
     }
 
     /// The next batch of events, `Ok(None)` at the end.
@@ -548,7 +568,10 @@ impl RecordReader {
                 err: e,
             })?;
         self.offset += frame_len;
-        match self.decoding.events(buf) {
+        match self
+            .decoding
+            .events(buf, std::mem::take(&mut self.recycled))
+        {
             Ok(events) => Ok(Some(events)),
             Err(reason) => {
                 if self.header.format_version >= 3 {

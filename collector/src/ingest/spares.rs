@@ -1,6 +1,8 @@
-//! Event batches done with, emptied with their room kept, for a source to fill again:
-//! a live source hands over a batch per drain, and a new one each time is fresh pages
-//! (each a fault after `top`'s per-pass malloc_trim). A few cover the ones in flight.
+//! Event batches done with, for a source to fill again: emptied with their room kept
+//! for a live source, which hands over a batch per drain (a new one each time is fresh
+//! pages, each a fault after `top`'s per-pass malloc_trim); kept whole for a recording,
+//! whose reader writes the next frame over their events (`Source::recycle`). A few
+//! cover the ones in flight.
 
 use super::Event;
 
@@ -10,13 +12,26 @@ const KEPT: usize = 4;
 #[derive(Default)]
 pub struct SpareBatches {
     batches: Vec<Vec<Event>>,
+    /// Batches are kept with their events (not emptied).
+    whole: bool,
 }
 
 impl SpareBatches {
-    /// Keeps `batch`, emptied, while fewer than a few wait (else it is dropped).
+    /// Spares kept with their events as they are, for `Source::recycle`.
+    pub fn whole() -> SpareBatches {
+        SpareBatches {
+            batches: Vec::new(),
+            whole: true,
+        }
+    }
+
+    /// Keeps `batch` (emptied unless `whole`) while fewer than a few wait (else it is
+    /// dropped).
     pub fn keep(&mut self, mut batch: Vec<Event>) {
         if self.batches.len() < KEPT && batch.capacity() > 0 {
-            batch.clear();
+            if !self.whole {
+                batch.clear();
+            }
             self.batches.push(batch);
         }
     }
@@ -48,5 +63,15 @@ mod tests {
         assert!(back.iter().all(|b| b.is_empty() && b.capacity() >= 64));
         spares.keep(Vec::with_capacity(8));
         assert!(spares.take(64).is_none(), "too small for the room asked");
+    }
+
+    #[test]
+    fn whole_spares_keep_their_events() {
+        let mut spares = SpareBatches::whole();
+        let mut b = Vec::with_capacity(8);
+        b.resize_with(3, Event::default);
+        spares.keep(b);
+        let back = spares.take(0).expect("kept");
+        assert_eq!(back.len(), 3, "its events as they were");
     }
 }

@@ -130,6 +130,11 @@ impl Held {
         self.spares.get_or_insert_with(SpareBatches::default);
     }
 
+    /// Batches let go are kept with their events (`Pipeline::recycle_batches`).
+    pub(super) fn keep_whole_spares(&mut self) {
+        self.spares = Some(SpareBatches::whole());
+    }
+
     pub(super) fn take_spare(&mut self) -> Option<Vec<Event>> {
         self.spares.as_mut()?.take(0)
     }

@@ -136,9 +136,15 @@ impl Builder {
     }
 
     /// Every event of `reader`, a batch at a time (never the whole recording at once).
+    /// Every batch of `reader`, each handed back to it once its events went through
+    /// (`Source::recycle`).
     pub fn push_all(&mut self, reader: &mut dyn Source) -> Result<(), RecordError> {
+        self.pipeline.recycle_batches();
         while let Some(batch) = reader.next_batch()? {
             self.push_batch(batch);
+            if let Some(done) = self.pipeline.take_spare() {
+                reader.recycle(done);
+            }
         }
         Ok(())
     }

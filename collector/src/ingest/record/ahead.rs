@@ -7,7 +7,7 @@
 //! caller's turn instead: the thread could only take turns with it, and the hand-over
 //! cost 4-5% of a `report` on one core (the bench recording, 20 runs alternating).
 
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 
 use super::{FileHeader, RecordError, Source};
@@ -23,6 +23,8 @@ pub struct ReadAhead {
     /// Read in the caller's turn (one CPU): no thread, no channel.
     inline: Option<Box<dyn Source + Send>>,
     batches: Option<Receiver<Batch>>,
+    /// Batches the caller is done with, back to the thread (`Source::recycle`).
+    recycled: Option<Sender<Vec<Event>>>,
     thread: Option<JoinHandle<()>>,
     /// The source ended (`Ok(None)`): it says so again without asking the thread.
     ended: bool,
@@ -45,6 +47,7 @@ impl ReadAhead {
             header: source.header().clone(),
             inline: Some(source),
             batches: None,
+            recycled: None,
             thread: None,
             ended: false,
         }
@@ -53,9 +56,14 @@ impl ReadAhead {
     fn thread(mut source: Box<dyn Source + Send>) -> std::io::Result<ReadAhead> {
         let header = source.header().clone();
         let (tx, rx) = mpsc::sync_channel::<Batch>(AHEAD);
+        // At most one batch back per batch sent, taken before each read: bounded.
+        let (back_tx, back_rx) = mpsc::channel::<Vec<Event>>();
         let thread = std::thread::Builder::new()
             .name("tokenscope-read".into())
             .spawn(move || loop {
+                while let Ok(done) = back_rx.try_recv() {
+                    source.recycle(done);
+                }
                 let batch = source.next_batch();
                 let end = matches!(batch, Ok(None));
                 // Sending fails once the reader is dropped: nobody is asking any more.
@@ -70,6 +78,7 @@ impl ReadAhead {
             header,
             inline: None,
             batches: Some(rx),
+            recycled: Some(back_tx),
             thread: Some(thread),
             ended: false,
         })
@@ -107,6 +116,16 @@ impl Source for ReadAhead {
             }
         }
     }
+
+    /// To the source, in the caller's turn or on the reading thread (which takes it
+    /// before its next read; dropped once the thread is gone).
+    fn recycle(&mut self, batch: Vec<Event>) {
+        if let Some(source) = self.inline.as_mut() {
+            source.recycle(batch);
+        } else if let Some(back) = &self.recycled {
+            let _ = back.send(batch);
+        }
+    }
 }
 
 impl Drop for ReadAhead {
@@ -128,6 +147,8 @@ mod tests {
         header: FileHeader,
         script: std::vec::IntoIter<Batch>,
         panic_at_end: bool,
+        /// The first time of each batch recycled.
+        recycled: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
     }
 
     impl Source for Scripted {
@@ -141,6 +162,11 @@ mod tests {
                 None if self.panic_at_end => panic!("scripted panic"),
                 None => Ok(None),
             }
+        }
+
+        fn recycle(&mut self, batch: Vec<Event>) {
+            let first = batch.first().map_or(u64::MAX, |e| e.ts_ns);
+            self.recycled.lock().expect("not poisoned").push(first);
         }
     }
 
@@ -161,6 +187,15 @@ mod tests {
 
     /// Read on a thread, or `inline` in the caller's turn (as on one CPU).
     fn scripted(script: Vec<Batch>, panic_at_end: bool, inline: bool) -> ReadAhead {
+        scripted_with(script, panic_at_end, inline, Default::default())
+    }
+
+    fn scripted_with(
+        script: Vec<Batch>,
+        panic_at_end: bool,
+        inline: bool,
+        recycled: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    ) -> ReadAhead {
         let header = FileHeader {
             host: "h".into(),
             ..FileHeader::default()
@@ -169,6 +204,7 @@ mod tests {
             header,
             script: script.into_iter(),
             panic_at_end,
+            recycled,
         });
         if inline {
             ReadAhead::inline(source)
@@ -205,6 +241,22 @@ mod tests {
             // The end, and again: the source is not asked past its end (it would panic).
             assert!(matches!(r.next_batch(), Ok(None)));
             assert!(matches!(r.next_batch(), Ok(None)));
+        }
+    }
+
+    #[test]
+    fn batches_recycled_reach_the_source_inline_or_on_its_thread() {
+        for inline in [false, true] {
+            let recycled = std::sync::Arc::default();
+            let script = (0..AHEAD as u64 * 4)
+                .map(|i| Ok(Some(vec![event(i)])))
+                .collect();
+            let mut r = scripted_with(script, false, inline, std::sync::Arc::clone(&recycled));
+            let first = r.next_batch().expect("a batch").expect("not the end");
+            r.recycle(first);
+            while r.next_batch().expect("a batch").is_some() {}
+            let got = recycled.lock().expect("not poisoned").clone();
+            assert_eq!(got, [0], "inline {inline}: the batch recycled, once");
         }
     }
 

@@ -226,6 +226,7 @@ pub(super) fn repack(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String>
             let mut batch = super::batch::decode(&plain).map_err(|e| e.to_string())?;
             unpack_events(
                 &mut batch,
+                Vec::new(),
                 &mut last_of_tid,
                 Some(&mut socks),
                 packer.fingerprints,
@@ -252,7 +253,13 @@ pub(super) fn unpack_plain(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> 
         .iter()
         .map(|plain| {
             let mut batch = super::batch::decode(plain).map_err(|e| e.to_string())?;
-            unpack_events(&mut batch, &mut last_of_tid, Some(&mut socks), fingerprints)?;
+            unpack_events(
+                &mut batch,
+                Vec::new(),
+                &mut last_of_tid,
+                Some(&mut socks),
+                fingerprints,
+            )?;
             Ok(batch.events)
         })
         .collect()
@@ -470,8 +477,14 @@ impl Decoding {
         })
     }
 
-    /// A frame's events from its bytes (without the length varint).
-    pub(super) fn events(&mut self, bytes: Vec<u8>) -> Result<Vec<Event>, String> {
+    /// A frame's events from its bytes (without the length varint). `recycled`: a batch
+    /// done with, whose events the frame's columnar ones are written over (see
+    /// `columns::expand`); empty for none.
+    pub(super) fn events(
+        &mut self,
+        bytes: Vec<u8>,
+        recycled: Vec<Event>,
+    ) -> Result<Vec<Event>, String> {
         let decoded = match self {
             Decoding::Plain => super::batch::decode(&bytes),
             Decoding::PerFrame => super::batch::decode(&unpack_alone(&bytes)?),
@@ -494,7 +507,13 @@ impl Decoding {
             ..
         } = self
         {
-            unpack_events(&mut batch, last_of_tid, socks.as_deref_mut(), *fingerprints)?;
+            unpack_events(
+                &mut batch,
+                recycled,
+                last_of_tid,
+                socks.as_deref_mut(),
+                *fingerprints,
+            )?;
         }
         Ok(batch.events)
     }
@@ -503,11 +522,12 @@ impl Decoding {
 /// Undoes `Encoder::pack`.
 fn unpack_events(
     batch: &mut EventBatch,
+    recycled: Vec<Event>,
     last_of_tid: &mut FastMap<u32, usize>,
     mut socks: Option<&mut SockTable>,
     fingerprints: Fingerprints,
 ) -> Result<(), String> {
-    super::columns::expand(batch)?;
+    super::columns::expand(batch, recycled)?;
     let events = &mut batch.events;
     if batch.ts_deltas.len() != events.len() {
         return Err(format!(

@@ -254,7 +254,7 @@ fn damaged_columns_are_errors() {
     let mut damage = |what: &str, edit: &dyn Fn(&mut EventBatch)| {
         let mut b = good.clone();
         edit(&mut b);
-        damaged.push((what.to_string(), expand(&mut b)));
+        damaged.push((what.to_string(), expand(&mut b, Vec::new())));
     };
     damage("no columns", &|b| b.columns.clear());
     damage("columns cut short", &|b| {
@@ -273,6 +273,76 @@ fn damaged_columns_are_errors() {
         assert!(result.is_err(), "{what}: {result:?}");
     }
     let mut b = good;
-    expand(&mut b).expect("the undamaged batch expands");
+    expand(&mut b, Vec::new()).expect("the undamaged batch expands");
     assert_eq!(b.events.len(), events.len());
+}
+
+/// A batch handed back (`RecordReader::recycle`) has the next frame written over its
+/// events where they lie: what is read is what a reader without it reads, whatever the
+/// recycled events held (HTTP heads, libcuda calls, and sniffs with every field set).
+#[test]
+fn frames_written_over_recycled_batches_read_back_exactly() {
+    use crate::ingest::model::H2StreamSniff;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (header, fixture) = fixture_events(dir.path());
+    let path = dir.path().join("r.tsrec");
+    let frames: Vec<&[Event]> = fixture.chunks(700).collect();
+    write_live(&path, header, &frames);
+    let want = RecordReader::open(&path)
+        .expect("open")
+        .read_all()
+        .expect("read");
+    // First a batch of other events, longer than a frame, every sniff field set.
+    let mut other: Vec<Event> = fixture.iter().rev().cloned().collect();
+    for e in &mut other {
+        if let Some(Body::Io(io)) = &mut e.body {
+            // Every field set, none left to `..` (a field added must be set here).
+            *io = SockIo {
+                sock: io.sock.take(),
+                dir: 3,
+                syscall: 4,
+                fd: 99,
+                bytes: 1 << 40,
+                captured: 7,
+                payload_fault: true,
+                sniff: io.sniff.take(),
+            };
+            let s = io.sniff.get_or_insert_with(Sniff::default);
+            s.fingerprint = 5;
+            s.message_start = true;
+            s.message_end = true;
+            s.body_bytes = 9;
+            s.body_print = Some(BodyPrint { hash: 1, length: 2 });
+            s.sse.push(sse(1, 1, 3, 1));
+            s.unparsed = true;
+            s.compressed = true;
+            s.prefix_prints = vec![1, 2];
+            s.h2_streams = vec![H2StreamSniff::default()];
+            s.h2_control_frames = 1;
+            s.h2_errors = 1;
+            s.h2_preface = true;
+            s.limits = 1;
+        }
+    }
+    let mut r = RecordReader::open(&path).expect("open");
+    r.recycle(other);
+    let (mut got, mut reused) = (Vec::new(), 0);
+    let mut last = None;
+    while let Some(batch) = r.next_batch().expect("read") {
+        reused += usize::from(last == Some(batch.as_ptr()));
+        last = Some(batch.as_ptr());
+        got.extend(batch.iter().cloned());
+        r.recycle(batch);
+    }
+    assert!(
+        frames.len() > 3 && reused + 1 >= frames.len(),
+        "{reused} of {} frames read into the batch before",
+        frames.len()
+    );
+    assert_eq!(got.len(), want.len());
+    let differ = got.iter().zip(&want).position(|(g, w)| g != w);
+    assert!(
+        differ.is_none(),
+        "event {differ:?} differs from a fresh read"
+    );
 }

@@ -119,6 +119,8 @@ fn derived(s: &Sniff) -> Derived {
 
 #[test]
 fn sniffs_are_written_and_read_as_prost_derive_did() {
+    // Every field set, none left to `..` (a field added must be set here, and
+    // `Sniff::clear` is checked against it below).
     let full = Sniff {
         fingerprint: u64::MAX - 7,
         kind: Some(sniff::Kind::HttpResponse(Box::new(HttpResponseHead {
@@ -160,6 +162,12 @@ fn sniffs_are_written_and_read_as_prost_derive_did() {
         body_bytes: 120,
         ..Sniff::default()
     };
+    // Cleared, a sniff is the default but for its vectors' room.
+    let mut cleared = full.clone();
+    cleared.clear();
+    assert_eq!(cleared, Sniff::default());
+    assert!(cleared.sse.capacity() >= 3 && cleared.prefix_prints.capacity() >= 2);
+    assert!(cleared.h2_streams.capacity() >= 1);
     for s in [full, one_event, Sniff::default()] {
         let theirs = derived(&s).encode_to_vec();
         assert_eq!(s.encode_to_vec(), theirs, "{s:?}");
