@@ -540,25 +540,28 @@ fn unpack_events(
     let mut prints = batch.prints.iter();
     let mut short = false;
     let mut prev_ts = 0u64;
-    for i in 0..events.len() {
-        each_print(&mut events[i], fingerprints, &mut |p| match prints.next() {
+    for (i, &delta) in batch.ts_deltas.iter().enumerate() {
+        // The events before (a thread's last comm) and this one, one bounds check.
+        let (before, rest) = events.split_at_mut(i);
+        let Some(e) = rest.first_mut() else { break };
+        each_print(e, fingerprints, &mut |p| match prints.next() {
             Some(v) => *p = *v,
             None => short = true,
         });
-        let ts = prev_ts.wrapping_add(unzigzag(batch.ts_deltas[i]) as u64);
-        events[i].ts_ns = ts;
+        let ts = prev_ts.wrapping_add(unzigzag(delta) as u64);
+        e.ts_ns = ts;
         prev_ts = ts;
         // One lookup of the thread's last event (an entry: this is per event).
-        let last = last_of_tid.entry(events[i].tid).or_insert(i);
+        let last = last_of_tid.entry(e.tid).or_insert(i);
         let j = std::mem::replace(last, i);
-        if events[i].comm.is_empty() {
-            if j != i {
-                events[i].comm = events[j].comm.clone();
+        if e.comm.is_empty() {
+            if let Some(prev) = before.get(j) {
+                e.comm = prev.comm.clone();
             }
-        } else if events[i].comm.starts_with(COMM_ESCAPE) {
-            events[i].comm.remove(0);
+        } else if e.comm.starts_with(COMM_ESCAPE) {
+            e.comm.remove(0);
         }
-        if let (Some(table), Some((sock, fd))) = (&mut socks, sock_of(&mut events[i])) {
+        if let (Some(table), Some((sock, fd))) = (&mut socks, sock_of(e)) {
             table.unpack(sock, fd)?;
         }
     }
@@ -598,6 +601,10 @@ fn each_print(e: &mut Event, fingerprints: Fingerprints, f: &mut impl FnMut(&mut
     }
 }
 
+/// A sniff's hashes, then each HTTP/2 stream's in turn. Its own are walked inline (an
+/// event's one or two: a call per event, through the recursion, was 50 instructions);
+/// the streams', rare, in `stream_prints`.
+#[inline(always)]
 fn sniff_prints<F: FnMut(&mut u64)>(s: &mut Sniff, fingerprints: Fingerprints, f: &mut F) {
     if fingerprints == Fingerprints::InPrints {
         f(&mut s.fingerprint);
@@ -612,9 +619,15 @@ fn sniff_prints<F: FnMut(&mut u64)>(s: &mut Sniff, fingerprints: Fingerprints, f
     s.prefix_prints.iter_mut().for_each(&mut *f);
     for h in &mut s.h2_streams {
         if let Some(inner) = &mut h.sniff {
-            sniff_prints(inner, fingerprints, f);
+            stream_prints(inner, fingerprints, f);
         }
     }
+}
+
+/// `sniff_prints` of an HTTP/2 stream's sniff.
+#[inline(never)]
+fn stream_prints<F: FnMut(&mut u64)>(s: &mut Sniff, fingerprints: Fingerprints, f: &mut F) {
+    sniff_prints(s, fingerprints, f)
 }
 
 fn crc32(bytes: &[u8]) -> u32 {
