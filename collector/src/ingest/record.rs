@@ -518,7 +518,8 @@ impl RecordReader {
 
     /// `batch`, which this reader gave and its caller is done with: the next frame's
     /// columnar events are written over its events where they lie, instead of each made
-    /// from a default and dropped later. One is kept; the one it replaces is dropped.
+    /// from a default and dropped later. One is kept, the one with more room (the other
+    /// is dropped).
     pub fn recycle(&mut self, batch: Vec<Event>) {
         if batch.capacity() > self.recycled.capacity() {
             self.recycled = batch;

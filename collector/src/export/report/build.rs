@@ -135,9 +135,8 @@ impl Builder {
         self
     }
 
-    /// Every event of `reader`, a batch at a time (never the whole recording at once).
-    /// Every batch of `reader`, each handed back to it once its events went through
-    /// (`Source::recycle`).
+    /// Every event of `reader`, a batch at a time (never the whole recording at once),
+    /// each batch handed back to it once its events went through (`Source::recycle`).
     pub fn push_all(&mut self, reader: &mut dyn Source) -> Result<(), RecordError> {
         self.pipeline.recycle_batches();
         while let Some(batch) = reader.next_batch()? {
