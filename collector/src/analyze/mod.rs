@@ -74,6 +74,22 @@ pub fn percentiles_in_place<const N: usize>(v: &mut [u64], permilles: [usize; N]
     for (o, permille) in out.iter_mut().zip(permilles) {
         let (lo, frac) = rank(v.len(), permille);
         let lo = lo.max(from);
+        if v.len() - lo <= TOP_RANKS {
+            // A rank among the few highest (a p99 of fewer than ~800 values): those
+            // values found in one pass, no selection (half a request summary's
+            // percentile work was the p99's selection).
+            let top = highest(&v[from..], v.len() - lo);
+            let below = top[v.len() - lo - 1];
+            let above = if frac > 0.0 {
+                top[v.len() - lo - 2]
+            } else {
+                below
+            };
+            *o = interpolate(below, above, frac);
+            // `v` is left as it was: `from` still holds, and every rank after is
+            // higher (found here too).
+            continue;
+        }
         let (_, &mut below, rest) = v[from..].select_nth_unstable(lo - from);
         // The next rank up is the smallest of what selection left above.
         let above = if frac > 0.0 {
@@ -85,6 +101,32 @@ pub fn percentiles_in_place<const N: usize>(v: &mut [u64], permilles: [usize; N]
         from = lo;
     }
     out
+}
+
+/// The most ranks from the top `percentiles_in_place` finds by `highest`.
+const TOP_RANKS: usize = 8;
+
+/// The `n` (1..=`TOP_RANKS`) highest of `v` (at least `n` values), highest first, in
+/// one pass: a value goes in only when above the lowest kept, rare after the first few
+/// in any order but ascending.
+#[inline]
+fn highest(v: &[u64], n: usize) -> [u64; TOP_RANKS] {
+    debug_assert!((1..=TOP_RANKS).contains(&n) && n <= v.len());
+    let mut top = [0u64; TOP_RANKS];
+    let (first, rest) = v.split_at(n);
+    top[..n].copy_from_slice(first);
+    top[..n].sort_unstable_by(|a, b| b.cmp(a));
+    for &x in rest {
+        if x > top[n - 1] {
+            let mut k = n - 1;
+            while k > 0 && top[k - 1] < x {
+                top[k] = top[k - 1];
+                k -= 1;
+            }
+            top[k] = x;
+        }
+    }
+    top
 }
 
 /// `percentile` of samples already sorted ascending.
@@ -524,26 +566,41 @@ mod tests {
 
     #[test]
     fn percentiles_selected_in_turn_are_those_of_the_sorted_values() {
+        // Lengths whose high ranks are found by selection and by `highest` (a p99 is
+        // among the top eight below ~800 values), in any order, ascending (each value
+        // goes in) and descending, with repeats.
         let mut state = 11u64;
-        for len in [1, 2, 3, 7, 100, 1001] {
-            let v: Vec<u64> = (0..len)
+        let permilles = [500, 900, 950, 990, 999, 1000];
+        for (len, range) in [1, 2, 3, 7, 8, 9, 66, 100, 270, 701, 1001]
+            .into_iter()
+            .flat_map(|len| [(len, 50), (len, 1 << 40)])
+        {
+            let random: Vec<u64> = (0..len)
                 .map(|_| {
                     state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    (state >> 40) % 50
+                    (state >> 20) % range
                 })
                 .collect();
-            let mut sorted = v.clone();
-            sorted.sort_unstable();
-            let want = [500, 900, 990].map(|p| percentile_of_sorted(&sorted, p));
-            let mut w = v.clone();
-            assert_eq!(
-                percentiles_in_place(&mut w, [500, 900, 990]),
-                want,
-                "{len} values"
-            );
-            w.sort_unstable();
-            assert_eq!(w, sorted, "the same values, reordered");
-            assert_eq!(percentile_in_place(&mut v.clone(), 990), want[2]);
+            let mut ascending = random.clone();
+            ascending.sort_unstable();
+            let descending: Vec<u64> = ascending.iter().rev().copied().collect();
+            for v in [random, ascending.clone(), descending] {
+                let want = permilles.map(|p| percentile_of_sorted(&ascending, p));
+                let mut w = v.clone();
+                assert_eq!(
+                    percentiles_in_place(&mut w, permilles),
+                    want,
+                    "{len} values"
+                );
+                w.sort_unstable();
+                assert_eq!(w, ascending, "the same values, reordered");
+                assert_eq!(percentile_in_place(&mut v.clone(), 990), want[3]);
+                assert_eq!(
+                    percentiles_in_place(&mut v.clone(), [500, 990]),
+                    [want[0], want[3]],
+                    "a request summary's pair"
+                );
+            }
         }
         assert_eq!(percentiles_in_place(&mut [], [500, 990]), [0, 0]);
     }
