@@ -250,21 +250,28 @@ fn io_fits(io: &SockIo) -> bool {
 /// glue run per event otherwise: on issue 17's bench recording, recycling takes a
 /// one-core `report` from 990 M instructions to 953 M, and its L2 misses in
 /// cachegrind's model from 6.4 M to 5.2 M); empty for a batch of new events.
-pub(super) fn expand(batch: &mut EventBatch, mut recycled: Vec<Event>) -> Result<(), String> {
-    if batch.shapes.is_empty() {
-        if !batch.columns.is_empty() {
+/// `shapes` and `columns`: the batch's, where they lie in the frame's bytes
+/// (`batch::decode_in_place`).
+pub(super) fn expand(
+    batch: &mut EventBatch,
+    shapes: &[u8],
+    columns: &[u8],
+    mut recycled: Vec<Event>,
+) -> Result<(), String> {
+    if shapes.is_empty() {
+        if !columns.is_empty() {
             return Err("columns without shapes".into());
         }
         return Ok(());
     }
-    let mut reader = Reader::new(&batch.columns)?;
+    let mut reader = Reader::new(columns)?;
     let mut whole = std::mem::take(&mut batch.events).into_iter();
-    let n = batch.shapes.len();
+    let n = shapes.len();
     recycled.truncate(n);
     recycled.reserve(n - recycled.len());
     let mut events = recycled;
     let reused = events.len();
-    for (k, &shape) in batch.shapes.iter().enumerate() {
+    for (k, &shape) in shapes.iter().enumerate() {
         if shape == WHOLE {
             let e = whole
                 .next()

@@ -223,9 +223,8 @@ pub(super) fn repack(frames: Vec<Vec<Event>>) -> Result<Vec<Vec<Event>>, String>
             packer.pack(&mut batch);
             plain.clear();
             columns.encode(&batch, &mut plain);
-            let mut batch = super::batch::decode(&plain).map_err(|e| e.to_string())?;
-            unpack_events(
-                &mut batch,
+            let batch = unpack_events(
+                &plain,
                 Vec::new(),
                 &mut last_of_tid,
                 Some(&mut socks),
@@ -252,9 +251,8 @@ pub(super) fn unpack_plain(plains: &[&[u8]]) -> Result<Vec<Vec<Event>>, String> 
     plains
         .iter()
         .map(|plain| {
-            let mut batch = super::batch::decode(plain).map_err(|e| e.to_string())?;
-            unpack_events(
-                &mut batch,
+            let batch = unpack_events(
+                plain,
                 Vec::new(),
                 &mut last_of_tid,
                 Some(&mut socks),
@@ -488,7 +486,13 @@ impl Decoding {
         let decoded = match self {
             Decoding::Plain => super::batch::decode(&bytes),
             Decoding::PerFrame => super::batch::decode(&unpack_alone(&bytes)?),
-            Decoding::Stream { zstd, plain, .. } => {
+            Decoding::Stream {
+                zstd,
+                plain,
+                last_of_tid,
+                socks,
+                fingerprints,
+            } => {
                 let (crc, packed) = bytes
                     .split_first_chunk::<4>()
                     .ok_or("a frame shorter than its checksum")?;
@@ -496,38 +500,31 @@ impl Decoding {
                     return Err("checksum mismatch: the frame's bytes are damaged".into());
                 }
                 unpack_in_stream(zstd, packed, plain)?;
-                super::batch::decode(plain)
+                let batch = unpack_events(
+                    plain,
+                    recycled,
+                    last_of_tid,
+                    socks.as_deref_mut(),
+                    *fingerprints,
+                )?;
+                return Ok(batch.events);
             }
         };
-        let mut batch = decoded.map_err(|e| e.to_string())?;
-        if let Decoding::Stream {
-            last_of_tid,
-            socks,
-            fingerprints,
-            ..
-        } = self
-        {
-            unpack_events(
-                &mut batch,
-                recycled,
-                last_of_tid,
-                socks.as_deref_mut(),
-                *fingerprints,
-            )?;
-        }
-        Ok(batch.events)
+        Ok(decoded.map_err(|e| e.to_string())?.events)
     }
 }
 
 /// Undoes `Encoder::pack`.
 fn unpack_events(
-    batch: &mut EventBatch,
+    plain: &[u8],
     recycled: Vec<Event>,
     last_of_tid: &mut FastMap<u32, usize>,
     mut socks: Option<&mut SockTable>,
     fingerprints: Fingerprints,
-) -> Result<(), String> {
-    super::columns::expand(batch, recycled)?;
+) -> Result<EventBatch, String> {
+    let (mut batch, spans) = super::batch::decode_in_place(plain).map_err(|e| e.to_string())?;
+    let (shapes, columns) = (&plain[spans.shapes], &plain[spans.columns]);
+    super::columns::expand(&mut batch, shapes, columns, recycled)?;
     let events = &mut batch.events;
     if batch.ts_deltas.len() != events.len() {
         return Err(format!(
@@ -569,7 +566,7 @@ fn unpack_events(
         let n = batch.prints.len();
         return Err(format!("{n} sniff hashes do not fit the frame's events"));
     }
-    Ok(())
+    Ok(batch)
 }
 
 /// Whether the sniffs' own fingerprints are in the prints column (formats 3 to 5) or
