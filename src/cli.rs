@@ -538,6 +538,38 @@ fn keep_freed_memory_for_reuse() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
     }
+    heap_in_huge_pages();
+}
+
+/// The first 24 MiB of a replay's heap marked for transparent huge pages (where the
+/// kernel offers them: `madvise` mode, as here, or `always`). A replay walks its
+/// connections, exchanges and batches all over a heap of ~12 MiB: in 4 KiB pages that
+/// is ~3,000 TLB entries and as many first-touch faults, each dear in a VM (2.2 us
+/// here). On issue 17's bench recording a one-core `report` took ~7% less time in
+/// interleaved runs (40 rounds, median of paired ratios 0.926). The block is taken from
+/// the heap (not mmap) and freed at once: the heap keeps it for what comes next (the
+/// trim threshold above), untouched until used.
+fn heap_in_huge_pages() {
+    const HEAP: usize = 24 << 20;
+    const HUGE: usize = 2 << 20;
+    // SAFETY: glibc allocation calls on a block used only for its addresses; madvise
+    // only advises on pages of that block, which stays mapped (freed to the heap's top,
+    // not trimmed below 64 MiB).
+    unsafe {
+        // Above the block's size for the moment, so that it comes from the heap.
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        let p = libc::malloc(HEAP);
+        if !p.is_null() {
+            let start = (p as usize).next_multiple_of(HUGE);
+            let end = (p as usize + HEAP) / HUGE * HUGE;
+            if end > start {
+                // An error (no THP in this kernel) leaves the heap as it was.
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+            libc::free(p);
+        }
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+    }
 }
 
 #[cfg(test)]
