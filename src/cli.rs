@@ -545,8 +545,8 @@ fn keep_freed_memory_for_reuse() {
 /// kernel offers them: `madvise` mode, as here, or `always`). A replay walks its
 /// connections, exchanges and batches all over a heap of ~12 MiB: in 4 KiB pages that
 /// is ~3,000 TLB entries and as many first-touch faults, each dear in a VM (2.2 us
-/// here). On issue 17's bench recording a one-core `report` took ~7% less time in
-/// interleaved runs (40 rounds, median of paired ratios 0.926). The block is taken from
+/// here). On issue 17's bench recording a one-core `report` took ~5% less time in
+/// interleaved runs (80 rounds, median of paired ratios 0.946). The block is taken from
 /// the heap (not mmap) and freed at once: the heap keeps it for what comes next (the
 /// trim threshold above), untouched until used.
 fn heap_in_huge_pages() {

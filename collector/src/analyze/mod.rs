@@ -75,9 +75,9 @@ pub fn percentiles_in_place<const N: usize>(v: &mut [u64], permilles: [usize; N]
         let (lo, frac) = rank(v.len(), permille);
         let lo = lo.max(from);
         if v.len() - lo <= TOP_RANKS {
-            // A rank among the few highest (a p99 of fewer than ~800 values): those
-            // values found in one pass, no selection (half a request summary's
-            // percentile work was the p99's selection).
+            // A rank among the few highest (a p99 of up to ~700 values): those
+            // values found in one pass, no selection (the p99's selection was over a
+            // quarter of a request summary's percentile work).
             let top = highest(&v[from..], v.len() - lo);
             let below = top[v.len() - lo - 1];
             let above = if frac > 0.0 {
@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn percentiles_selected_in_turn_are_those_of_the_sorted_values() {
         // Lengths whose high ranks are found by selection and by `highest` (a p99 is
-        // among the top eight below ~800 values), in any order, ascending (each value
+        // among the top eight up to ~700 values), in any order, ascending (each value
         // goes in) and descending, with repeats.
         let mut state = 11u64;
         let permilles = [500, 900, 950, 990, 999, 1000];
