@@ -282,8 +282,7 @@ impl Pipeline {
             index,
         });
         let through = self.newest_ns.saturating_sub(self.cfg.reorder_ns);
-        while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
-            let p = self.pending.pop().expect("peeked");
+        while let Some(p) = self.pending.pop_through(through) {
             self.released_ns = p.ts_ns;
             self.feed_held(p.slot, p.index, true);
             let due = *self
@@ -307,8 +306,7 @@ impl Pipeline {
     /// go through, and what settled by then is let go, even if no event came.
     pub fn tick(&mut self, now_ns: u64) {
         let through = now_ns.saturating_sub(self.cfg.reorder_ns);
-        while self.pending.peek().is_some_and(|p| p.ts_ns <= through) {
-            let p = self.pending.pop().expect("peeked");
+        while let Some(p) = self.pending.pop_through(through) {
             self.released_ns = p.ts_ns;
             self.feed_held(p.slot, p.index, true);
         }

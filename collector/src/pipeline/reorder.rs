@@ -43,6 +43,22 @@ impl Reorder {
         }
     }
 
+    /// The first to go if it is no later than `through` (what `peek` and `pop` give,
+    /// with one look at the fronts: nearly always only the queue's, the heap empty).
+    #[inline]
+    pub(super) fn pop_through(&mut self, through: u64) -> Option<Pending> {
+        if self.late.is_empty() {
+            return match self.in_order.front() {
+                Some(p) if p.ts_ns <= through => self.in_order.pop_front(),
+                _ => None,
+            };
+        }
+        match self.peek() {
+            Some(p) if p.ts_ns <= through => self.pop(),
+            _ => None,
+        }
+    }
+
     pub(super) fn pop(&mut self) -> Option<Pending> {
         let from_late = match (self.in_order.front(), self.late.peek()) {
             (Some(a), Some(Reverse(b))) => b < a,
@@ -93,6 +109,16 @@ mod tests {
                 assert_eq!(ours.peek(), heap.peek().map(|r| &r.0), "the same first");
                 assert_eq!(ours.pop(), heap.pop().map(|r| r.0), "the same order");
             }
+            // What is no later than a time, as the window lets it through.
+            let through = now.saturating_sub(next() % 40);
+            while let Some(p) = ours.pop_through(through) {
+                assert!(p.ts_ns <= through, "nothing later than asked");
+                assert_eq!(Some(p), heap.pop().map(|r| r.0), "the same order");
+            }
+            assert!(
+                heap.peek().is_none_or(|r| r.0.ts_ns > through),
+                "everything up to the time went"
+            );
         }
         while let Some(Reverse(want)) = heap.pop() {
             assert_eq!(ours.pop(), Some(want), "drained in the same order");
