@@ -5,8 +5,6 @@
 //! each) however long its stream, where the arrays cost ~20 bytes a token (`report
 //! --json --tokens` keeps them). Stages that do not apply are left out, not null.
 
-use serde::Serialize;
-
 use crate::analyze::percentiles_in_place;
 use crate::ingest::hosts::split_pid;
 use crate::stitch::attribution::GpuShare;
@@ -16,23 +14,115 @@ use crate::stitch::{Point, PointKind, Request};
 /// `r` without its per-token arrays, with their summaries in their place, as JSON (keys
 /// sorted at every level).
 ///
-/// Written straight from views whose fields are declared in key order (what a
-/// `serde_json::Value`'s sorted maps give, byte for byte: `summary_value` below is the
-/// reference the tests hold it to). Each view takes its type apart field by field, with
+/// Written by hand from views whose fields are declared, and written, in key order
+/// (what a `serde_json::Value`'s sorted maps give, byte for byte: `summary_value` below
+/// is the reference the tests hold it to). Each view takes its type apart field by field, with
 /// no `..`: a field added to `Request` or to a part of it does not build until the
 /// summary says what it writes for it.
 pub fn summary(r: Request) -> Vec<u8> {
     let mut series = Vec::new();
     let view = View::of(&r, &mut series);
     let mut out = Vec::with_capacity(2048);
-    serde_json::to_writer(&mut out, &view).expect("a summary serializes");
+    view.write(&mut out);
     out
 }
 
+/// A JSON object written key by key, as serde_json writes a struct's fields: the keys
+/// (plain names) copied as they are, and a string copied whole when nothing in it needs
+/// escaping. Through serde, each key and string was scanned and escaped byte by byte:
+/// 5% of a one-core `report`'s instructions on issue 17's bench recording.
+struct Obj<'o> {
+    out: &'o mut Vec<u8>,
+    first: bool,
+}
+
+impl<'o> Obj<'o> {
+    fn new(out: &'o mut Vec<u8>) -> Obj<'o> {
+        out.push(b'{');
+        Obj { out, first: true }
+    }
+
+    /// The key written, and where its value goes.
+    fn key(&mut self, key: &'static str) -> &mut Vec<u8> {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        self.out
+    }
+
+    fn u64(&mut self, key: &'static str, v: impl Into<u64>) {
+        let out = self.key(key);
+        out.extend_from_slice(itoa::Buffer::new().format(v.into()).as_bytes());
+    }
+
+    /// null when None.
+    fn opt_u64(&mut self, key: &'static str, v: Option<impl Into<u64>>) {
+        match v {
+            Some(v) => self.u64(key, v),
+            None => self.key(key).extend_from_slice(b"null"),
+        }
+    }
+
+    fn bool(&mut self, key: &'static str, v: bool) {
+        let text: &[u8] = if v { b"true" } else { b"false" };
+        self.key(key).extend_from_slice(text);
+    }
+
+    fn str(&mut self, key: &'static str, v: &str) {
+        let out = self.key(key);
+        if v.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            out.push(b'"');
+            out.extend_from_slice(v.as_bytes());
+            out.push(b'"');
+        } else {
+            serde_json::to_writer(out, v).expect("a string serializes");
+        }
+    }
+
+    /// null when None.
+    fn opt_str(&mut self, key: &'static str, v: Option<&str>) {
+        match v {
+            Some(v) => self.str(key, v),
+            None => self.key(key).extend_from_slice(b"null"),
+        }
+    }
+
+    fn kind(&mut self, key: &'static str, kind: PointKind) {
+        serde_json::to_writer(self.key(key), &kind).expect("a kind serializes");
+    }
+
+    /// null when None.
+    fn brief(&mut self, key: &'static str, b: &Option<Brief>) {
+        let out = self.key(key);
+        match b {
+            Some(b) => b.write(out),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+
+    /// `items` as an array, each written by `write`.
+    fn array<T>(&mut self, key: &'static str, items: &[T], write: impl Fn(&T, &mut Vec<u8>)) {
+        let out = self.key(key);
+        out.push(b'[');
+        for (k, item) in items.iter().enumerate() {
+            if k > 0 {
+                out.push(b',');
+            }
+            write(item, out);
+        }
+        out.push(b']');
+    }
+
+    fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
 /// A request's summary, its keys in order.
-#[derive(Serialize)]
 struct View<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
     api: Option<&'static str>,
     attached_mid: bool,
     body_bytes: Option<u64>,
@@ -52,23 +142,72 @@ struct View<'a> {
     host: Option<&'a str>,
     http2: bool,
     id: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
     join: Option<&'static str>,
     method: &'a str,
     new_connection: bool,
     path: &'a str,
     points: Vec<PointView<'a>>,
-    #[serde(skip_serializing_if = "is_zero")]
     reasoning_tokens: u32,
     stages: StagesView,
     start_ns: u64,
     status: Option<u32>,
     tls: bool,
-    #[serde(skip_serializing_if = "is_zero")]
     tool_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
     trace_parent: Option<&'a str>,
     truncated: bool,
+}
+
+impl View<'_> {
+    /// Every key in order; those marked "left out" are written only when set.
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        if let Some(api) = self.api {
+            o.str("api", api); // left out
+        }
+        o.bool("attached_mid", self.attached_mid);
+        o.opt_u64("body_bytes", self.body_bytes);
+        o.u64("chunk_mismatches", self.chunk_mismatches);
+        o.str("client_addr", self.client_addr);
+        o.str("client_comm", self.client_comm);
+        o.u64("client_pid", self.client_pid);
+        o.bool("coalesced", self.coalesced);
+        o.u64("connection_requests", self.connection_requests as u64);
+        o.bool("encrypted", self.encrypted);
+        o.opt_u64("end_ns", self.end_ns);
+        o.opt_u64("engine_received_ns", self.engine_received_ns);
+        o.bool("events_dropped", self.events_dropped);
+        o.u64("first_byte_ns", self.first_byte_ns);
+        o.array("forward", &self.forward, HopView::write);
+        match &self.gpu {
+            Some(g) => g.write(o.key("gpu")),
+            None => o.key("gpu").extend_from_slice(b"null"),
+        }
+        o.opt_str("host", self.host);
+        o.bool("http2", self.http2);
+        o.u64("id", self.id as u64);
+        if let Some(join) = self.join {
+            o.str("join", join); // left out
+        }
+        o.str("method", self.method);
+        o.bool("new_connection", self.new_connection);
+        o.str("path", self.path);
+        o.array("points", &self.points, PointView::write);
+        if self.reasoning_tokens != 0 {
+            o.u64("reasoning_tokens", self.reasoning_tokens); // left out
+        }
+        self.stages.write(o.key("stages"));
+        o.u64("start_ns", self.start_ns);
+        o.opt_u64("status", self.status);
+        o.bool("tls", self.tls);
+        if self.tool_tokens != 0 {
+            o.u64("tool_tokens", self.tool_tokens); // left out
+        }
+        if let Some(trace_parent) = self.trace_parent {
+            o.str("trace_parent", trace_parent); // left out
+        }
+        o.bool("truncated", self.truncated);
+        o.end();
+    }
 }
 
 impl<'a> View<'a> {
@@ -155,22 +294,42 @@ impl<'a> View<'a> {
 }
 
 /// A point with its token count and ITL summary in place of its arrays.
-#[derive(Serialize)]
 struct PointView<'a> {
     comm: &'a str,
     compressed: bool,
     done: bool,
-    #[serde(skip_serializing_if = "is_zero")]
     host: u32,
     ios: u32,
     itl: Option<Brief>,
     kind: PointKind,
     max_tokens_per_io: u32,
     pid: u32,
-    #[serde(skip_serializing_if = "is_zero")]
     records: usize,
     tokens: usize,
     ttft_ns: Option<u64>,
+}
+
+impl PointView<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.str("comm", self.comm);
+        o.bool("compressed", self.compressed);
+        o.bool("done", self.done);
+        if self.host != 0 {
+            o.u64("host", self.host); // left out
+        }
+        o.u64("ios", self.ios);
+        o.brief("itl", &self.itl);
+        o.kind("kind", self.kind);
+        o.u64("max_tokens_per_io", self.max_tokens_per_io);
+        o.u64("pid", self.pid);
+        if self.records != 0 {
+            o.u64("records", self.records as u64); // left out
+        }
+        o.u64("tokens", self.tokens as u64);
+        o.opt_u64("ttft_ns", self.ttft_ns);
+        o.end();
+    }
 }
 
 impl<'a> PointView<'a> {
@@ -210,9 +369,7 @@ impl<'a> PointView<'a> {
 }
 
 /// A hop with its delay summary in place of the per-token delays.
-#[derive(Serialize)]
 struct HopView {
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     between_hosts: bool,
     delay: Option<Brief>,
     from: PointKind,
@@ -220,6 +377,17 @@ struct HopView {
 }
 
 impl HopView {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        if self.between_hosts {
+            o.bool("between_hosts", true); // left out
+        }
+        o.brief("delay", &self.delay);
+        o.kind("from", self.from);
+        o.kind("to", self.to);
+        o.end();
+    }
+
     fn of(hop: &Forward, points: &[Point], series: &mut Vec<u64>) -> HopView {
         let Forward {
             from,
@@ -239,25 +407,36 @@ impl HopView {
 }
 
 /// The stages that apply (those that do not are left out, not null).
-#[derive(Serialize)]
 struct StagesView {
-    #[serde(skip_serializing_if = "Option::is_none")]
     connect_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gateway_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gateway_ttft_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     subrequest_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     tls_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     upload_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     upstream_wait_ns: Option<u64>,
 }
 
 impl StagesView {
+    /// Each left out when None.
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        for (key, v) in [
+            ("connect_ns", self.connect_ns),
+            ("gateway_ns", self.gateway_ns),
+            ("gateway_ttft_ns", self.gateway_ttft_ns),
+            ("subrequest_ns", self.subrequest_ns),
+            ("tls_ns", self.tls_ns),
+            ("upload_ns", self.upload_ns),
+            ("upstream_wait_ns", self.upstream_wait_ns),
+        ] {
+            if let Some(v) = v {
+                o.u64(key, v);
+            }
+        }
+        o.end();
+    }
+
     fn of(s: &Stages) -> StagesView {
         let Stages {
             connect_ns,
@@ -281,12 +460,9 @@ impl StagesView {
 }
 
 /// The GPU's share with the count of stalled gaps in place of their list.
-#[derive(Serialize)]
 struct GpuView {
-    #[serde(skip_serializing_if = "Option::is_none")]
     decode_gpu_ns: Option<u64>,
     decode_steps: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
     prefill_gpu_ns: Option<u64>,
     prefill_ns: u64,
     prefill_steps: u32,
@@ -295,6 +471,22 @@ struct GpuView {
 }
 
 impl GpuView {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        if let Some(v) = self.decode_gpu_ns {
+            o.u64("decode_gpu_ns", v); // left out
+        }
+        o.u64("decode_steps", self.decode_steps);
+        if let Some(v) = self.prefill_gpu_ns {
+            o.u64("prefill_gpu_ns", v); // left out
+        }
+        o.u64("prefill_ns", self.prefill_ns);
+        o.u64("prefill_steps", self.prefill_steps);
+        o.opt_u64("queue_ns", self.queue_ns);
+        o.u64("stalls", self.stalls as u64);
+        o.end();
+    }
+
     fn of(g: &GpuShare) -> GpuView {
         let GpuShare {
             queue_ns,
@@ -317,16 +509,21 @@ impl GpuView {
     }
 }
 
-fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
-    *n == T::default()
-}
-
 /// p50, p99 and max of a series (null when empty; its count is the point's tokens).
-#[derive(Serialize)]
 struct Brief {
     max_ns: u64,
     p50_ns: u64,
     p99_ns: u64,
+}
+
+impl Brief {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.u64("max_ns", self.max_ns);
+        o.u64("p50_ns", self.p50_ns);
+        o.u64("p99_ns", self.p99_ns);
+        o.end();
+    }
 }
 
 /// By selection, not a sort (seven series a request: their sorts were 2% of a
@@ -415,9 +612,12 @@ mod tests {
             7,
             PointKind::ClientRead,
             host2(4242),
-            "curl",
+            "cu\"rl\t",
             vec![100, 250, 260, 900, 1_000],
         );
+        // Strings that need escaping, and one that does not but is not ASCII.
+        r.path = "/v1/chat\\completions?q=\u{1}é".into();
+        r.method = "POST".into();
         r.host = Some("api.example:443".into());
         r.trace_parent = Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
         r.status = Some(200);
@@ -478,6 +678,8 @@ mod tests {
         );
         let text = String::from_utf8(bytes).expect("UTF-8");
         for part in [
+            "\"comm\":\"cu\\\"rl\\t\"",
+            "\"path\":\"/v1/chat\\\\completions?q=\\u0001é\"",
             "\"stalls\":1",
             "\"records\":2",
             "\"host\":2",
