@@ -465,33 +465,35 @@ pub mod sniff {
     }
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
+/// A request head. Its texts are inline up to 24 bytes (a method, a version and most
+/// paths), so reading one does not allocate for them; its protobuf encoding is written
+/// by hand (model/messages.rs) for that, as prost's derive wrote it for `String`s.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HttpRequestHead {
-    #[prost(string, tag = "1")]
-    pub method: String,
-    /// The path without its query string (queries can carry keys).
-    #[prost(string, tag = "2")]
-    pub path: String,
-    #[prost(bool, tag = "3")]
+    /// Wire: string, tag = 1.
+    pub method: CompactString,
+    /// The path without its query string (queries can carry keys). Wire: string, tag = 2.
+    pub path: CompactString,
+    /// Wire: bool, tag = 3.
     pub has_query: bool,
-    #[prost(string, tag = "4")]
-    pub version: String,
-    #[prost(message, repeated, tag = "5")]
+    /// Wire: string, tag = 4.
+    pub version: CompactString,
+    /// Wire: message, repeated, tag = 5.
     pub headers: Vec<Header>,
-    /// The head ended inside the captured prefix.
-    #[prost(bool, tag = "6")]
+    /// The head ended inside the captured prefix. Wire: bool, tag = 6.
     pub complete: bool,
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
+/// A response head; its version inline, as `HttpRequestHead`'s texts.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HttpResponseHead {
-    #[prost(string, tag = "1")]
-    pub version: String,
-    #[prost(uint32, tag = "2")]
+    /// Wire: string, tag = 1.
+    pub version: CompactString,
+    /// Wire: uint32, tag = 2.
     pub status: u32,
-    #[prost(message, repeated, tag = "3")]
+    /// Wire: message, repeated, tag = 3.
     pub headers: Vec<Header>,
-    #[prost(bool, tag = "4")]
+    /// Wire: bool, tag = 4.
     pub complete: bool,
 }
 

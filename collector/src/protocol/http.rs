@@ -141,7 +141,7 @@ fn trace_parent(value: &[u8]) -> Option<String> {
         && parts[1].iter().any(|b| *b != b'0')
         && parts[2].iter().any(|b| *b != b'0')
         && !parts[0].eq_ignore_ascii_case(b"ff");
-    ok.then(|| text(value).to_ascii_lowercase())
+    ok.then(|| String::from_utf8_lossy(value).to_ascii_lowercase())
 }
 
 /// An HTTP/2 header block's fields as a head, redacted as an HTTP/1 head is: a
@@ -178,7 +178,7 @@ pub fn h2_head(fields: &[(Vec<u8>, Vec<u8>)], complete: bool) -> Option<sniff::K
             method: if method_ok {
                 text(method)
             } else {
-                String::new()
+                CompactString::default()
             },
             path: text(path),
             has_query,
@@ -201,8 +201,9 @@ fn is_token_char(b: &u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b)
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// A head's text, inline up to 24 bytes (see `HttpRequestHead`).
+fn text(b: &[u8]) -> CompactString {
+    CompactString::from_utf8_lossy(b)
 }
 
 /// The value of header `name` (lower-case), when it was kept.

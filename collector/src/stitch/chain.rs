@@ -5,6 +5,7 @@
 
 use super::conn::{Conns, Exchange, Role};
 use crate::ingest::fast_hash::{FastMap, FastSet};
+use crate::ingest::model::CompactString;
 
 /// An exchange at one connection end: (connection id, exchange index).
 pub type End = (usize, usize);
@@ -408,7 +409,7 @@ fn same_request(inbound: &Exchange, outbound: &Exchange) -> bool {
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum RequestKey {
     Body(u64, u64),
-    Route(String, String),
+    Route(CompactString, CompactString),
 }
 
 impl RequestKey {

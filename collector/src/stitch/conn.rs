@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use crate::ingest::fast_hash::FastMap;
 use crate::ingest::model::{
-    event::Body, sniff, Api, Direction, Event, Sniff, SseKind, TcpState, TokenKind,
+    event::Body, sniff, Api, CompactString, Direction, Event, Sniff, SseKind, TcpState, TokenKind,
 };
 use crate::protocol::limits::Limit;
 use crate::protocol::{http, tls};
@@ -104,8 +104,9 @@ pub struct SseArrival {
 /// One HTTP request and its response on one connection end.
 #[derive(Clone, Debug, Default)]
 pub struct Exchange {
-    pub method: String,
-    pub path: String,
+    /// Inline up to 24 bytes, as the head's (a clone per head, not an allocation).
+    pub method: CompactString,
+    pub path: CompactString,
     pub host: Option<String>,
     /// Its W3C `traceparent` header, when it carried a well-formed one.
     pub trace_parent: Option<String>,

@@ -56,7 +56,7 @@ pub(super) fn chain_spans(
             let sx = x(sub);
             let end = sx.response_end_ns.unwrap_or(sx.request_start_ns);
             s.subrequests
-                .push((sx.path.clone(), sx.request_start_ns, end));
+                .push((sx.path.as_str().to_owned(), sx.request_start_ns, end));
         }
     }
     s

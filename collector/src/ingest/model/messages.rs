@@ -12,7 +12,10 @@ use prost::encoding::{
 };
 use prost::{DecodeError, Message};
 
-use super::{event, sniff, Addr, Comm, Event, Header, Sniff, Sock, SockIo, SseEvent};
+use super::{
+    event, sniff, Addr, Comm, Event, Header, HttpRequestHead, HttpResponseHead, Sniff, Sock,
+    SockIo, SseEvent,
+};
 use crate::ingest::record::EventBatch;
 
 impl Event {
@@ -488,6 +491,118 @@ impl Message for Header {
 
     fn clear(&mut self) {
         *self = Header::default();
+    }
+}
+
+/// A string field as prost's derive writes a `String`: left out when empty.
+fn encode_text(tag: u32, text: &str, buf: &mut impl BufMut) {
+    if !text.is_empty() {
+        encode_bytes(tag, text.as_bytes(), buf);
+    }
+}
+
+fn text_len(tag: u32, text: &str) -> usize {
+    if text.is_empty() {
+        0
+    } else {
+        bytes_len(tag, text.len())
+    }
+}
+
+/// As prost's derive wrote it when its texts were `String`s.
+impl Message for HttpRequestHead {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        encode_text(1, &self.method, buf);
+        encode_text(2, &self.path, buf);
+        if self.has_query {
+            bool::encode(3, &self.has_query, buf);
+        }
+        encode_text(4, &self.version, buf);
+        message::encode_repeated(5, &self.headers, buf);
+        if self.complete {
+            bool::encode(6, &self.complete, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let named = |field| named("HttpRequestHead", field);
+        match tag {
+            1 => merge_text(wire_type, &mut self.method, buf).map_err(named("method")),
+            2 => merge_text(wire_type, &mut self.path, buf).map_err(named("path")),
+            3 => bool::merge(wire_type, &mut self.has_query, buf, ctx).map_err(named("has_query")),
+            4 => merge_text(wire_type, &mut self.version, buf).map_err(named("version")),
+            5 => message::merge_repeated(wire_type, &mut self.headers, buf, ctx)
+                .map_err(named("headers")),
+            6 => bool::merge(wire_type, &mut self.complete, buf, ctx).map_err(named("complete")),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        let flag = |tag, on: bool| if on { key_len(tag) + 1 } else { 0 };
+        text_len(1, &self.method)
+            + text_len(2, &self.path)
+            + flag(3, self.has_query)
+            + text_len(4, &self.version)
+            + message::encoded_len_repeated(5, &self.headers)
+            + flag(6, self.complete)
+    }
+
+    fn clear(&mut self) {
+        *self = HttpRequestHead::default();
+    }
+}
+
+/// As prost's derive wrote it when its version was a `String`.
+impl Message for HttpResponseHead {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        encode_text(1, &self.version, buf);
+        if self.status != 0 {
+            uint32::encode(2, &self.status, buf);
+        }
+        message::encode_repeated(3, &self.headers, buf);
+        if self.complete {
+            bool::encode(4, &self.complete, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let named = |field| named("HttpResponseHead", field);
+        match tag {
+            1 => merge_text(wire_type, &mut self.version, buf).map_err(named("version")),
+            2 => uint32::merge(wire_type, &mut self.status, buf, ctx).map_err(named("status")),
+            3 => message::merge_repeated(wire_type, &mut self.headers, buf, ctx)
+                .map_err(named("headers")),
+            4 => bool::merge(wire_type, &mut self.complete, buf, ctx).map_err(named("complete")),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        text_len(1, &self.version)
+            + (if self.status != 0 {
+                uint32::encoded_len(2, &self.status)
+            } else {
+                0
+            })
+            + message::encoded_len_repeated(3, &self.headers)
+            + (if self.complete { key_len(4) + 1 } else { 0 })
+    }
+
+    fn clear(&mut self) {
+        *self = HttpResponseHead::default();
     }
 }
 

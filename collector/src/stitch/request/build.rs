@@ -83,12 +83,12 @@ pub fn build(
         .unwrap_or(&head.path);
     Request {
         id,
-        method: head.method.clone(),
+        method: head.method.as_str().to_owned(),
         // Without plaintext there is no path; the route is the server it went to.
         path: if rx.encrypted {
             "(encrypted)".into()
         } else {
-            path.clone()
+            path.as_str().to_owned()
         },
         host: if rx.encrypted {
             Some(

@@ -1,10 +1,10 @@
-//! The hand-written protobuf of `Sniff` and `Header` against prost's derive: the same
-//! bytes written, the same values read back.
+//! The hand-written protobuf of `Sniff`, `Header` and the HTTP heads against prost's
+//! derive: the same bytes written, the same values read back.
 
 use prost::Message;
 
 use crate::ingest::model::{
-    sniff, BodyPrint, H2StreamSniff, Header, HttpResponseHead, Sniff, SseEvent,
+    sniff, BodyPrint, H2StreamSniff, Header, HttpRequestHead, HttpResponseHead, Sniff, SseEvent,
 };
 
 /// `Sniff` as prost's derive had it (its `sse` a `Vec`): the hand-written encoding
@@ -80,6 +80,147 @@ fn headers_are_written_and_read_as_prost_derive_did() {
         let theirs = DerivedHeader::decode(bad).expect_err("damaged").to_string();
         assert_eq!(
             ours.replace("Header.", "DerivedHeader."),
+            theirs,
+            "{bad:x?}"
+        );
+    }
+}
+
+/// `HttpRequestHead` as prost's derive had it (`String`s).
+#[derive(Clone, PartialEq, prost::Message)]
+struct DerivedRequestHead {
+    #[prost(string, tag = "1")]
+    method: String,
+    #[prost(string, tag = "2")]
+    path: String,
+    #[prost(bool, tag = "3")]
+    has_query: bool,
+    #[prost(string, tag = "4")]
+    version: String,
+    #[prost(message, repeated, tag = "5")]
+    headers: Vec<DerivedHeader>,
+    #[prost(bool, tag = "6")]
+    complete: bool,
+}
+
+/// `HttpResponseHead` as prost's derive had it.
+#[derive(Clone, PartialEq, prost::Message)]
+struct DerivedResponseHead {
+    #[prost(string, tag = "1")]
+    version: String,
+    #[prost(uint32, tag = "2")]
+    status: u32,
+    #[prost(message, repeated, tag = "3")]
+    headers: Vec<DerivedHeader>,
+    #[prost(bool, tag = "4")]
+    complete: bool,
+}
+
+#[test]
+fn heads_are_written_and_read_as_prost_derive_did() {
+    let long = format!("/v1/{}", "x".repeat(40)); // past CompactString's inline 24 bytes
+    let headers = || {
+        vec![
+            Header {
+                name: "host".into(),
+                value: Some("api:8000".into()),
+            },
+            Header {
+                name: "authorization".into(),
+                value: None,
+            },
+        ]
+    };
+    let derived_headers = || {
+        headers()
+            .into_iter()
+            .map(|h| DerivedHeader {
+                name: h.name.into(),
+                value: h.value.map(Into::into),
+            })
+            .collect::<Vec<_>>()
+    };
+    for (method, path, version, flags, with_headers) in [
+        ("POST", "/v1/chat/completions", "HTTP/1.1", true, true),
+        ("GET", long.as_str(), "HTTP/2", false, false),
+        ("", "", "", false, false),
+    ] {
+        let ours = HttpRequestHead {
+            method: method.into(),
+            path: path.into(),
+            has_query: flags,
+            version: version.into(),
+            headers: if with_headers { headers() } else { Vec::new() },
+            complete: flags,
+        };
+        let theirs = DerivedRequestHead {
+            method: method.into(),
+            path: path.into(),
+            has_query: flags,
+            version: version.into(),
+            headers: if with_headers {
+                derived_headers()
+            } else {
+                Vec::new()
+            },
+            complete: flags,
+        }
+        .encode_to_vec();
+        assert_eq!(ours.encode_to_vec(), theirs, "{ours:?}");
+        assert_eq!(ours.encoded_len(), theirs.len(), "{ours:?}");
+        assert_eq!(HttpRequestHead::decode(&theirs[..]).expect("reads"), ours);
+
+        let ours = HttpResponseHead {
+            version: version.into(),
+            status: if flags { 200 } else { 0 },
+            headers: if with_headers { headers() } else { Vec::new() },
+            complete: flags,
+        };
+        let theirs = DerivedResponseHead {
+            version: version.into(),
+            status: if flags { 200 } else { 0 },
+            headers: if with_headers {
+                derived_headers()
+            } else {
+                Vec::new()
+            },
+            complete: flags,
+        }
+        .encode_to_vec();
+        assert_eq!(ours.encode_to_vec(), theirs, "{ours:?}");
+        assert_eq!(ours.encoded_len(), theirs.len(), "{ours:?}");
+        assert_eq!(HttpResponseHead::decode(&theirs[..]).expect("reads"), ours);
+    }
+    // Damaged bytes are the errors the derive gave: text that is not UTF-8, a length
+    // past the end, a header cut short, a varint where a string goes.
+    for bad in [
+        &[0x0a, 0x02, 0xff, 0xfe][..],
+        &[0x12, 0x05, b'a'],
+        &[0x2a, 0x03, 0x0a, 0x05, b'h'],
+        &[0x20, 0x01],
+    ] {
+        let ours = HttpRequestHead::decode(bad)
+            .expect_err("damaged")
+            .to_string();
+        let theirs = DerivedRequestHead::decode(bad)
+            .expect_err("damaged")
+            .to_string();
+        assert_eq!(
+            ours.replace("HttpRequestHead.", "DerivedRequestHead.")
+                .replace("Header.", "DerivedHeader."),
+            theirs,
+            "{bad:x?}"
+        );
+    }
+    for bad in [&[0x0a, 0x02, 0xff, 0xfe][..], &[0x10, 0x80], &[0x0a, 0x01]] {
+        let ours = HttpResponseHead::decode(bad)
+            .expect_err("damaged")
+            .to_string();
+        let theirs = DerivedResponseHead::decode(bad)
+            .expect_err("damaged")
+            .to_string();
+        assert_eq!(
+            ours.replace("HttpResponseHead.", "DerivedResponseHead."),
             theirs,
             "{bad:x?}"
         );
