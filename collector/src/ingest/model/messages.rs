@@ -509,19 +509,30 @@ fn text_len(tag: u32, text: &str) -> usize {
     }
 }
 
+/// A bool field as prost's derive writes it: left out when false.
+fn encode_flag(tag: u32, on: bool, buf: &mut impl BufMut) {
+    if on {
+        bool::encode(tag, &on, buf);
+    }
+}
+
+fn flag_len(tag: u32, on: bool) -> usize {
+    if on {
+        key_len(tag) + 1
+    } else {
+        0
+    }
+}
+
 /// As prost's derive wrote it when its texts were `String`s.
 impl Message for HttpRequestHead {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         encode_text(1, &self.method, buf);
         encode_text(2, &self.path, buf);
-        if self.has_query {
-            bool::encode(3, &self.has_query, buf);
-        }
+        encode_flag(3, self.has_query, buf);
         encode_text(4, &self.version, buf);
         message::encode_repeated(5, &self.headers, buf);
-        if self.complete {
-            bool::encode(6, &self.complete, buf);
-        }
+        encode_flag(6, self.complete, buf);
     }
 
     fn merge_field(
@@ -545,13 +556,12 @@ impl Message for HttpRequestHead {
     }
 
     fn encoded_len(&self) -> usize {
-        let flag = |tag, on: bool| if on { key_len(tag) + 1 } else { 0 };
         text_len(1, &self.method)
             + text_len(2, &self.path)
-            + flag(3, self.has_query)
+            + flag_len(3, self.has_query)
             + text_len(4, &self.version)
             + message::encoded_len_repeated(5, &self.headers)
-            + flag(6, self.complete)
+            + flag_len(6, self.complete)
     }
 
     fn clear(&mut self) {
@@ -567,9 +577,7 @@ impl Message for HttpResponseHead {
             uint32::encode(2, &self.status, buf);
         }
         message::encode_repeated(3, &self.headers, buf);
-        if self.complete {
-            bool::encode(4, &self.complete, buf);
-        }
+        encode_flag(4, self.complete, buf);
     }
 
     fn merge_field(
@@ -598,7 +606,7 @@ impl Message for HttpResponseHead {
                 0
             })
             + message::encoded_len_repeated(3, &self.headers)
-            + (if self.complete { key_len(4) + 1 } else { 0 })
+            + flag_len(4, self.complete)
     }
 
     fn clear(&mut self) {

@@ -116,6 +116,17 @@ struct DerivedResponseHead {
     complete: bool,
 }
 
+/// `ours` writes `theirs` (prost's derive's bytes), says their length, and reads back
+/// from them.
+fn written_and_read_as<M: Message + Default + PartialEq + std::fmt::Debug>(
+    ours: &M,
+    theirs: &[u8],
+) {
+    assert_eq!(ours.encode_to_vec(), theirs, "{ours:?}");
+    assert_eq!(ours.encoded_len(), theirs.len(), "{ours:?}");
+    assert_eq!(&M::decode(theirs).expect("reads"), ours);
+}
+
 #[test]
 fn heads_are_written_and_read_as_prost_derive_did() {
     let long = format!("/v1/{}", "x".repeat(40)); // past CompactString's inline 24 bytes
@@ -145,12 +156,18 @@ fn heads_are_written_and_read_as_prost_derive_did() {
         ("GET", long.as_str(), "HTTP/2", false, false),
         ("", "", "", false, false),
     ] {
+        let (ours_headers, their_headers) = if with_headers {
+            (headers(), derived_headers())
+        } else {
+            Default::default()
+        };
+        let status = if flags { 200 } else { 0 };
         let ours = HttpRequestHead {
             method: method.into(),
             path: path.into(),
             has_query: flags,
             version: version.into(),
-            headers: if with_headers { headers() } else { Vec::new() },
+            headers: ours_headers.clone(),
             complete: flags,
         };
         let theirs = DerivedRequestHead {
@@ -158,38 +175,23 @@ fn heads_are_written_and_read_as_prost_derive_did() {
             path: path.into(),
             has_query: flags,
             version: version.into(),
-            headers: if with_headers {
-                derived_headers()
-            } else {
-                Vec::new()
-            },
+            headers: their_headers.clone(),
             complete: flags,
-        }
-        .encode_to_vec();
-        assert_eq!(ours.encode_to_vec(), theirs, "{ours:?}");
-        assert_eq!(ours.encoded_len(), theirs.len(), "{ours:?}");
-        assert_eq!(HttpRequestHead::decode(&theirs[..]).expect("reads"), ours);
-
+        };
+        written_and_read_as(&ours, &theirs.encode_to_vec());
         let ours = HttpResponseHead {
             version: version.into(),
-            status: if flags { 200 } else { 0 },
-            headers: if with_headers { headers() } else { Vec::new() },
+            status,
+            headers: ours_headers,
             complete: flags,
         };
         let theirs = DerivedResponseHead {
             version: version.into(),
-            status: if flags { 200 } else { 0 },
-            headers: if with_headers {
-                derived_headers()
-            } else {
-                Vec::new()
-            },
+            status,
+            headers: their_headers,
             complete: flags,
-        }
-        .encode_to_vec();
-        assert_eq!(ours.encode_to_vec(), theirs, "{ours:?}");
-        assert_eq!(ours.encoded_len(), theirs.len(), "{ours:?}");
-        assert_eq!(HttpResponseHead::decode(&theirs[..]).expect("reads"), ours);
+        };
+        written_and_read_as(&ours, &theirs.encode_to_vec());
     }
     // Damaged bytes are the errors the derive gave: text that is not UTF-8, a length
     // past the end, a header cut short, a varint where a string goes.
