@@ -5,6 +5,10 @@
 //! each) however long its stream, where the arrays cost ~20 bytes a token (`report
 //! --json --tokens` keeps them). Stages that do not apply are left out, not null.
 
+mod json;
+
+use json::Obj;
+
 use crate::analyze::percentiles_in_place;
 use crate::ingest::hosts::split_pid;
 use crate::stitch::attribution::GpuShare;
@@ -14,11 +18,11 @@ use crate::stitch::{Point, PointKind, Request};
 /// `r` without its per-token arrays, with their summaries in their place, as JSON (keys
 /// sorted at every level).
 ///
-/// Written by hand from views whose fields are declared, and written, in key order
-/// (what a `serde_json::Value`'s sorted maps give, byte for byte: `summary_value` below
-/// is the reference the tests hold it to). Each view takes its type apart field by field, with
-/// no `..`: a field added to `Request` or to a part of it does not build until the
-/// summary says what it writes for it.
+/// Written by hand (`json::Obj`) from views whose fields are declared, and written, in
+/// key order (what a `serde_json::Value`'s sorted maps give, byte for byte:
+/// `summary_value` below is the reference the tests hold it to). Each view takes its
+/// type apart field by field, with no `..`: a field added to `Request` or to a part of
+/// it does not build until the summary says what it writes for it.
 pub fn summary(r: Request) -> Vec<u8> {
     let mut series = Vec::new();
     let view = View::of(&r, &mut series);
@@ -27,69 +31,8 @@ pub fn summary(r: Request) -> Vec<u8> {
     out
 }
 
-/// A JSON object written key by key, as serde_json writes a struct's fields: the keys
-/// (plain names) copied as they are, and a string copied whole when nothing in it needs
-/// escaping. Through serde, each key and string was scanned and escaped byte by byte:
-/// 5% of a one-core `report`'s instructions on issue 17's bench recording.
-struct Obj<'o> {
-    out: &'o mut Vec<u8>,
-    first: bool,
-}
-
-impl<'o> Obj<'o> {
-    fn new(out: &'o mut Vec<u8>) -> Obj<'o> {
-        out.push(b'{');
-        Obj { out, first: true }
-    }
-
-    /// The key written, and where its value goes.
-    fn key(&mut self, key: &'static str) -> &mut Vec<u8> {
-        if !std::mem::take(&mut self.first) {
-            self.out.push(b',');
-        }
-        self.out.push(b'"');
-        self.out.extend_from_slice(key.as_bytes());
-        self.out.extend_from_slice(b"\":");
-        self.out
-    }
-
-    fn u64(&mut self, key: &'static str, v: impl Into<u64>) {
-        let out = self.key(key);
-        out.extend_from_slice(itoa::Buffer::new().format(v.into()).as_bytes());
-    }
-
-    /// null when None.
-    fn opt_u64(&mut self, key: &'static str, v: Option<impl Into<u64>>) {
-        match v {
-            Some(v) => self.u64(key, v),
-            None => self.key(key).extend_from_slice(b"null"),
-        }
-    }
-
-    fn bool(&mut self, key: &'static str, v: bool) {
-        let text: &[u8] = if v { b"true" } else { b"false" };
-        self.key(key).extend_from_slice(text);
-    }
-
-    fn str(&mut self, key: &'static str, v: &str) {
-        let out = self.key(key);
-        if v.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-            out.push(b'"');
-            out.extend_from_slice(v.as_bytes());
-            out.push(b'"');
-        } else {
-            serde_json::to_writer(out, v).expect("a string serializes");
-        }
-    }
-
-    /// null when None.
-    fn opt_str(&mut self, key: &'static str, v: Option<&str>) {
-        match v {
-            Some(v) => self.str(key, v),
-            None => self.key(key).extend_from_slice(b"null"),
-        }
-    }
-
+/// What a summary's points and hops write beside `json::Obj`'s plain values.
+impl Obj<'_> {
     fn kind(&mut self, key: &'static str, kind: PointKind) {
         serde_json::to_writer(self.key(key), &kind).expect("a kind serializes");
     }
@@ -101,23 +44,6 @@ impl<'o> Obj<'o> {
             Some(b) => b.write(out),
             None => out.extend_from_slice(b"null"),
         }
-    }
-
-    /// `items` as an array, each written by `write`.
-    fn array<T>(&mut self, key: &'static str, items: &[T], write: impl Fn(&T, &mut Vec<u8>)) {
-        let out = self.key(key);
-        out.push(b'[');
-        for (k, item) in items.iter().enumerate() {
-            if k > 0 {
-                out.push(b',');
-            }
-            write(item, out);
-        }
-        out.push(b']');
-    }
-
-    fn end(self) {
-        self.out.push(b'}');
     }
 }
 
