@@ -374,7 +374,7 @@ fn the_network_between_hosts_is_a_hop_with_its_own_delay() {
     // tc netem on the GPU host's side of the veth, where the kernel has it; kernels built
     // without CONFIG_NET_SCH_NETEM (this project's CI machines) get the same one-way delay
     // from a wire of two TUN devices whose packets this process holds for 5 ms.
-    let (_wire, upstream) = match pair.netem(Side::B, delay) {
+    let (wire, upstream) = match pair.netem(Side::B, delay) {
         Ok(()) => (None, pair.b.addr),
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
             println!("{e}: a delayed TUN wire instead");
@@ -391,30 +391,58 @@ fn the_network_between_hosts_is_a_hop_with_its_own_delay() {
     let hop = &report["overall"]["forward"]["gateway -> engine network"];
     let p50 = hop["p50_ns"].as_u64().expect("the network hop's p50");
     println!("gateway -> engine network with 5 ms on the way back: {hop}");
-    assert!(
-        p50.abs_diff(5 * MS) <= MS / 2,
-        "the network hop's delay per token is 5 ms (+- 0.5): {hop}"
-    );
-    // Every token: none crossed faster than the link holds packets (a clock or a point
-    // misplaced would show here). Slower ones are real: the TUN wire's carrier, nginx
-    // and the engine wake late on a loaded 2-core machine (a run here: p90 5.6 ms, p99
-    // 8.7 ms), so the spread is the machine's, and the median is the hop's delay.
+    // What the link really held a packet at the median: netem holds to its timer; the
+    // TUN wire holds 5 ms plus its carrier's lateness, which it logs (a carrier refused
+    // real-time priority, or woken late on a busy machine, holds longer).
+    let (held, wire_seen) = match &wire {
+        None => (delay, "netem".to_string()),
+        Some(wire) => {
+            let log = wire.b_to_a();
+            let mut held = log.held.clone();
+            held.sort();
+            let at = |q: usize| held.get(held.len() * q / 100).copied().unwrap_or_default();
+            let seen = format!(
+                "the wire held {} packets B -> A (real-time priority: {}): min {:?} p50 {:?} p90 {:?} max {:?}",
+                held.len(),
+                log.punctual,
+                at(0),
+                at(50),
+                at(90),
+                held.last().copied().unwrap_or_default()
+            );
+            (at(50), seen)
+        }
+    };
+    println!("{wire_seen}");
+    // Every token's delay over the hop: from the engine's write to the gateway's read,
+    // that is the link's hold plus the kernel's path through it and the gateway waking
+    // to read. Load only ever adds to that: on a busy 2-core machine nginx wakes late
+    // for some tokens (here with two CPU hogs: p50 5.40 ms, p90 7.0 ms, while the wire
+    // held 5.07 ms at its median), so the fastest tokens are the ones that tell whether
+    // the hop is measured right, and the median is the machine's as much as the hop's.
     let mut delays = Vec::new();
     for r in requests(&report) {
         let hop = hop_between_hosts(r);
         delays.extend(hop["delay_ns"].as_array().unwrap().iter().map(ns));
     }
-    let fastest = delays.iter().min().copied().unwrap_or(0);
-    let close = delays
-        .iter()
-        .filter(|d| d.abs_diff(5 * MS) <= MS / 2)
-        .count();
+    delays.sort_unstable();
+    let (fastest, quartile) = (delays[0], delays[delays.len() / 4]);
     println!(
-        "{} tokens: fastest {fastest} ns, {close} within 0.5 ms of 5 ms",
+        "{} tokens: fastest {fastest} ns, lower quartile {quartile} ns, median {p50} ns",
         delays.len()
     );
+    // None crossed faster than the link holds packets (a clock misaligned between the
+    // hosts, or a point misplaced, would show here).
     assert!(
-        fastest + 100_000 >= 5 * MS,
-        "no token crosses faster than the 5 ms the link holds it: {fastest} ns"
+        fastest + MS / 10 >= delay.as_nanos() as u64,
+        "no token crosses faster than the 5 ms the link holds it: {fastest} ns; {wire_seen}"
+    );
+    // A quarter of them within 1 ms of what the link held: a token matched to its
+    // neighbour's write (~18 ms apart here), or clocks more than 1 ms apart, fall outside.
+    let held = held.as_nanos() as u64;
+    assert!(
+        quartile <= held + MS,
+        "a quarter of the tokens cross within 1 ms of the link's median hold ({held} ns): \
+         lower quartile {quartile} ns; {hop}; {wire_seen}"
     );
 }

@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,17 @@ pub struct DelayedLink {
     stop: Arc<AtomicBool>,
     /// One carrier per direction.
     threads: Vec<JoinHandle<()>>,
+    /// What each carrier did, A to B first.
+    logs: [Arc<Mutex<CarrierLog>>; 2],
+}
+
+/// What one direction's carrier did: how long it really held each packet, from the
+/// moment it read the packet to the moment its write returned (the delay asked for
+/// plus its own lateness), and whether it got the real-time priority it asks for.
+#[derive(Debug, Default, Clone)]
+pub struct CarrierLog {
+    pub held: Vec<Duration>,
+    pub punctual: bool,
 }
 
 impl DelayedLink {
@@ -67,21 +78,38 @@ impl DelayedLink {
             b_addr: WIRE_B_ADDR,
             stop,
             threads: Vec::new(),
+            logs: Default::default(),
         };
         // From here on, a failure drops the link, which stops what was started.
-        for (from, to, delay, name) in [
-            (&tun_a, &tun_b, a_to_b, "wire-a-to-b"),
-            (&tun_b, &tun_a, b_to_a, "wire-b-to-a"),
+        for (from, to, delay, name, log) in [
+            (&tun_a, &tun_b, a_to_b, "wire-a-to-b", &link.logs[0]),
+            (&tun_b, &tun_a, b_to_a, "wire-b-to-a", &link.logs[1]),
         ] {
             let (from, to, stop) = (Arc::clone(from), Arc::clone(to), Arc::clone(&link.stop));
+            let log = Arc::clone(log);
             link.threads.push(
                 std::thread::Builder::new()
                     .name(name.to_string())
-                    .spawn(move || carry(&from, &to, delay, &stop))?,
+                    .spawn(move || carry(&from, &to, delay, &stop, &log))?,
             );
         }
         Ok(link)
     }
+
+    /// What the carrier from A to B did so far.
+    pub fn a_to_b(&self) -> CarrierLog {
+        lock(&self.logs[0]).clone()
+    }
+
+    /// What the carrier from B to A did so far.
+    pub fn b_to_a(&self) -> CarrierLog {
+        lock(&self.logs[1]).clone()
+    }
+}
+
+/// The log, even when a carrier panicked holding it (what it logged stays true).
+fn lock(log: &Mutex<CarrierLog>) -> std::sync::MutexGuard<'_, CarrierLog> {
+    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Drop for DelayedLink {
@@ -150,33 +178,37 @@ fn tun_in(ns: &Path, name: &str, addr: Ipv4Addr, peer: Ipv4Addr) -> io::Result<F
 
 /// Puts this thread ahead of ordinary ones (SCHED_FIFO, low priority): on a machine busy
 /// compiling, a carrier woken late would add milliseconds to the delay it stands for.
-/// Without the privilege it stays as it was, only less punctual.
-fn punctual() {
+/// Without the privilege it stays as it was, only less punctual: then false.
+fn punctual() -> bool {
     let param = libc::sched_param { sched_priority: 10 };
     // SAFETY: `param` is a valid sched_param; the call changes only this thread.
-    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
 }
 
 /// Carries packets from `from` to `to` until `stop`, each held `delay`, in order. One
 /// thread both reads and writes, waking for whichever comes first (a packet to read,
-/// one due to leave), so no hand-over between threads adds its own latency.
-fn carry(from: &File, to: &File, delay: Duration, stop: &AtomicBool) {
+/// one due to leave), so no hand-over between threads adds its own latency. Logs how
+/// long each packet was really held.
+fn carry(from: &File, to: &File, delay: Duration, stop: &AtomicBool, log: &Mutex<CarrierLog>) {
     // The default 50 us timer slack would add to every delay (SCHED_FIFO ignores it;
     // this is for when punctual() was refused).
     // SAFETY: PR_SET_TIMERSLACK takes one integer and changes only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-    punctual();
-    let mut held: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+    lock(log).punctual = punctual();
+    // When each packet was read, when it may leave, and the packet.
+    let mut held: VecDeque<(Instant, Instant, Vec<u8>)> = VecDeque::new();
     let mut buf = vec![0u8; READ_BUF];
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        while held.front().is_some_and(|(leaves, _)| *leaves <= now) {
-            if let Some((_, packet)) = held.pop_front() {
+        while held.front().is_some_and(|(_, leaves, _)| *leaves <= now) {
+            if let Some((read, _, packet)) = held.pop_front() {
                 // A packet the stack refuses is a packet lost on the wire.
-                let _ = (&*to).write(&packet);
+                if (&*to).write(&packet).is_ok() {
+                    lock(log).held.push(read.elapsed());
+                }
             }
         }
-        let wait = held.front().map_or(IDLE_WAIT, |(leaves, _)| {
+        let wait = held.front().map_or(IDLE_WAIT, |(_, leaves, _)| {
             leaves.saturating_duration_since(now).min(IDLE_WAIT)
         });
         let mut pfd = libc::pollfd {
@@ -198,7 +230,10 @@ fn carry(from: &File, to: &File, delay: Duration, stop: &AtomicBool) {
             continue;
         }
         match (&*from).read(&mut buf) {
-            Ok(n) => held.push_back((Instant::now() + delay, buf[..n].to_vec())),
+            Ok(n) => {
+                let read = Instant::now();
+                held.push_back((read, read + delay, buf[..n].to_vec()));
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // The device failed: nothing more will come through it.
             Err(_) => return,
