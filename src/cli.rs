@@ -532,43 +532,22 @@ fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
 /// faults and 0.45 s instead of 2,600 and 0.28 s for a replay of 1.08 M events). Memory
 /// freed by a one-shot command is kept for reuse: up to 64 MiB at the heap's top, and
 /// blocks under 4 MiB come from the heap (peak RSS there 16 -> 17 MiB).
+///
+/// The heap is left in 4 KiB pages. Marking it for transparent huge pages (3172932) made
+/// back-to-back replays ~5% faster, but in a VM whose balloon reports free memory to the
+/// host (free page reporting, as on these Firecracker machines) a huge page comes from a
+/// 2 MiB block the host has taken back, and the host must fault all of it in again: 24
+/// MiB touched in huge pages took 2.3 ms right after the same was freed and 114-138 ms
+/// five seconds later (4 KiB pages: 12-18 ms either way). A replay touched 6 huge pages,
+/// so a `report` run once, after a pause, as an SRE runs it, paid for them: the bench
+/// recording's one-core `report` five seconds after the last run, 16 rounds
+/// interleaved, median 192.3 ms with huge pages and 141.5 ms without (paired ratio
+/// 0.74); back to back, 15 rounds, 114.9 and 123.4 ms (1.06).
 fn keep_freed_memory_for_reuse() {
     // SAFETY: mallopt only sets glibc's allocation parameters; called before any thread.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-    }
-    heap_in_huge_pages();
-}
-
-/// The first 24 MiB of a replay's heap marked for transparent huge pages (where the
-/// kernel offers them: `madvise` mode, as here, or `always`). A replay walks its
-/// connections, exchanges and batches all over a heap of ~12 MiB: in 4 KiB pages that
-/// is ~3,000 TLB entries and as many first-touch faults, each dear in a VM (2.2 us
-/// here). On issue 17's bench recording a one-core `report` took ~5% less time in
-/// interleaved runs (80 rounds, median of paired ratios 0.946). The block is taken from
-/// the heap (not mmap) and freed at once: the heap keeps it for what comes next (the
-/// trim threshold above), untouched until used.
-fn heap_in_huge_pages() {
-    const HEAP: usize = 24 << 20;
-    const HUGE: usize = 2 << 20;
-    // SAFETY: glibc allocation calls on a block used only for its addresses; madvise
-    // only advises on pages of that block, which stays mapped (freed to the heap's top,
-    // not trimmed below 64 MiB).
-    unsafe {
-        // Above the block's size for the moment, so that it comes from the heap.
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        let p = libc::malloc(HEAP);
-        if !p.is_null() {
-            let start = (p as usize).next_multiple_of(HUGE);
-            let end = (p as usize + HEAP) / HUGE * HUGE;
-            if end > start {
-                // An error (no THP in this kernel) leaves the heap as it was.
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-            }
-            libc::free(p);
-        }
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
     }
 }
 
