@@ -425,6 +425,10 @@ fn the_network_between_hosts_is_a_hop_with_its_own_delay() {
         let hop = hop_between_hosts(r);
         delays.extend(hop["delay_ns"].as_array().unwrap().iter().map(ns));
     }
+    assert!(
+        !delays.is_empty(),
+        "tokens crossed the hop between hosts: {hop}"
+    );
     delays.sort_unstable();
     let (fastest, quartile) = (delays[0], delays[delays.len() / 4]);
     println!(
