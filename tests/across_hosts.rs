@@ -20,7 +20,7 @@ use collector::ingest::model::event::Body;
 use collector::ingest::record::{RecordReader, RecordWriter};
 use serde_json::Value;
 use test_support::netns::{NetnsPair, Side};
-use test_support::wire::DelayedLink;
+use test_support::wire::{CarrierLog, DelayedLink};
 use test_support::*;
 use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
 
@@ -397,14 +397,13 @@ fn the_network_between_hosts_is_a_hop_with_its_own_delay() {
     let (held, wire_seen) = match &wire {
         None => (delay, "netem".to_string()),
         Some(wire) => {
-            let log = wire.b_to_a();
-            let mut held = log.held.clone();
+            let CarrierLog { mut held, punctual } = wire.b_to_a();
             held.sort();
             let at = |q: usize| held.get(held.len() * q / 100).copied().unwrap_or_default();
             let seen = format!(
                 "the wire held {} packets B -> A (real-time priority: {}): min {:?} p50 {:?} p90 {:?} max {:?}",
                 held.len(),
-                log.punctual,
+                punctual,
                 at(0),
                 at(50),
                 at(90),
