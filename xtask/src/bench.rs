@@ -16,6 +16,7 @@
 
 mod agent;
 mod child;
+mod reference;
 mod scaling;
 mod table;
 mod tls;

@@ -356,9 +356,11 @@ const RUNS_AT_A_MOMENT: usize = 3;
 /// machine gives it) three runs at the first. This host's speed moved by a fifth within
 /// minutes (the same binary on the same file: 108 ms, then 130 ms twenty minutes later),
 /// so three runs in a row measured the moment as much as the code; the row gives the
-/// median of the nine and their range. `export` likewise, on every core, after each
-/// moment's `report` runs (three in a row at one moment read 1,887k events/s in a
-/// table whose code had read 2,298k in the table before).
+/// median of the nine and their range, and the time of a fixed task of no code of ours
+/// before each moment (`reference`), to tell the host's speed from the code's. `export`
+/// likewise, on every core, after each moment's `report` runs (three in a row at one
+/// moment read 1,887k events/s in a table whose code had read 2,298k in the table
+/// before).
 struct Replay {
     bin: PathBuf,
     recording: PathBuf,
@@ -369,6 +371,8 @@ struct Replay {
     exports: Vec<Timed>,
     trace: TraceSizes,
     export_row_index: usize,
+    /// The fixed task's time on CPU 0 at each moment (`reference`): the host's speed.
+    reference: Vec<Duration>,
 }
 
 /// What `export` said of its trace (the same every run: one recording, one build).
@@ -383,8 +387,10 @@ struct TraceSizes {
 }
 
 impl Replay {
-    /// `RUNS_AT_A_MOMENT` more runs of `report` on one core, then of `export`.
+    /// The fixed reference task, then `RUNS_AT_A_MOMENT` more runs of `report` on one
+    /// core, then of `export`.
     fn sample(&mut self) -> Result<()> {
+        self.reference.push(super::reference::time_on_cpu0()?);
         for _ in 0..RUNS_AT_A_MOMENT {
             let run = super::scaling::timed_report(
                 &self.bin,
@@ -427,13 +433,18 @@ impl Replay {
         Row::new(
             "`report` replay",
             format!(
-                "on one core {:.0}k events/s ({:.0} events; {}); on every core (reading on a thread of its own): {:.0}k events/s ({:.2} s of CPU); {:.0} MiB peak RSS",
+                "on one core {:.0}k events/s ({:.0} events; {}); on every core (reading on a thread of its own): {:.0}k events/s ({:.2} s of CPU); {:.0} MiB peak RSS; the host's speed, a fixed task on CPU 0 before each moment's runs: {}",
                 s.rate / 1e3,
                 self.events,
                 s.spread,
                 self.events / self.all.wall.as_secs_f64() / 1e3,
                 self.all.cpu.as_secs_f64(),
-                s.rss_kib.max(self.all.rss_kib) as f64 / 1024.0
+                s.rss_kib.max(self.all.rss_kib) as f64 / 1024.0,
+                self.reference
+                    .iter()
+                    .map(|d| format!("{:.1} ms", d.as_secs_f64() * 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             ">= 3 M events/s on one core",
             Some(s.rate >= 3e6),
@@ -566,6 +577,7 @@ fn files(bin: &Path, recording: &Path, rows: &mut Rows) -> Result<Replay> {
         exports: Vec::new(),
         trace: TraceSizes::default(),
         export_row_index: 0,
+        reference: Vec::new(),
     };
     replay.sample()?;
     rows.push(replay.row());
