@@ -26,7 +26,7 @@ pub(super) fn time_on_cpu0() -> Result<Duration> {
     let mut runs = std::thread::Builder::new()
         .name("host-reference".into())
         .spawn(|| -> Result<Vec<Duration>> {
-            pin_to_cpu0()?;
+            super::scaling::pin_to_cpu0().context("pinning to CPU 0")?;
             Ok((0..3).map(|_| timed_task()).collect())
         })
         .context("starting the reference task's thread")?
@@ -34,18 +34,6 @@ pub(super) fn time_on_cpu0() -> Result<Duration> {
         .map_err(|_| anyhow::anyhow!("the reference task panicked"))??;
     runs.sort();
     Ok(runs[runs.len() / 2])
-}
-
-fn pin_to_cpu0() -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity(0) sets this thread's own.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error()).context("pinning to CPU 0");
-        }
-    }
-    Ok(())
 }
 
 fn timed_task() -> Duration {

@@ -203,6 +203,19 @@ pub(super) fn timed_report(
     )
 }
 
+/// Keeps the calling thread (or a forked child before exec) on CPU 0 alone.
+pub(super) fn pin_to_cpu0() -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity(0) sets the caller's own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// What a run of tokenscope took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Timed {
@@ -236,17 +249,10 @@ pub(super) fn timed(
     let mut command = Command::new(bin);
     command.args(args).stdout(stdout).stderr(stderr);
     if cores == Cores::One {
-        // SAFETY: sched_setaffinity on this (forked, not yet exec'd) process with a
-        // cpu_set_t it owns; async-signal-safe.
+        // SAFETY: `pin_to_cpu0` in the forked, not yet exec'd process: a
+        // sched_setaffinity on a cpu_set_t of its own stack, async-signal-safe.
         unsafe {
-            command.pre_exec(|| {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            command.pre_exec(pin_to_cpu0);
         }
     }
     let start = Instant::now();
