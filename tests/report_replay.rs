@@ -128,3 +128,87 @@ fn the_default_json_lists_each_request_in_under_2_kb() {
     }
     assert!(seen >= 17, "every diagnose fixture: {seen}");
 }
+
+/// The live pipeline (`agent`'s and `top`'s: events in 50 ms drains, the clock a few
+/// milliseconds behind, requests taken as they finish) builds, from each fixture's
+/// events, the very requests the replay `report` runs builds: every field, to the
+/// nanosecond. The agent's OTLP spans are the first; `report` of its recordings the second.
+#[test]
+fn the_live_pipeline_builds_what_the_replay_builds() {
+    use collector::ingest::record::RecordReader;
+    use collector::pipeline::{Config, Open, Pipeline};
+
+    const DRAIN_NS: u64 = 50_000_000;
+    const BEHIND_NS: u64 = 5_000_000;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/diagnose");
+    let dir = tempfile::tempdir().unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .expect("tests/fixtures/diagnose")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".tsrec.gz")?.to_string())
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 11, "every diagnose fixture: {names:?}");
+    let as_json = |mut requests: Vec<collector::stitch::Request>| -> Vec<String> {
+        requests.sort_by_key(|r| r.order);
+        requests
+            .iter()
+            .map(|r| {
+                // What the agent's spans carry (its root, stages and points). Not the GPU
+                // share, which the agent joins later from its window of steps, nor the
+                // connection's requests so far, which grow as it goes on.
+                let r = serde_json::to_value(r).expect("a request serializes");
+                let keys = ["start_ns", "first_byte_ns", "end_ns", "stages", "points"];
+                serde_json::to_string(&keys.map(|k| (k, &r[k]))).expect("JSON")
+            })
+            .collect()
+    };
+    for name in &names {
+        let recording = dir.path().join(format!("{name}.tsrec"));
+        std::fs::write(&recording, gunzip(&root.join(format!("{name}.tsrec.gz")))).unwrap();
+        let mut reader = RecordReader::open(&recording).expect("open the fixture");
+        let header = reader.header.clone();
+        let events = reader.read_all().expect("read the fixture");
+
+        let mut replay = Pipeline::new(Config::replay_of(&header), false);
+        events.iter().cloned().for_each(|e| replay.push(e));
+        let replayed = as_json(replay.finish().requests);
+
+        let mut live = Pipeline::new(
+            Config {
+                open: Open::Never,
+                ..Config::live()
+            },
+            false,
+        );
+        let mut taken = Vec::new();
+        for drain in events.chunk_by(|a, b| a.ts_ns / DRAIN_NS == b.ts_ns / DRAIN_NS) {
+            live.push_batch(drain.to_vec());
+            let newest = drain.iter().map(|e| e.ts_ns).max().unwrap_or(0);
+            live.tick(newest + BEHIND_NS);
+            taken.extend(live.take().requests);
+        }
+        live.flush();
+        taken.extend(live.finish().requests);
+        let built = as_json(taken);
+
+        assert!(!replayed.is_empty(), "{name}: requests replayed");
+        if let Some(i) = (0..replayed.len().min(built.len())).find(|&i| replayed[i] != built[i]) {
+            let (a, b) = (&replayed[i], &built[i]);
+            let at = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+            let from = a[..at].rfind(",\"").unwrap_or(0);
+            panic!(
+                "{name}: request {i} differs at byte {at}:\n  replay ...{}\n  live   ...{}",
+                &a[from..(at + 120).min(a.len())],
+                &b[from..(at + 120).min(b.len())]
+            );
+        }
+        assert_eq!(replayed.len(), built.len(), "{name}: as many requests");
+        println!(
+            "{name}: {} requests, the same live and replayed",
+            built.len()
+        );
+    }
+}
