@@ -173,6 +173,32 @@ fn reported(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// A reported request as JSON with its points' token arrays left out (a failure's
+/// context, not its thousands of numbers).
+fn without_tokens(r: &Value) -> String {
+    let mut r = r.clone();
+    for p in r["points"].as_array_mut().into_iter().flatten() {
+        if let Some(n) = p["token_ns"].as_array().map(Vec::len) {
+            p["token_ns"] = Value::from(format!("({n} left out)"));
+        }
+    }
+    r.to_string()
+}
+
+/// The recordings in `dir` copied where a failed run leaves them (the test's own
+/// temporary directory goes when it unwinds).
+fn kept(dir: &Path) -> std::path::PathBuf {
+    let to = tempfile::Builder::new()
+        .prefix("agent_otlp-recordings-")
+        .tempdir()
+        .expect("tempdir")
+        .keep();
+    for f in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(f.path(), to.join(f.file_name()));
+    }
+    to
+}
+
 /// A streaming completion sent by curl (as an application would) with headers bench
 /// does not send: a traceparent, a bearer key and a planted prompt.
 fn curl_with_traceparent(port: u16) {
@@ -308,10 +334,19 @@ fn every_request_is_one_trace_whose_spans_last_what_the_report_says() {
                 .find(|s| s["name"] == span)
                 .map(|s| duration_ns(s));
             let want = r["stages"][stage].as_u64();
-            assert_eq!(
-                got, want,
-                "{span} span against the report's {stage} (request at {start})"
-            );
+            if got != want {
+                panic!(
+                    "{span} span against the report's {stage} (request at {start}): {got:?} \
+                     vs {want:?}; its spans (name, start, ns): {:?}; the report's request, \
+                     token arrays left out: {}; the agent's recordings kept in {}",
+                    children
+                        .iter()
+                        .map(|s| (&s["name"], &s["start_time_unix_nano"], duration_ns(s)))
+                        .collect::<Vec<_>>(),
+                    without_tokens(r),
+                    kept(dir.path()).display()
+                );
+            }
             compared += usize::from(want.is_some());
         }
         for p in r["points"].as_array().expect("points") {
