@@ -8,11 +8,9 @@
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use collector::analyze::percentile;
@@ -27,43 +25,15 @@ use tokenscope_lab::bench::{self, BenchConfig, RequestRecord};
 const ENGINE_PORT: u16 = 8000;
 const GATEWAY_PORT: u16 = 8080;
 
-/// A child process killed (and reaped) when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    /// SIGTERM first: nginx's master then stops its workers (killed outright, they
-    /// would live on, holding whatever the test's own descriptors were).
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        if wait_timeout(&mut self.0, Duration::from_secs(10)).is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// The lab engine on the GPU host, once it says it listens.
 fn engine(pair: &NetnsPair) -> Killed {
     // Every address of the GPU host: the veth's, and the delayed wire's when there is one.
     let listen = format!("0.0.0.0:{ENGINE_PORT}");
-    let mut child = pair
-        .b
-        .command(lab())
-        .args(["engine", "--listen", &listen, "--chunked-prefill", "off"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the lab engine in the GPU namespace");
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-    let mut line = String::new();
-    stdout
-        .read_line(&mut line)
-        .expect("the engine's first line");
-    assert!(line.starts_with("engine on"), "the engine said: {line:?}");
-    // It prints its call counts when stopped: somewhere to write them.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    Killed(child)
+    lab_engine_process(
+        pair.b.command(lab()),
+        &listen,
+        &["--chunked-prefill", "off"],
+    )
 }
 
 /// nginx on the gateway host: keep-alive both sides, unbuffered, to the engine at

@@ -9,56 +9,27 @@
 
 #![allow(unused_crate_dependencies)] // a test binary sees every dev-dependency
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use collector::ingest::model::event::Body;
 use collector::ingest::model::TcpState;
 use collector::ingest::record::RecordReader;
 use collector::ingest::Event;
-use collector::probes::ProbeConfig;
 use collector::record::live::Live;
 use collector::record::sink::{Output, Rotation};
 use collector::record::RecordOptions;
 use test_support::http::curl_status;
-use test_support::{free_port, lab};
+use test_support::{free_port, lab, lab_engine_process};
 
 /// Rounds of load: a bench of 12 clients at once, then curls one after another.
 const ROUNDS: usize = 2;
 const BENCH_REQUESTS: usize = 48;
 const CURLS: usize = 6;
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The lab engine as a process of its own, once it says it listens.
-fn engine(port: u16) -> Killed {
-    let mut child = std::process::Command::new(lab())
-        .args(["engine", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the lab engine");
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-    let mut line = String::new();
-    stdout
-        .read_line(&mut line)
-        .expect("the engine's first line");
-    assert!(line.starts_with("engine on"), "the engine said: {line:?}");
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    Killed(child)
-}
-
 fn load(port: u16) {
     let url = format!("http://127.0.0.1:{port}/v1/completions");
-    let status = std::process::Command::new(lab())
+    let status = Command::new(lab())
         .args(["bench", "--url", &url, "--concurrency", "12"])
         .args(["--requests", &BENCH_REQUESTS.to_string()])
         .args(["--prompt-tokens", "30", "--max-tokens", "16"])
@@ -87,23 +58,17 @@ fn is_state(e: &Event, new: TcpState) -> bool {
 #[test]
 fn every_event_handed_over_live_is_the_one_its_file_reads_back() {
     let port = free_port();
-    let _engine = engine(port);
+    let _engine = lab_engine_process(Command::new(lab()), &format!("127.0.0.1:{port}"), &[]);
     let dir = tempfile::tempdir().expect("tempdir");
     // As `agent --record-dir` records: a rotating sink, events handed over as they drain.
-    let mut live = Live::start(RecordOptions {
-        probes: ProbeConfig {
-            ports: vec![port],
-            ..ProbeConfig::default()
-        },
-        nvml: None,
-        cupti_socket: None,
-        duration: None,
-        output: Output::Rotate(Rotation::new(
+    let mut live = Live::start(RecordOptions::ports(
+        vec![port],
+        Output::Rotate(Rotation::new(
             dir.path().to_path_buf(),
             1 << 30,
             Duration::from_secs(3600),
         )),
-    })
+    ))
     .expect("start recording");
     live.wait_started(Duration::from_secs(60))
         .expect("probes attached");

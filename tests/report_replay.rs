@@ -22,6 +22,19 @@ fn gunzip(path: &Path) -> Vec<u8> {
     bytes
 }
 
+/// The names of the files in `dir` ending in `suffix`, without it, sorted.
+fn fixtures(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(suffix)?.to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// The first line that differs, with its number, for a readable failure.
 fn first_difference(want: &str, got: &str) -> String {
     for (i, (w, g)) in want.lines().zip(got.lines()).enumerate() {
@@ -40,14 +53,7 @@ fn first_difference(want: &str, got: &str) -> String {
 fn replaying_each_fixture_gives_its_committed_report_byte_for_byte() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let dir = tempfile::tempdir().unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(root.join("report"))
-        .expect("tests/fixtures/report")
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            Some(name.strip_suffix(".report.json.gz")?.to_string())
-        })
-        .collect();
-    names.sort();
+    let names = fixtures(&root.join("report"), ".report.json.gz");
     assert!(
         names.len() >= 11,
         "expected every diagnose fixture, found {names:?}"
@@ -142,14 +148,7 @@ fn the_live_pipeline_builds_what_the_replay_builds() {
     const BEHIND_NS: u64 = 5_000_000;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/diagnose");
     let dir = tempfile::tempdir().unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(&root)
-        .expect("tests/fixtures/diagnose")
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            Some(name.strip_suffix(".tsrec.gz")?.to_string())
-        })
-        .collect();
-    names.sort();
+    let names = fixtures(&root, ".tsrec.gz");
     assert!(names.len() >= 11, "every diagnose fixture: {names:?}");
     let as_json = |mut requests: Vec<collector::stitch::Request>| -> Vec<String> {
         requests.sort_by_key(|r| r.order);

@@ -48,6 +48,23 @@ pub struct RecordOptions {
     pub output: Output,
 }
 
+impl RecordOptions {
+    /// The TCP ports' traffic to `output`, until stopped; no GPU sources, the probes'
+    /// defaults otherwise.
+    pub fn ports(ports: Vec<u16>, output: Output) -> RecordOptions {
+        RecordOptions {
+            probes: ProbeConfig {
+                ports,
+                ..ProbeConfig::default()
+            },
+            nvml: None,
+            cupti_socket: None,
+            duration: None,
+            output,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct NvmlOptions {
     /// The NVML library (default: the system's libnvidia-ml.so.1).

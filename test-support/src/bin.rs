@@ -3,9 +3,11 @@
 //! the tested package's binaries for its integration tests, so the other one is
 //! built here on first use, into the same target directory.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// The directory cargo put this test's binaries in (`target/debug` for
 /// `target/debug/deps/<test>-<hash>`).
@@ -67,6 +69,43 @@ pub fn demo_recording(stdout: &str, name: &str) -> PathBuf {
         .map(|rest| PathBuf::from(rest.trim_end_matches("):")))
         .find(|p| p.ends_with(name))
         .unwrap_or_else(|| panic!("the demo names its {name} recording:\n{stdout}"))
+}
+
+/// A child process stopped when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    /// SIGTERM first: nginx's master then stops its workers (killed outright, they
+    /// would live on, holding whatever the test's own descriptors were).
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        if crate::wait_timeout(&mut self.0, Duration::from_secs(10)).is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// `tokenscope-lab engine --listen LISTEN ARGS...` as `cmd` runs it (`Command::new(lab())`,
+/// or a network namespace's command), a process of its own, once it says it listens;
+/// what it prints later (its call counts when stopped) is read and dropped.
+pub fn lab_engine_process(mut cmd: Command, listen: &str, args: &[&str]) -> Killed {
+    let mut child = cmd
+        .args(["engine", "--listen", listen])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the lab engine");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("the engine's first line");
+    assert!(line.starts_with("engine on"), "the engine said: {line:?}");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    Killed(child)
 }
 
 /// `bin` of workspace package `package` in this test's target directory, built

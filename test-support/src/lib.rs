@@ -20,7 +20,9 @@ pub mod tmux;
 pub mod venv_specs;
 pub mod wire;
 
-pub use bin::{demo_recording, demo_stdout, lab, lab_command, profiler};
+pub use bin::{
+    demo_recording, demo_stdout, lab, lab_command, lab_engine_process, profiler, Killed,
+};
 pub use events::{io_bytes, io_events, read_recording, transitions};
 pub use nginx::{
     curl, engine_behind_nginx, engine_behind_nginx_with, free_port, free_ports, lab_engine,

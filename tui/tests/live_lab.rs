@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use collector::clock::monotonic_ns;
 use collector::pipeline::Config;
-use collector::probes::ProbeConfig;
 use collector::record::RecordOptions;
 use tokenscope_lab::bench::{self, BenchConfig};
 use tokenscope_lab::{Engine, EngineConfig};
@@ -38,16 +37,7 @@ fn lab_requests_appear_within_a_second_of_the_bench_starting() {
     let wait_line = |prefix: &str| lines.said(prefix);
     let port: u16 = wait_line("engine-port ").parse().expect("port");
 
-    let opts = RecordOptions {
-        probes: ProbeConfig {
-            ports: vec![port],
-            ..ProbeConfig::default()
-        },
-        nvml: None,
-        cupti_socket: None,
-        duration: None,
-        output: collector::record::sink::Output::Discard,
-    };
+    let opts = RecordOptions::ports(vec![port], collector::record::sink::Output::Discard);
     let mut live = Live::start(opts).expect("live recording");
     let (attached, _) = live
         .wait_started(Duration::from_secs(60))
