@@ -137,8 +137,9 @@ fn the_default_json_lists_each_request_in_under_2_kb() {
 
 /// The live pipeline (`agent`'s and `top`'s: events in 50 ms drains, the clock a few
 /// milliseconds behind, requests taken as they finish) builds, from each fixture's
-/// events, the very requests the replay `report` runs builds: every field, to the
-/// nanosecond. The agent's OTLP spans are the first; `report` of its recordings the second.
+/// events, requests with the start, first byte, end, stages and points (token times
+/// included) the replay `report` runs builds, to the nanosecond. The agent's OTLP spans
+/// are the first; `report` of its recordings the second.
 #[test]
 fn the_live_pipeline_builds_what_the_replay_builds() {
     use collector::ingest::record::RecordReader;
